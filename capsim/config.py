@@ -1,0 +1,246 @@
+"""Typed, validated, frozen configuration for one simulated deployment point.
+
+Every invalid value raises ``ValueError`` naming the field and the value. Defaults follow
+vLLM 0.33 (``shared/VLLM.md``) except where the published-runs preset says otherwise
+(prefix caching off, depth-3 MTP chain).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import asdict, dataclass, field
+from typing import Any, Literal
+
+from capsim.cost.base import COMMIT_MODES
+from capsim.gpus import GpuSpec
+from capsim.units import GiB, dtype_bytes
+
+CommitMode = Literal["storeall", "reconstruct", "deferred"]
+
+
+def _fail(owner: str, name: str, value: object, why: str) -> None:
+    raise ValueError(f"{owner}.{name}={value!r}: {why}")
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class EngineConfig:
+    """vLLM engine settings that shape the pool and the scheduler."""
+
+    tp: int = field(default=1, metadata={"help": "tensor-parallel size"})
+    gmu: float = field(default=0.92, metadata={"help": "gpu_memory_utilization (0.33: 0.92)"})
+    max_num_seqs: int | None = field(
+        default=None, metadata={"help": "None = vLLM's default for the GPU tier"}
+    )
+    max_num_batched_tokens: int | None = field(
+        default=None, metadata={"help": "None = vLLM's default for the GPU tier"}
+    )
+    max_model_len: int | None = field(
+        default=None, metadata={"help": "None = model max_position_embeddings"}
+    )
+    enable_chunked_prefill: bool = field(default=True, metadata={"help": "vLLM default on"})
+    enable_prefix_caching: bool = field(
+        default=False, metadata={"help": "off in the published runs (mamba mode 'none')"}
+    )
+    kv_cache_dtype: str = field(default="bfloat16", metadata={"help": "attention KV dtype"})
+    ssm_state_dtype: str | None = field(
+        default=None, metadata={"help": "None = model default (fp32 for Qwen3.5)"}
+    )
+    conv_state_dtype: str = field(default="bfloat16", metadata={"help": "GDN conv state dtype"})
+    kernel_block_align_tok: int = field(
+        default=16, metadata={"help": "attention kernel block alignment (FA/FlashInfer: 16)"}
+    )
+    watermark: float = field(default=0.0, metadata={"help": "scheduler watermark fraction"})
+    subtract_cudagraph_memory: bool = field(
+        default=True,
+        metadata={"help": "charge CUDA-graph memory to the budget (vLLM >= 0.21 default)"},
+    )
+    num_gpu_blocks_override: int | None = field(
+        default=None, metadata={"help": "force num_blocks (vLLM's override)"}
+    )
+
+    def __post_init__(self) -> None:
+        o = "engine"
+        if not isinstance(self.tp, int) or self.tp < 1:
+            _fail(o, "tp", self.tp, "must be an int >= 1")
+        if not (isinstance(self.gmu, float | int) and 0.0 < self.gmu <= 1.0):
+            _fail(o, "gmu", self.gmu, "must be in (0, 1]")
+        for name in ("max_num_seqs", "max_num_batched_tokens", "max_model_len"):
+            value = getattr(self, name)
+            if value is not None and (not isinstance(value, int) or value < 1):
+                _fail(o, name, value, "must be None or an int >= 1")
+        if self.num_gpu_blocks_override is not None and self.num_gpu_blocks_override < 2:
+            _fail(o, "num_gpu_blocks_override", self.num_gpu_blocks_override, "must be >= 2")
+        if not 0.0 <= self.watermark < 1.0:
+            _fail(o, "watermark", self.watermark, "must be in [0, 1)")
+        if self.kernel_block_align_tok < 1:
+            _fail(o, "kernel_block_align_tok", self.kernel_block_align_tok, "must be >= 1")
+        dtype_bytes(self.kv_cache_dtype, field_name="engine.kv_cache_dtype")
+        dtype_bytes(self.conv_state_dtype, field_name="engine.conv_state_dtype")
+        if self.ssm_state_dtype is not None:
+            dtype_bytes(self.ssm_state_dtype, field_name="engine.ssm_state_dtype")
+
+    def resolved_batch_defaults(self, gpu: GpuSpec) -> tuple[int, int]:
+        """(max_num_seqs, max_num_batched_tokens) with vLLM 0.33's online-serving tiers.
+
+        Source: VLLM.md s4.2 (``EngineArgs.get_batch_defaults``): >= 160 GiB -> 16384 / 1024;
+        >= 70 GiB -> 8192 / 1024; otherwise 2048 / 256.
+        """
+        if gpu.total_memory_bytes >= 160 * GiB:
+            tokens, seqs = 16384, 1024
+        elif gpu.total_memory_bytes >= 70 * GiB:
+            tokens, seqs = 8192, 1024
+        else:
+            tokens, seqs = 2048, 256
+        seqs = self.max_num_seqs if self.max_num_seqs is not None else seqs
+        tokens = self.max_num_batched_tokens if self.max_num_batched_tokens is not None else tokens
+        return seqs, tokens
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class AcceptanceConfig:
+    """Per-depth conditional acceptance of draft tokens.
+
+    ``conditional[d]`` is P(the draft at depth d+1 is accepted | depths 1..d were). For a
+    tree with width w at depth d, capsim assumes the w candidates match independently with
+    that probability, so the depth is accepted with ``1 - (1 - p)**w``; this is an upper
+    bound for real top-w drafts, whose candidates are correlated. A list shorter than the
+    draft depth repeats its last value.
+
+    Default: one constant p such that a depth-3 chain emits 3.2 tokens per step on average
+    (bonus included): p + p^2 + p^3 = 2.2 -> p = 0.8522. 3.2 is the published mean
+    acceptance length of Qwen3.5's MTP head on spec-bench (issue #2; SPEC.md s5).
+    """
+
+    conditional: tuple[float, ...] = field(
+        default=(0.8522,), metadata={"help": "per-depth conditional acceptance probabilities"}
+    )
+
+    def __post_init__(self) -> None:
+        if not self.conditional:
+            _fail("acceptance", "conditional", self.conditional, "must not be empty")
+        for p in self.conditional:
+            if not (isinstance(p, float | int) and 0.0 <= p <= 1.0 and math.isfinite(p)):
+                _fail("acceptance", "conditional", self.conditional, "values must be in [0, 1]")
+
+    def at_depth(self, depth: int) -> float:
+        """Conditional acceptance at 1-based ``depth``."""
+        return float(self.conditional[min(depth, len(self.conditional)) - 1])
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class SpecDecodeConfig:
+    """Speculative decoding: a chain of ``num_spec_tok`` MTP drafts or a tree of widths."""
+
+    num_spec_tok: int = field(default=3, metadata={"help": "chain depth k (0 = no spec)"})
+    tree_widths: tuple[int, ...] | None = field(
+        default=None, metadata={"help": "per-depth branching widths, e.g. (2,2,2)"}
+    )
+    commit: CommitMode = field(
+        default="storeall", metadata={"help": "storeall | reconstruct | deferred"}
+    )
+    acceptance: AcceptanceConfig = field(default_factory=AcceptanceConfig)
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.num_spec_tok, int) or self.num_spec_tok < 0:
+            _fail("spec", "num_spec_tok", self.num_spec_tok, "must be an int >= 0")
+        if self.commit not in COMMIT_MODES:
+            _fail("spec", "commit", self.commit, f"must be one of {COMMIT_MODES}")
+        if self.tree_widths is not None:
+            widths = tuple(self.tree_widths)
+            if not widths or any((not isinstance(w, int)) or w < 1 for w in widths):
+                _fail("spec", "tree_widths", self.tree_widths, "every width must be an int >= 1")
+            object.__setattr__(self, "tree_widths", widths)
+            if self.num_spec_tok not in (0, len(widths), 3):
+                # k defaults to 3; a tree sets its own depth.
+                pass
+            object.__setattr__(self, "num_spec_tok", len(widths))
+
+    @property
+    def depth(self) -> int:
+        return self.num_spec_tok
+
+    @property
+    def num_draft_nodes(self) -> int:
+        """N: draft nodes verified per step (k for a chain; sum of prod(widths[:d]))."""
+        if self.tree_widths is None:
+            return self.num_spec_tok
+        total, level = 0, 1
+        for w in self.tree_widths:
+            level *= w
+            total += level
+        return total
+
+    @property
+    def window_tok(self) -> int:
+        """W = N + 1 tokens verified per decode step (root plus drafts)."""
+        return self.num_draft_nodes + 1
+
+    @property
+    def state_slots_per_group(self) -> int:
+        """GDN state slots (blocks) each GDN group holds per request."""
+        if self.commit == "storeall":
+            return self.window_tok
+        return 1
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class LoadConfig:
+    """How requests are offered, like ``vllm bench serve``."""
+
+    mode: Literal["concurrency", "rate", "replay"] = field(
+        default="concurrency", metadata={"help": "closed loop, open loop, or trace timestamps"}
+    )
+    concurrency: int | None = field(default=None, metadata={"help": "max requests in flight"})
+    rate_req_per_s: float | None = field(default=None, metadata={"help": "open-loop rate"})
+    burstiness: float = field(default=1.0, metadata={"help": "gamma shape of gaps (1=Poisson)"})
+    num_requests: int = field(default=1000, metadata={"help": "requests to send"})
+
+    def __post_init__(self) -> None:
+        if self.mode not in ("concurrency", "rate", "replay"):
+            _fail("load", "mode", self.mode, "must be concurrency, rate or replay")
+        if self.mode == "concurrency" and (self.concurrency is None or self.concurrency < 1):
+            _fail("load", "concurrency", self.concurrency, "must be an int >= 1")
+        if self.concurrency is not None and self.concurrency < 1:
+            _fail("load", "concurrency", self.concurrency, "must be >= 1 when given")
+        if self.mode == "rate" and (
+            self.rate_req_per_s is None
+            or not math.isfinite(self.rate_req_per_s)
+            or self.rate_req_per_s <= 0
+        ):
+            _fail("load", "rate_req_per_s", self.rate_req_per_s, "must be a finite rate > 0")
+        if not self.burstiness > 0:
+            _fail("load", "burstiness", self.burstiness, "must be > 0")
+        if not isinstance(self.num_requests, int) or self.num_requests < 1:
+            _fail("load", "num_requests", self.num_requests, "must be an int >= 1")
+
+    @property
+    def offered_load(self) -> float:
+        """Concurrency or rate, whichever this load is defined by (replay: nan)."""
+        if self.mode == "concurrency":
+            return float(self.concurrency or 0)
+        if self.mode == "rate":
+            return float(self.rate_req_per_s or 0.0)
+        return math.nan
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class SimConfig:
+    """One simulated point: deployment, speculative config, workload, load and seed."""
+
+    model: str = field(default="qwen3.5-35b-a3b", metadata={"help": "preset or config.json"})
+    gpu: str = field(default="B200", metadata={"help": "B200 | H200 | H100"})
+    engine: EngineConfig = field(default_factory=EngineConfig)
+    spec: SpecDecodeConfig = field(default_factory=SpecDecodeConfig)
+    workload: str = field(default="sharegpt", metadata={"help": "workload name (capsim traces)"})
+    load: LoadConfig = field(default_factory=lambda: LoadConfig(concurrency=64))
+    seed: int = field(default=0, metadata={"help": "root seed of all random streams"})
+    step_time: str = field(
+        default="roofline", metadata={"help": "step-time model: roofline | calibrated"}
+    )
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.seed, int) or self.seed < 0:
+            _fail("sim", "seed", self.seed, "must be an int >= 0")
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)

@@ -1,0 +1,264 @@
+"""Model facts: the architecture numbers capsim needs, with the source of every value.
+
+Presets come from `shared/VLLM.md` section 6 (transformers 5.24.0 config classes and
+third-party copies of the public HF ``config.json`` files) and SPEC.md section 4. Any
+HF-style ``config.json`` with the same fields loads through :func:`model_from_hf_config`.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from capsim.units import dtype_bytes
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ModelSpec:
+    """A GDN hybrid (or plain attention) MoE decoder, as vLLM sees it."""
+
+    name: str = field(metadata={"help": "preset or config name"})
+    hidden_size: int = field(metadata={"help": "model width"})
+    num_gdn_layers: int = field(metadata={"help": "Gated DeltaNet (linear attention) layers"})
+    num_attn_layers: int = field(metadata={"help": "full-attention layers (MTP excluded)"})
+    num_attention_heads: int = field(metadata={"help": "query heads of full attention"})
+    num_kv_heads: int = field(metadata={"help": "KV heads of full attention"})
+    head_dim: int = field(metadata={"help": "full-attention head dim"})
+    attn_output_gate: bool = field(metadata={"help": "q_proj also produces an output gate"})
+    linear_num_key_heads: int = field(metadata={"help": "GDN key heads (Hk)"})
+    linear_num_value_heads: int = field(metadata={"help": "GDN value heads (Hv)"})
+    linear_key_head_dim: int = field(metadata={"help": "GDN d_k"})
+    linear_value_head_dim: int = field(metadata={"help": "GDN d_v"})
+    linear_conv_kernel_dim: int = field(metadata={"help": "GDN short conv kernel"})
+    num_experts: int = field(metadata={"help": "routed experts per MoE layer (0 = dense)"})
+    num_experts_per_tok: int = field(metadata={"help": "top-k routing"})
+    moe_intermediate_size: int = field(metadata={"help": "routed expert FFN width"})
+    shared_expert_intermediate_size: int = field(metadata={"help": "shared expert width"})
+    dense_intermediate_size: int = field(
+        default=0, metadata={"help": "dense FFN width when num_experts == 0"}
+    )
+    vocab_size: int = field(metadata={"help": "vocabulary (embedding and lm_head rows)"})
+    tie_word_embeddings: bool = field(default=False, metadata={"help": "lm_head shares embed"})
+    num_mtp_layers: int = field(default=1, metadata={"help": "MTP draft decoder layers"})
+    max_position_embeddings: int = field(default=262144, metadata={"help": "max_model_len"})
+    weight_dtype: str = field(default="bfloat16", metadata={"help": "weight dtype"})
+    ssm_state_dtype: str = field(
+        default="bfloat16",
+        metadata={"help": "vLLM default GDN recurrent state dtype (mamba_ssm_dtype)"},
+    )
+    sources: tuple[str, ...] = field(default=(), metadata={"help": "where the numbers came from"})
+
+    def __post_init__(self) -> None:
+        positive = (
+            "hidden_size",
+            "num_attention_heads",
+            "num_kv_heads",
+            "head_dim",
+            "vocab_size",
+        )
+        for name in positive:
+            value = getattr(self, name)
+            if not isinstance(value, int) or value <= 0:
+                raise ValueError(f"model {self.name!r}: {name}={value!r} must be a positive int")
+        for name in (
+            "num_gdn_layers",
+            "num_attn_layers",
+            "num_experts",
+            "num_mtp_layers",
+            "linear_num_key_heads",
+            "linear_num_value_heads",
+        ):
+            value = getattr(self, name)
+            if not isinstance(value, int) or value < 0:
+                raise ValueError(f"model {self.name!r}: {name}={value!r} must be an int >= 0")
+        if self.num_gdn_layers + self.num_attn_layers == 0:
+            raise ValueError(f"model {self.name!r}: no layers")
+        if self.num_gdn_layers and self.linear_num_value_heads % max(
+            self.linear_num_key_heads, 1
+        ):
+            raise ValueError(
+                f"model {self.name!r}: linear_num_value_heads={self.linear_num_value_heads} "
+                f"is not a multiple of linear_num_key_heads={self.linear_num_key_heads}"
+            )
+        if self.num_experts and not 0 < self.num_experts_per_tok <= self.num_experts:
+            raise ValueError(
+                f"model {self.name!r}: num_experts_per_tok={self.num_experts_per_tok} "
+                f"must be in 1..num_experts={self.num_experts}"
+            )
+        dtype_bytes(self.weight_dtype, field_name="weight_dtype")
+        dtype_bytes(self.ssm_state_dtype, field_name="ssm_state_dtype")
+
+    @property
+    def is_hybrid(self) -> bool:
+        return self.num_gdn_layers > 0
+
+    @property
+    def conv_dim(self) -> int:
+        """q, k and v channels of the GDN short convolution: 2*Hk*dk + Hv*dv."""
+        return (
+            2 * self.linear_num_key_heads * self.linear_key_head_dim
+            + self.linear_num_value_heads * self.linear_value_head_dim
+        )
+
+
+_QWEN35_SOURCES = (
+    "shared/VLLM.md s6: transformers 5.24.0 Qwen3_5MoeTextConfig (checkpoint "
+    "Qwen/Qwen3.5-35B-A3B); third-party config.json copy id 57982277923",
+    "mamba_ssm_dtype float32: vLLM PR #34489, baidu/vLLM-Kunlun PR #336",
+    "MTP: mtp_num_hidden_layers 1 (3P ids 52558163621, 62633829536)",
+)
+
+PRESETS: dict[str, ModelSpec] = {
+    "qwen3.5-35b-a3b": ModelSpec(
+        name="qwen3.5-35b-a3b",
+        hidden_size=2048,
+        num_gdn_layers=30,
+        num_attn_layers=10,
+        num_attention_heads=16,
+        num_kv_heads=2,
+        head_dim=256,
+        attn_output_gate=True,
+        linear_num_key_heads=16,
+        linear_num_value_heads=32,
+        linear_key_head_dim=128,
+        linear_value_head_dim=128,
+        linear_conv_kernel_dim=4,
+        num_experts=256,
+        num_experts_per_tok=8,
+        moe_intermediate_size=512,
+        shared_expert_intermediate_size=512,
+        vocab_size=248320,
+        num_mtp_layers=1,
+        max_position_embeddings=262144,
+        ssm_state_dtype="float32",
+        sources=_QWEN35_SOURCES,
+    ),
+    "qwen3.5-397b-a17b": ModelSpec(
+        name="qwen3.5-397b-a17b",
+        hidden_size=4096,
+        num_gdn_layers=45,
+        num_attn_layers=15,
+        num_attention_heads=32,
+        num_kv_heads=2,
+        head_dim=256,
+        attn_output_gate=True,
+        linear_num_key_heads=16,
+        linear_num_value_heads=64,
+        linear_key_head_dim=128,
+        linear_value_head_dim=128,
+        linear_conv_kernel_dim=4,
+        num_experts=512,
+        num_experts_per_tok=10,
+        moe_intermediate_size=1024,
+        shared_expert_intermediate_size=1024,
+        vocab_size=248320,
+        num_mtp_layers=1,
+        max_position_embeddings=262144,
+        ssm_state_dtype="float32",
+        sources=(
+            "shared/VLLM.md s6: third-party config.json copies ids 57982277923, "
+            "52187504714, 56392315325",
+            "shared_expert_intermediate_size 1024 from two 3P sources (one fixture says "
+            "4096: unverified)",
+            "MTP layers 1 and fp32 SSM state: Qwen3.5 family pattern (not seen for 397B)",
+        ),
+    ),
+    "qwen3-next-80b-a3b": ModelSpec(
+        name="qwen3-next-80b-a3b",
+        hidden_size=2048,
+        num_gdn_layers=36,
+        num_attn_layers=12,
+        num_attention_heads=16,
+        num_kv_heads=2,
+        head_dim=256,
+        attn_output_gate=True,
+        linear_num_key_heads=16,
+        linear_num_value_heads=32,
+        linear_key_head_dim=128,
+        linear_value_head_dim=128,
+        linear_conv_kernel_dim=4,
+        num_experts=512,
+        num_experts_per_tok=10,
+        moe_intermediate_size=512,
+        shared_expert_intermediate_size=512,
+        vocab_size=151936,
+        num_mtp_layers=1,
+        max_position_embeddings=262144,
+        ssm_state_dtype="bfloat16",
+        sources=(
+            "shared/VLLM.md s6: transformers 5.24.0 Qwen3NextConfig (docstring "
+            "Qwen3-Next-80B-A3B); vLLM's 'block size of 544' comment",
+            "no mamba_ssm_dtype in config -> bf16 in vLLM 0.33 (VLLM.md s2.1; a live "
+            "0.32 CPU engine used fp32: version dependent)",
+        ),
+    ),
+}
+
+
+def get_model(name: str) -> ModelSpec:
+    """A preset by name, or a model loaded from a path to an HF-style config.json."""
+    if name in PRESETS:
+        return PRESETS[name]
+    path = Path(name)
+    if path.suffix == ".json" or path.is_file():
+        return model_from_hf_config(path)
+    raise ValueError(f"model={name!r} is unknown: choose one of {sorted(PRESETS)} or a config.json")
+
+
+def _get(cfg: dict[str, Any], key: str, path: Path, default: Any = None) -> Any:
+    if key in cfg:
+        return cfg[key]
+    if default is not None:
+        return default
+    raise ValueError(f"{path}: field {key!r} is missing")
+
+
+def model_from_hf_config(path: Path) -> ModelSpec:
+    """Read a Qwen3-Next / Qwen3.5 style HF ``config.json`` (``text_config`` if nested)."""
+    try:
+        raw = json.loads(Path(path).read_text())
+    except FileNotFoundError:
+        raise ValueError(f"model config {path} does not exist") from None
+    except json.JSONDecodeError as exc:
+        raise ValueError(f"model config {path} is not valid JSON: {exc}") from None
+    cfg = raw.get("text_config", raw)
+    num_layers = int(_get(cfg, "num_hidden_layers", path))
+    layer_types = cfg.get("layer_types")
+    if layer_types:
+        num_attn = sum(1 for t in layer_types if t == "full_attention")
+    else:
+        interval = int(cfg.get("full_attention_interval", 4))
+        num_attn = sum(1 for i in range(num_layers) if (i + 1) % interval == 0)
+    num_gdn = num_layers - num_attn
+    num_experts = int(cfg.get("num_experts", 0) or 0)
+    ssm_dtype = cfg.get("mamba_ssm_dtype") or cfg.get("torch_dtype") or "bfloat16"
+    return ModelSpec(
+        name=str(cfg.get("_name_or_path") or Path(path).stem),
+        hidden_size=int(_get(cfg, "hidden_size", path)),
+        num_gdn_layers=num_gdn,
+        num_attn_layers=num_attn,
+        num_attention_heads=int(_get(cfg, "num_attention_heads", path)),
+        num_kv_heads=int(_get(cfg, "num_key_value_heads", path)),
+        head_dim=int(_get(cfg, "head_dim", path)),
+        attn_output_gate=bool(cfg.get("attn_output_gate", True)),
+        linear_num_key_heads=int(cfg.get("linear_num_key_heads", 0)),
+        linear_num_value_heads=int(cfg.get("linear_num_value_heads", 0)),
+        linear_key_head_dim=int(cfg.get("linear_key_head_dim", 128)),
+        linear_value_head_dim=int(cfg.get("linear_value_head_dim", 128)),
+        linear_conv_kernel_dim=int(cfg.get("linear_conv_kernel_dim", 4)),
+        num_experts=num_experts,
+        num_experts_per_tok=int(cfg.get("num_experts_per_tok", 0) or 0),
+        moe_intermediate_size=int(cfg.get("moe_intermediate_size", 0) or 0),
+        shared_expert_intermediate_size=int(cfg.get("shared_expert_intermediate_size", 0) or 0),
+        dense_intermediate_size=int(cfg.get("intermediate_size", 0) or 0),
+        vocab_size=int(_get(cfg, "vocab_size", path)),
+        tie_word_embeddings=bool(raw.get("tie_word_embeddings", False)),
+        num_mtp_layers=int(
+            cfg.get("mtp_num_hidden_layers", cfg.get("num_nextn_predict_layers", 0)) or 0
+        ),
+        max_position_embeddings=int(cfg.get("max_position_embeddings", 262144)),
+        ssm_state_dtype=str(ssm_dtype),
+        sources=(f"HF config {path}",),
+    )

@@ -1,0 +1,90 @@
+"""The one request table every workload produces and the simulator consumes.
+
+Invariants (checked in ``__post_init__``):
+- ``prompt_tok`` and ``output_tok`` are int64 arrays of equal length, every value >= 1;
+- ``arrival_s`` is ``None`` (closed-loop workloads: the load generator decides when a
+  request is sent) or a float64 array of the same length, non-decreasing, starting at >= 0;
+- ``source_id`` names each row's origin (e.g. ``"sharegpt:QWJhYvA_0"``), same length.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class RequestTable:
+    """A workload as plain token counts (and optional arrival offsets in seconds)."""
+
+    name: str = field(metadata={"help": "workload name, e.g. 'sharegpt'"})
+    prompt_tok: np.ndarray = field(metadata={"help": "prompt tokens per request (int64)"})
+    output_tok: np.ndarray = field(metadata={"help": "output tokens per request (int64)"})
+    arrival_s: np.ndarray | None = field(
+        default=None, metadata={"help": "arrival offset per request in seconds, or None"}
+    )
+    source_id: tuple[str, ...] = field(
+        default=(), metadata={"help": "origin of each row; empty means 'name:index'"}
+    )
+
+    def __post_init__(self) -> None:
+        prompt = np.asarray(self.prompt_tok, dtype=np.int64)
+        output = np.asarray(self.output_tok, dtype=np.int64)
+        object.__setattr__(self, "prompt_tok", prompt)
+        object.__setattr__(self, "output_tok", output)
+        if prompt.ndim != 1 or output.shape != prompt.shape:
+            raise ValueError(
+                f"RequestTable {self.name!r}: prompt_tok and output_tok must be 1-D of equal "
+                f"length, got shapes {prompt.shape} and {output.shape}"
+            )
+        if prompt.size == 0:
+            raise ValueError(f"RequestTable {self.name!r}: no requests")
+        if (prompt < 1).any():
+            raise ValueError(
+                f"RequestTable {self.name!r}: prompt_tok must be >= 1, "
+                f"got {int(prompt.min())} at row {int(np.argmin(prompt))}"
+            )
+        if (output < 1).any():
+            raise ValueError(
+                f"RequestTable {self.name!r}: output_tok must be >= 1, "
+                f"got {int(output.min())} at row {int(np.argmin(output))}"
+            )
+        if self.arrival_s is not None:
+            arr = np.asarray(self.arrival_s, dtype=np.float64)
+            object.__setattr__(self, "arrival_s", arr)
+            if arr.shape != prompt.shape:
+                raise ValueError(
+                    f"RequestTable {self.name!r}: arrival_s has shape {arr.shape}, "
+                    f"expected {prompt.shape}"
+                )
+            if not np.isfinite(arr).all() or (arr < 0).any() or (np.diff(arr) < 0).any():
+                raise ValueError(
+                    f"RequestTable {self.name!r}: arrival_s must be finite, >= 0 and sorted"
+                )
+        if self.source_id:
+            if len(self.source_id) != prompt.size:
+                raise ValueError(
+                    f"RequestTable {self.name!r}: source_id has {len(self.source_id)} "
+                    f"entries, expected {prompt.size}"
+                )
+        else:
+            object.__setattr__(
+                self, "source_id", tuple(f"{self.name}:{i}" for i in range(prompt.size))
+            )
+
+    @property
+    def num_requests(self) -> int:
+        return int(self.prompt_tok.size)
+
+    def take(self, indices: np.ndarray) -> RequestTable:
+        """Rows ``indices`` in that order (arrivals, if any, are kept as they are)."""
+        idx = np.asarray(indices, dtype=np.int64)
+        arrival = None if self.arrival_s is None else self.arrival_s[idx]
+        return RequestTable(
+            name=self.name,
+            prompt_tok=self.prompt_tok[idx],
+            output_tok=self.output_tok[idx],
+            arrival_s=arrival,
+            source_id=tuple(self.source_id[i] for i in idx),
+        )
