@@ -1,0 +1,3 @@
+from capsim.cli import main
+
+main()

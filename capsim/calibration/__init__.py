@@ -1,0 +1,1 @@
+"""Measured step-time calibration: shapes, tables, loader, validation report."""

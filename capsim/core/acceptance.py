@@ -1,0 +1,81 @@
+"""Accepted drafts per verify step, drawn ahead of time per request (seeded).
+
+Each request gets its own sequence of accepted-draft counts, one per verify step, from
+the acceptance stream. Because draws belong to the request (not to the batch), two
+simulations that differ only in the commit mode see identical acceptance per request:
+common random numbers for matched points.
+
+Chain of depth k: depth d is accepted with conditional probability p_d given depths
+< d were; accepted = number of leading successes. Tree of widths (w_1..w_d): a depth is
+accepted if any of its w_d candidates matches, each independently with p_d:
+q_d = 1 - (1 - p_d)^w_d (an optimistic bound for correlated top-w drafts).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from capsim.config import SpecDecodeConfig
+
+
+def depth_acceptance(spec: SpecDecodeConfig) -> np.ndarray:
+    """Per-depth conditional acceptance q_d, shape [depth]."""
+    depth = spec.depth
+    p = np.array([spec.acceptance.at_depth(d) for d in range(1, depth + 1)], dtype=np.float64)
+    if spec.tree_widths is not None:
+        widths = np.asarray(spec.tree_widths, dtype=np.float64)
+        p = 1.0 - (1.0 - p) ** widths
+    return p
+
+
+def expected_tokens_per_step(spec: SpecDecodeConfig) -> float:
+    """E[accepted + 1]: sum over d of prod_{j<=d} q_j, plus the bonus token."""
+    q = depth_acceptance(spec)
+    return 1.0 + float(np.cumprod(q).sum()) if q.size else 1.0
+
+
+class AcceptanceDraws:
+    """Pre-drawn accepted-draft counts: ``draw(i, n)`` is request i's n-th verify step."""
+
+    __slots__ = ("_draws", "_offsets")
+
+    def __init__(
+        self, spec: SpecDecodeConfig, max_steps: np.ndarray, rng: np.random.Generator
+    ) -> None:
+        steps = np.asarray(max_steps, dtype=np.int64)
+        self._offsets = np.concatenate([[0], np.cumsum(steps)])
+        q = depth_acceptance(spec)
+        total = int(self._offsets[-1])
+        if q.size == 0 or total == 0:
+            self._draws = np.zeros(total, dtype=np.int16)
+            return
+        u = rng.random((total, q.size))
+        ok = u < q[None, :]
+        self._draws = np.cumprod(ok, axis=1).sum(axis=1).astype(np.int16)
+
+    def draw(self, index: int, step: int) -> int:
+        """Accepted drafts of request ``index`` at its ``step``-th verify (0-based).
+        Past the pre-drawn steps (possible only after a preemption) the sequence wraps."""
+        start, end = self._offsets[index], self._offsets[index + 1]
+        n = end - start
+        if n == 0:
+            return 0
+        return int(self._draws[start + step % n])
+
+    def mean_tokens_per_step(self) -> float:
+        return float(self._draws.mean()) + 1.0 if self._draws.size else 1.0
+
+    def mean_tokens_over_used(self, used_steps: np.ndarray) -> float:
+        """Mean tokens per verify step (bonus included) over the draws requests used."""
+        used = np.asarray(used_steps, dtype=np.int64)
+        total_steps = int(used.sum())
+        if total_steps == 0:
+            return float("nan")
+        accepted = 0
+        for i in np.nonzero(used)[0]:
+            start, n = int(self._offsets[i]), int(self._offsets[i + 1] - self._offsets[i])
+            k = int(used[i])
+            full, rest = divmod(k, n)
+            seg = self._draws[start : start + n]
+            accepted += full * int(seg.sum()) + int(seg[:rest].sum())
+        return 1.0 + accepted / total_steps

@@ -1,0 +1,171 @@
+"""The only SimPy module: a client that sends requests and an engine that steps.
+
+Engine loop (one process): ``schedule()`` -> price the batch -> ``timeout(step_s)`` ->
+``update()`` -> stamp tokens -> let the client send more. Client (one process): releases
+requests at their release times; a concurrency gate (``vllm bench serve
+--max-concurrency``) holds a request until one in flight finishes. A request's send time
+is when it passes the gate: TTFT and E2EL are measured from there, as the bench client does.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from collections.abc import Sequence
+
+import numpy as np
+import simpy
+
+from capsim.core.acceptance import AcceptanceDraws
+from capsim.core.request import Request
+from capsim.core.scheduler import Scheduler, SchedulerOutput
+from capsim.cost.base import BatchShape, StepTimeModel
+from capsim.metrics import StepRecorder
+
+
+class EngineSim:
+    """Runs one point to completion; results stay on the Request objects and recorder."""
+
+    def __init__(
+        self,
+        *,
+        scheduler: Scheduler,
+        cost: StepTimeModel,
+        acceptance: AcceptanceDraws,
+        requests: Sequence[Request],
+        release_s: np.ndarray,
+        max_concurrency: int | None,
+        window_tok: int,
+    ) -> None:
+        if len(requests) != len(release_s):
+            raise ValueError("requests and release_s differ in length")
+        self.env = simpy.Environment()
+        self.scheduler = scheduler
+        self.cost = cost
+        self.acceptance = acceptance
+        self.requests = list(requests)
+        self.release_s = np.asarray(release_s, dtype=np.float64)
+        self.max_concurrency = max_concurrency
+        self.window_tok = window_tok
+        self.recorder = StepRecorder()
+        self._pending: deque[Request] = deque()
+        self._in_flight = 0
+        self._num_finished = 0
+        self._wake: simpy.Event | None = None
+
+    # -- client -------------------------------------------------------------------------
+    def _send_ready(self) -> None:
+        now = self.env.now
+        gate = self.max_concurrency
+        while self._pending and (gate is None or self._in_flight < gate):
+            req = self._pending.popleft()
+            req.arrival_s = now
+            self._in_flight += 1
+            self.scheduler.add_request(req)
+        if self._wake is not None and not self._wake.triggered and self.scheduler.has_work:
+            self._wake.succeed()
+
+    def _client(self):  # type: ignore[no-untyped-def]
+        env = self.env
+        i, n = 0, len(self.requests)
+        while i < n:
+            t = self.release_s[i]
+            if t > env.now:
+                yield env.timeout(t - env.now)
+            while i < n and self.release_s[i] <= env.now:
+                self._pending.append(self.requests[i])
+                i += 1
+            self._send_ready()
+
+    # -- engine -------------------------------------------------------------------------
+    def _accept(self, req: Request, max_drafts: int) -> int:
+        a = self.acceptance.draw(req.index, req.num_accept_draws_used)
+        req.num_accept_draws_used += 1
+        return min(a, max_drafts)
+
+    def _shape(self, out: SchedulerOutput) -> BatchShape:
+        dec_ctx: list[int] = []
+        pre_new: list[int] = []
+        pre_done: list[int] = []
+        for (req, n), is_verify in zip(out.scheduled, out.verify, strict=True):
+            if is_verify or (n == 1 and req.num_computed_tok == req.num_tokens - 1):
+                dec_ctx.append(req.num_computed_tok)
+            else:
+                pre_new.append(n)
+                pre_done.append(req.num_computed_tok)
+        return BatchShape(
+            num_decode_req=len(dec_ctx),
+            query_tok_per_decode=self.window_tok,
+            decode_context_tok=np.asarray(dec_ctx, dtype=np.int64),
+            prefill_new_tok=np.asarray(pre_new, dtype=np.int64),
+            prefill_computed_tok=np.asarray(pre_done, dtype=np.int64),
+        )
+
+    def _engine(self):  # type: ignore[no-untyped-def]
+        env, sched, rec = self.env, self.scheduler, self.recorder
+        total = len(self.requests)
+        while self._num_finished < total:
+            if not sched.has_work:
+                self._wake = env.event()
+                yield self._wake
+                self._wake = None
+                continue
+            out = sched.schedule()
+            if out.is_empty:
+                head = sched.waiting[0] if sched.waiting else None
+                raise RuntimeError(
+                    f"scheduler made no progress at t={env.now:.6f}s: {head!r} cannot be "
+                    f"admitted with {sched.kv.num_free_blocks} free blocks and nothing running"
+                )
+            shape = self._shape(out)
+            step_s = float(self.cost.step_time_s(shape))
+            if not step_s > 0:
+                raise ValueError(f"step-time model returned {step_s!r} s for {shape}")
+            t0 = env.now
+            # Pool and queue gauges are sampled right after scheduling: the step's
+            # allocation peak (finished requests free their blocks after the step).
+            num_running, num_waiting = len(sched.running), len(sched.waiting)
+            free_blocks, usage = sched.kv.num_free_blocks, sched.kv.usage
+            for req in out.admitted:
+                if req.first_scheduled_s is None:
+                    req.first_scheduled_s = t0
+            yield env.timeout(step_s)
+            finished = sched.update(out, self._accept)
+            now = env.now
+            itl = rec.itl_s
+            emitted_tok = 0
+            for req, n in out.emitted:
+                emitted_tok += n
+                if req.first_token_s is None:
+                    req.first_token_s = now
+                else:
+                    itl.append(now - req.last_emit_s)  # type: ignore[operator]
+                req.last_emit_s = now
+            for req in finished:
+                req.finish_s = now
+            self._num_finished += len(finished)
+            self._in_flight -= len(finished)
+            rec.record(
+                t_start_s=t0,
+                step_s=step_s,
+                num_running=num_running,
+                num_waiting=num_waiting,
+                num_scheduled_tok=out.total_scheduled_tok,
+                num_prefill_tok=int(shape.prefill_new_tok.sum()),
+                num_decode_req=shape.num_decode_req,
+                num_free_blocks=free_blocks,
+                kv_usage=usage,
+                num_preempted=len(out.preempted),
+                num_admitted=len(out.admitted),
+                num_emitted_tok=emitted_tok,
+            )
+            if finished:
+                self._send_ready()
+
+    def run(self) -> None:
+        self.env.process(self._client())
+        self.env.process(self._engine())
+        self.env.run()
+        if self._num_finished != len(self.requests):
+            raise RuntimeError(
+                f"simulation ended with {self._num_finished} of {len(self.requests)} finished"
+            )

@@ -1,0 +1,6 @@
+"""Sweeps over the experiment grid: expansion, resumable storage, executors, knees, what-if."""
+
+from capsim.sweep.grid import PUBLISHED_GRID, SweepSpec, expand, load_spec, restrict
+from capsim.sweep.runner import run_sweep
+
+__all__ = ["PUBLISHED_GRID", "SweepSpec", "expand", "load_spec", "restrict", "run_sweep"]

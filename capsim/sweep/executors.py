@@ -1,0 +1,103 @@
+"""Where the points of a sweep run: inline, a local process pool, or a dask cluster.
+
+An executor maps a picklable top-level function over tasks and yields the results in
+completion order. It never touches the results directory: the calling process writes
+every point, so workers need no shared filesystem and results do not depend on which
+executor computed them (the point function is deterministic in its config).
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable, Iterable, Iterator
+from concurrent.futures import FIRST_COMPLETED, Future, ProcessPoolExecutor, wait
+from typing import Any, Protocol
+
+EXECUTORS: tuple[str, ...] = ("local", "serial", "dask")
+
+
+class Executor(Protocol):
+    name: str
+
+    def map_unordered(self, fn: Callable[[Any], Any], tasks: Iterable[Any]) -> Iterator[Any]:
+        """Yield ``fn(task)`` for every task, in completion order."""
+        ...
+
+
+class SerialExecutor:
+    """Runs every task in this process (tests, debugging, ``--jobs 1``)."""
+
+    name = "serial"
+
+    def map_unordered(self, fn: Callable[[Any], Any], tasks: Iterable[Any]) -> Iterator[Any]:
+        for task in tasks:
+            yield fn(task)
+
+
+class LocalExecutor:
+    """A process pool on this machine; at most ``2 * max_workers`` tasks in flight."""
+
+    name = "local"
+
+    def __init__(self, max_workers: int | None = None) -> None:
+        if max_workers is not None and max_workers < 1:
+            raise ValueError(f"jobs={max_workers!r}: must be >= 1")
+        self.max_workers = max_workers or os.cpu_count() or 1
+
+    def map_unordered(self, fn: Callable[[Any], Any], tasks: Iterable[Any]) -> Iterator[Any]:
+        it = iter(tasks)
+        with ProcessPoolExecutor(max_workers=self.max_workers) as pool:
+            pending: set[Future[Any]] = set()
+            for task in it:
+                pending.add(pool.submit(fn, task))
+                if len(pending) >= 2 * self.max_workers:
+                    break
+            while pending:
+                done, pending = wait(pending, return_when=FIRST_COMPLETED)
+                for fut in done:
+                    nxt = next(it, None)
+                    if nxt is not None:
+                        pending.add(pool.submit(fn, nxt))
+                    yield fut.result()
+
+
+class DaskExecutor:
+    """Submits tasks to a dask.distributed scheduler (an address or a ready Client)."""
+
+    name = "dask"
+
+    def __init__(self, scheduler: Any) -> None:
+        if scheduler is None or scheduler == "":
+            raise ValueError("--executor dask needs --scheduler ADDRESS (e.g. tcp://host:8786)")
+        self.scheduler = scheduler
+
+    def map_unordered(self, fn: Callable[[Any], Any], tasks: Iterable[Any]) -> Iterator[Any]:
+        from distributed import Client, as_completed
+
+        own = not isinstance(self.scheduler, Client)
+        client = Client(self.scheduler, timeout="30s") if own else self.scheduler
+        try:
+            futures = client.map(fn, list(tasks), pure=False)
+            for fut in as_completed(futures):
+                yield fut.result()
+                fut.release()
+        finally:
+            if own:
+                client.close()
+
+
+def make_executor(name: str, *, jobs: int | None = None, scheduler: Any = None) -> Executor:
+    """An executor by CLI name; errors name the flag."""
+    if name == "local":
+        return LocalExecutor(jobs)
+    if name == "serial":
+        return SerialExecutor()
+    if name == "dask":
+        try:
+            import distributed  # noqa: F401
+        except ImportError:
+            raise ValueError(
+                "--executor dask needs dask.distributed: pip install 'capsim[dask]'"
+            ) from None
+        return DaskExecutor(scheduler)
+    raise ValueError(f"--executor={name!r}: choose one of {EXECUTORS}")

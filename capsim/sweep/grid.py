@@ -1,0 +1,370 @@
+"""A sweep grid: which points to simulate, read from TOML and expanded into SimConfigs.
+
+A grid is a list of blocks. Each block is a cartesian product::
+
+    deployments (model, gpu, tp, gmu list) x workloads (name, load mode, loads)
+        x tree shapes (None = the k-deep chain) x commit modes
+
+Every point of one block that differs only in the commit mode forms one *matched point*
+(same ``match_id``). All points use the sweep's one seed: the same request sample and the
+same per-request acceptance draws at every load and in every mode (common random numbers
+across the whole grid), so differences between points come from the load or the mode,
+never from sampling noise.
+
+Invariants: a point's ``point_id`` is a hash of its full ``SimConfig`` (plus the record
+schema version), so identical configs always map to the same file whatever grid produced
+them; ``match_id`` is the same hash with the commit mode removed.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import math
+import tomllib
+from dataclasses import asdict, dataclass, field, replace
+from pathlib import Path
+from typing import Any, Literal
+
+from capsim.config import EngineConfig, LoadConfig, SimConfig, SpecDecodeConfig
+from capsim.cost.base import COMMIT_MODES
+
+RECORD_SCHEMA = 1
+"""Bump when a point record's meaning changes: old point files then stop matching."""
+
+LoadMode = Literal["concurrency", "rate"]
+
+PUBLISHED_GRID = Path(__file__).resolve().parents[2] / "experiments" / "published.toml"
+
+
+def _fail(owner: str, name: str, value: object, why: str) -> None:
+    raise ValueError(f"{owner}.{name}={value!r}: {why}")
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Deployment:
+    """One model served on one GPU type at one TP size, at several gmu values."""
+
+    model: str = field(metadata={"help": "model preset"})
+    gpu: str = field(metadata={"help": "GPU preset"})
+    tp: int = field(default=1, metadata={"help": "tensor-parallel size"})
+    gmu: tuple[float, ...] = field(metadata={"help": "gpu_memory_utilization values"})
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "gmu", tuple(float(g) for g in self.gmu))
+        if not isinstance(self.tp, int) or self.tp < 1:
+            _fail("deployment", "tp", self.tp, "must be an int >= 1")
+        if not self.gmu:
+            _fail("deployment", "gmu", self.gmu, "must list at least one value")
+        for g in self.gmu:
+            if not 0.0 < g <= 1.0:
+                _fail("deployment", "gmu", self.gmu, "every value must be in (0, 1]")
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class WorkloadLoads:
+    """A workload offered at several loads: fixed concurrencies or arrival rates."""
+
+    name: str = field(metadata={"help": "workload name (capsim.traces.WORKLOADS)"})
+    mode: LoadMode = field(default="concurrency", metadata={"help": "concurrency | rate"})
+    loads: tuple[float, ...] = field(metadata={"help": "concurrencies or req/s"})
+    burstiness: float = field(default=1.0, metadata={"help": "gamma shape (rate mode)"})
+
+    def __post_init__(self) -> None:
+        if self.mode not in ("concurrency", "rate"):
+            _fail("workload", "mode", self.mode, "must be 'concurrency' or 'rate'")
+        loads = tuple(float(x) for x in self.loads)
+        if not loads:
+            _fail("workload", "loads", self.loads, f"workload {self.name!r} lists no loads")
+        for x in loads:
+            if not (math.isfinite(x) and x > 0):
+                _fail("workload", "loads", self.loads, "every load must be finite and > 0")
+            if self.mode == "concurrency" and x != int(x):
+                _fail("workload", "loads", self.loads, "concurrencies must be integers")
+        object.__setattr__(self, "loads", loads)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Block:
+    """deployments x workloads x tree shapes (x the sweep's commit modes)."""
+
+    name: str = field(metadata={"help": "block name, e.g. 'main' or 'trees'"})
+    deployments: tuple[Deployment, ...]
+    workloads: tuple[WorkloadLoads, ...]
+    trees: tuple[tuple[int, ...] | None, ...] = field(
+        default=(None,), metadata={"help": "tree widths; None = the chain of num_spec_tok"}
+    )
+
+    def __post_init__(self) -> None:
+        if not self.deployments:
+            _fail("block", "deployments", self.deployments, f"block {self.name!r} is empty")
+        if not self.workloads:
+            _fail("block", "workloads", self.workloads, f"block {self.name!r} is empty")
+        if not self.trees:
+            _fail("block", "trees", self.trees, "use (None,) for the chain")
+        object.__setattr__(
+            self, "trees", tuple(None if t is None else tuple(int(w) for w in t) for t in self.trees)
+        )
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class SweepSpec:
+    """The whole grid plus what every point shares."""
+
+    name: str = field(default="sweep", metadata={"help": "grid name"})
+    blocks: tuple[Block, ...]
+    commit_modes: tuple[str, ...] = field(default=("storeall", "reconstruct"))
+    num_spec_tok: int = field(default=3, metadata={"help": "chain depth k"})
+    num_requests: int = field(default=1000, metadata={"help": "requests per point"})
+    seed: int = field(default=0, metadata={"help": "root seed of every point"})
+    step_time: str = field(default="roofline", metadata={"help": "step-time model"})
+
+    def __post_init__(self) -> None:
+        if not self.blocks:
+            _fail("sweep", "blocks", self.blocks, "the grid is empty")
+        if not self.commit_modes:
+            _fail("sweep", "commit_modes", self.commit_modes, "list at least one mode")
+        for m in self.commit_modes:
+            if m not in COMMIT_MODES:
+                _fail("sweep", "commit_modes", self.commit_modes, f"{m!r} not in {COMMIT_MODES}")
+        if len(set(self.commit_modes)) != len(self.commit_modes):
+            _fail("sweep", "commit_modes", self.commit_modes, "duplicate mode")
+        if not isinstance(self.num_requests, int) or self.num_requests < 1:
+            _fail("sweep", "num_requests", self.num_requests, "must be an int >= 1")
+        if not isinstance(self.seed, int) or self.seed < 0:
+            _fail("sweep", "seed", self.seed, "must be an int >= 0")
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+    def fingerprint(self) -> str:
+        """sha256 of the canonical JSON of this spec: two sweeps resume together iff equal."""
+        return _sha(self.to_dict())
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Point:
+    """One simulation of the grid."""
+
+    point_id: str
+    match_id: str
+    block: str
+    cfg: SimConfig
+
+    def keys(self) -> dict[str, Any]:
+        """The columns that identify the point in result tables."""
+        c = self.cfg
+        tree = c.spec.tree_widths
+        return {
+            "point_id": self.point_id,
+            "match_id": self.match_id,
+            "block": self.block,
+            "model": c.model,
+            "gpu": c.gpu,
+            "tp": c.engine.tp,
+            "gmu": float(c.engine.gmu),
+            "workload": c.workload,
+            "load_mode": c.load.mode,
+            "load": float(c.load.offered_load),
+            "tree": "chain" if tree is None else "x".join(str(w) for w in tree),
+            "num_spec_tok": c.spec.num_spec_tok,
+            "commit": c.spec.commit,
+            "num_requests_offered": c.load.num_requests,
+            "seed": c.seed,
+        }
+
+
+def _sha(obj: Any) -> str:
+    text = json.dumps(obj, sort_keys=True, separators=(",", ":"), default=str)
+    return hashlib.sha256(text.encode()).hexdigest()
+
+
+def point_id_of(cfg: SimConfig) -> str:
+    return _sha({"schema": RECORD_SCHEMA, "cfg": cfg.to_dict()})[:16]
+
+
+def match_id_of(cfg: SimConfig) -> str:
+    d = cfg.to_dict()
+    d["spec"].pop("commit")
+    return _sha({"schema": RECORD_SCHEMA, "cfg": d})[:16]
+
+
+def make_config(
+    spec: SweepSpec,
+    dep: Deployment,
+    gmu: float,
+    wl: WorkloadLoads,
+    load: float,
+    tree: tuple[int, ...] | None,
+    commit: str,
+    *,
+    num_requests: int | None = None,
+) -> SimConfig:
+    """The SimConfig of one grid cell."""
+    if wl.mode == "concurrency":
+        load_cfg = LoadConfig(
+            mode="concurrency",
+            concurrency=int(load),
+            num_requests=num_requests or spec.num_requests,
+        )
+    else:
+        load_cfg = LoadConfig(
+            mode="rate",
+            rate_req_per_s=float(load),
+            burstiness=wl.burstiness,
+            num_requests=num_requests or spec.num_requests,
+        )
+    return SimConfig(
+        model=dep.model,
+        gpu=dep.gpu,
+        engine=EngineConfig(tp=dep.tp, gmu=gmu),
+        spec=SpecDecodeConfig(num_spec_tok=spec.num_spec_tok, tree_widths=tree, commit=commit),
+        workload=wl.name,
+        load=load_cfg,
+        seed=spec.seed,
+        step_time=spec.step_time,
+    )
+
+
+def expand(spec: SweepSpec) -> list[Point]:
+    """Every point of the grid, in a stable order; duplicates (same config) appear once."""
+    points: list[Point] = []
+    seen: set[str] = set()
+    for block in spec.blocks:
+        for dep in block.deployments:
+            for gmu in dep.gmu:
+                for wl in block.workloads:
+                    for load in wl.loads:
+                        for tree in block.trees:
+                            for commit in spec.commit_modes:
+                                cfg = make_config(spec, dep, gmu, wl, load, tree, commit)
+                                pid = point_id_of(cfg)
+                                if pid in seen:
+                                    continue
+                                seen.add(pid)
+                                points.append(
+                                    Point(
+                                        point_id=pid,
+                                        match_id=match_id_of(cfg),
+                                        block=block.name,
+                                        cfg=cfg,
+                                    )
+                                )
+    if not points:
+        raise ValueError("sweep: the grid expands to no points")
+    return points
+
+
+# ---------------------------------------------------------------------------------- TOML
+
+
+def _need(table: dict[str, Any], key: str, where: str) -> Any:
+    if key not in table:
+        raise ValueError(f"{where}: field {key!r} is missing")
+    return table[key]
+
+
+def spec_from_dict(raw: dict[str, Any], *, where: str = "grid") -> SweepSpec:
+    """Build a SweepSpec from the parsed TOML layout documented in experiments/*.toml."""
+    top = raw.get("sweep", {})
+    known_top = {"name", "commit_modes", "num_spec_tok", "num_requests", "seed", "step_time"}
+    unknown = set(top) - known_top
+    if unknown:
+        raise ValueError(f"{where} [sweep]: unknown field(s) {sorted(unknown)}")
+    blocks = []
+    for i, b in enumerate(_need(raw, "block", where)):
+        bwhere = f"{where} block[{i}]"
+        deps = tuple(
+            Deployment(
+                model=str(_need(d, "model", bwhere)),
+                gpu=str(_need(d, "gpu", bwhere)),
+                tp=int(d.get("tp", 1)),
+                gmu=tuple(_need(d, "gmu", bwhere)),
+            )
+            for d in _need(b, "deployment", bwhere)
+        )
+        wls = tuple(
+            WorkloadLoads(
+                name=str(_need(w, "name", bwhere)),
+                mode=w.get("mode", "concurrency"),
+                loads=tuple(_need(w, "loads", bwhere)),
+                burstiness=float(w.get("burstiness", 1.0)),
+            )
+            for w in _need(b, "workload", bwhere)
+        )
+        trees_raw = b.get("trees")
+        trees: tuple[tuple[int, ...] | None, ...] = (
+            (None,) if not trees_raw else tuple(tuple(t) or None for t in trees_raw)
+        )
+        blocks.append(
+            Block(name=str(b.get("name", f"block{i}")), deployments=deps, workloads=wls, trees=trees)
+        )
+    kwargs = {k: top[k] for k in known_top if k in top}
+    if "commit_modes" in kwargs:
+        kwargs["commit_modes"] = tuple(kwargs["commit_modes"])
+    return SweepSpec(blocks=tuple(blocks), **kwargs)
+
+
+def load_spec(path: Path | str) -> SweepSpec:
+    """Read a grid TOML file; errors name the file and the field."""
+    p = Path(path)
+    try:
+        raw = tomllib.loads(p.read_text())
+    except FileNotFoundError:
+        raise ValueError(f"grid file {p} does not exist") from None
+    except tomllib.TOMLDecodeError as exc:
+        raise ValueError(f"grid file {p} is not valid TOML: {exc}") from None
+    return spec_from_dict(raw, where=str(p))
+
+
+def restrict(
+    spec: SweepSpec,
+    *,
+    gmu: tuple[float, ...] | None = None,
+    models: tuple[str, ...] | None = None,
+    workloads: tuple[str, ...] | None = None,
+    trees: bool = True,
+    commit_modes: tuple[str, ...] | None = None,
+    num_requests: int | None = None,
+    seed: int | None = None,
+) -> SweepSpec:
+    """A sub-grid: keep only the given gmu values / models / workloads.
+
+    ``gmu`` filters each deployment's own list (the published grid runs the 397B model at
+    0.75 and 0.9 only, so ``--gmu 0.6,0.75,0.9`` keeps exactly the published points).
+    Deployments, workloads or blocks left empty are dropped; a grid left empty raises.
+    """
+    blocks = []
+    for block in spec.blocks:
+        deps = []
+        for dep in block.deployments:
+            if models is not None and dep.model not in models:
+                continue
+            keep = dep.gmu if gmu is None else tuple(g for g in dep.gmu if _in(g, gmu))
+            if keep:
+                deps.append(replace(dep, gmu=keep))
+        wls = [w for w in block.workloads if workloads is None or w.name in workloads]
+        if not trees and block.trees != (None,):
+            continue
+        if deps and wls:
+            blocks.append(replace(block, deployments=tuple(deps), workloads=tuple(wls)))
+    if not blocks:
+        raise ValueError(
+            "sweep: the selection leaves an empty grid "
+            f"(gmu={gmu}, models={models}, workloads={workloads}); the grid has gmu "
+            f"{sorted({g for b in spec.blocks for d in b.deployments for g in d.gmu})}, "
+            f"models {sorted({d.model for b in spec.blocks for d in b.deployments})}, "
+            f"workloads {sorted({w.name for b in spec.blocks for w in b.workloads})}"
+        )
+    changes: dict[str, Any] = {"blocks": tuple(blocks)}
+    if commit_modes is not None:
+        changes["commit_modes"] = commit_modes
+    if num_requests is not None:
+        changes["num_requests"] = num_requests
+    if seed is not None:
+        changes["seed"] = seed
+    return replace(spec, **changes)
+
+
+def _in(value: float, values: tuple[float, ...]) -> bool:
+    return any(abs(value - v) < 1e-9 for v in values)

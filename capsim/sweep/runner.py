@@ -1,0 +1,226 @@
+"""Run a sweep: validate, skip finished points, simulate the rest, write, consolidate.
+
+The point function (default ``capsim.simulate.simulate``) is a parameter so the machinery
+can be exercised with a cheap stand-in; it must be a picklable top-level function for the
+process-pool and dask executors. Workers return plain data; only this process writes.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+import traceback
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+
+from capsim.config import SimConfig
+from capsim.sweep.executors import Executor, SerialExecutor
+from capsim.sweep.grid import Point, SweepSpec, expand
+from capsim.sweep.matched import matched_table
+from capsim.sweep.store import SweepStore, atomic_write_json, atomic_write_parquet, now_utc
+from capsim.sweep.validate import PlanFn, default_plan_fn, validate_points
+
+PointFn = Callable[[SimConfig], Any]
+
+
+def default_point_fn() -> PointFn:
+    from capsim.simulate import simulate
+
+    return simulate
+
+
+@dataclass(frozen=True, slots=True)
+class Task:
+    point: Point
+    point_fn: PointFn
+    keep_steps: bool = True
+
+
+@dataclass(frozen=True, slots=True)
+class Outcome:
+    point_id: str
+    row: dict[str, Any] | None
+    steps: pd.DataFrame | None
+    step_time_model: dict[str, Any] | None
+    wall_s: float
+    error: str | None = None
+
+
+def _scalar(v: Any) -> Any:
+    return v.item() if hasattr(v, "item") else v
+
+
+def result_row(point: Point, result: Any, plan_fn: PlanFn | None = None) -> dict[str, Any]:
+    """Point keys + the result's summary + derived columns used by matched/knee/report."""
+    row: dict[str, Any] = point.keys()
+    for k, v in result.summary.items():
+        if k not in row:
+            row[k] = _scalar(v)
+    req = result.requests
+    mean_prompt = float(req["prompt_tok"].mean()) if "prompt_tok" in req else math.nan
+    row["mean_prompt_tok"] = mean_prompt
+    row["mean_output_tok"] = float(req["output_tok"].mean()) if "output_tok" in req else math.nan
+    usable = float(row.get("usable_blocks", math.nan))
+    row["peak_kv_blocks"] = float(row.get("peak_kv_usage", math.nan)) * usable
+    row["blocks_per_mean_request"] = math.nan
+    if math.isfinite(mean_prompt):
+        from capsim.config import EngineConfig, SpecDecodeConfig
+        from capsim.gpus import get_gpu
+        from capsim.models import get_model
+
+        c = point.cfg
+        plan = (plan_fn or default_plan_fn())(
+            get_model(c.model),
+            get_gpu(c.gpu),
+            EngineConfig(tp=c.engine.tp, gmu=c.engine.gmu),
+            SpecDecodeConfig(
+                num_spec_tok=c.spec.num_spec_tok,
+                tree_widths=c.spec.tree_widths,
+                commit=c.spec.commit,
+            ),
+        )
+        row["blocks_per_mean_request"] = float(plan.blocks_per_request(math.ceil(mean_prompt)))
+    return row
+
+
+def execute_point(task: Task) -> Outcome:
+    """Simulate one point (in a worker); never raises, errors come back as text."""
+    t0 = time.perf_counter()
+    try:
+        result = task.point_fn(task.point.cfg)
+        row = result_row(task.point, result)
+        steps = result.steps if task.keep_steps else None
+        return Outcome(
+            point_id=task.point.point_id,
+            row=row,
+            steps=steps,
+            step_time_model=dict(result.step_time_model),
+            wall_s=time.perf_counter() - t0,
+        )
+    except Exception:  # noqa: BLE001 - reported per point, the sweep goes on
+        return Outcome(
+            point_id=task.point.point_id,
+            row=None,
+            steps=None,
+            step_time_model=None,
+            wall_s=time.perf_counter() - t0,
+            error=traceback.format_exc(limit=8),
+        )
+
+
+@dataclass(slots=True)
+class SweepReport:
+    out_dir: Path
+    num_points: int
+    num_computed: int
+    num_reused: int
+    wall_s: float
+    failures: dict[str, str] = field(default_factory=dict)
+    points: pd.DataFrame = field(default_factory=pd.DataFrame)
+    matched: pd.DataFrame = field(default_factory=pd.DataFrame)
+    point_wall_s: list[float] = field(default_factory=list)
+
+    @property
+    def ok(self) -> bool:
+        return not self.failures
+
+
+def consolidate(store: SweepStore, points: list[Point]) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """Rebuild points.parquet and matched.parquet from the finished point files."""
+    df = store.read_rows(p.point_id for p in points)
+    matched = matched_table(df)
+    atomic_write_parquet(store.out_dir / "points.parquet", df)
+    atomic_write_parquet(store.out_dir / "matched.parquet", matched)
+    return df, matched
+
+
+def run_sweep(
+    spec: SweepSpec,
+    out_dir: Path | str,
+    *,
+    executor: Executor | None = None,
+    point_fn: PointFn | None = None,
+    keep_steps: bool = True,
+    progress: bool = True,
+    workloads: frozenset[str] | None = None,
+    plan_fn: PlanFn | None = None,
+    command: str = "",
+) -> SweepReport:
+    """Simulate every missing point of ``spec`` into ``out_dir`` and consolidate."""
+    t0 = time.perf_counter()
+    points = expand(spec)
+    validate_points(spec, points, workloads=workloads, plan_fn=plan_fn)
+    store = SweepStore.open(out_dir, spec)
+    fn = point_fn or default_point_fn()
+    todo = [p for p in points if not store.has(p.point_id)]
+    ex = executor or SerialExecutor()
+    run_entry: dict[str, Any] = {
+        "started_utc": now_utc(),
+        "executor": ex.name,
+        "command": command,
+        "num_todo": len(todo),
+    }
+    failures: dict[str, str] = {}
+    bar = None
+    if progress and todo:
+        from tqdm import tqdm
+
+        bar = tqdm(total=len(todo), desc="capsim sweep", unit="pt", smoothing=0.1)
+    num_done = 0
+    try:
+        tasks = (Task(p, fn, keep_steps) for p in todo)
+        for out in ex.map_unordered(execute_point, tasks):
+            if out.error is not None:
+                failures[out.point_id] = out.error
+            else:
+                store.check_calibration(out.step_time_model or {})
+                store.write_point(out.point_id, out.row or {}, out.steps, out.wall_s)
+                num_done += 1
+            if bar is not None:
+                bar.update(1)
+    finally:
+        if bar is not None:
+            bar.close()
+        run_entry["finished_utc"] = now_utc()
+        run_entry["num_computed"] = num_done
+        run_entry["num_failed"] = len(failures)
+        store.manifest.setdefault("runs", []).append(run_entry)
+        store.manifest["num_points"] = len(points)
+        store.manifest["complete"] = all(store.has(p.point_id) for p in points)
+        store.write_manifest()
+    if failures:
+        atomic_write_json(store.out_dir / "failures.json", failures)
+    df, matched = consolidate(store, points)
+    return SweepReport(
+        out_dir=store.out_dir,
+        num_points=len(points),
+        num_computed=num_done,
+        num_reused=len(points) - len(todo),
+        wall_s=time.perf_counter() - t0,
+        failures=failures,
+        points=df,
+        matched=matched,
+        point_wall_s=store.read_wall_s(p.point_id for p in todo),
+    )
+
+
+def summary_table(matched: pd.DataFrame) -> pd.DataFrame:
+    """Per (model, gpu, gmu, tree, mode): matched count, memory-bound count, geomean ratios."""
+    from capsim.sweep.matched import geomean
+
+    if matched.empty:
+        return pd.DataFrame()
+    cols = ["throughput_ratio", "kv_reduction", "admitted_ratio", "tpot_ratio", "ttft_p99_ratio"]
+    out = []
+    for key, g in matched.groupby(["model", "gpu", "tp", "gmu", "tree", "mode"], sort=True):
+        row = dict(zip(["model", "gpu", "tp", "gmu", "tree", "mode"], key, strict=True))
+        row["matched"] = len(g)
+        row["memory_bound"] = int(g["memory_bound"].sum())
+        for c in cols:
+            row[c] = geomean(g[c])
+        out.append(row)
+    return pd.DataFrame(out)
