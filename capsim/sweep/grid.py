@@ -103,7 +103,9 @@ class Block:
         if not self.trees:
             _fail("block", "trees", self.trees, "use (None,) for the chain")
         object.__setattr__(
-            self, "trees", tuple(None if t is None else tuple(int(w) for w in t) for t in self.trees)
+            self,
+            "trees",
+            tuple(None if t is None else tuple(int(w) for w in t) for t in self.trees),
         )
 
 
@@ -297,7 +299,9 @@ def spec_from_dict(raw: dict[str, Any], *, where: str = "grid") -> SweepSpec:
             (None,) if not trees_raw else tuple(tuple(t) or None for t in trees_raw)
         )
         blocks.append(
-            Block(name=str(b.get("name", f"block{i}")), deployments=deps, workloads=wls, trees=trees)
+            Block(
+                name=str(b.get("name", f"block{i}")), deployments=deps, workloads=wls, trees=trees
+            )
         )
     kwargs = {k: top[k] for k in known_top if k in top}
     if "commit_modes" in kwargs:

@@ -18,6 +18,8 @@ from typing import Any
 import pandas as pd
 
 from capsim.config import SimConfig
+from capsim.gpus import get_gpu
+from capsim.models import get_model
 from capsim.sweep.executors import Executor, SerialExecutor
 from capsim.sweep.grid import Point, SweepSpec, expand
 from capsim.sweep.matched import matched_table
@@ -66,24 +68,14 @@ def result_row(point: Point, result: Any, plan_fn: PlanFn | None = None) -> dict
     row["mean_output_tok"] = float(req["output_tok"].mean()) if "output_tok" in req else math.nan
     usable = float(row.get("usable_blocks", math.nan))
     row["peak_kv_blocks"] = float(row.get("peak_kv_usage", math.nan)) * usable
-    row["blocks_per_mean_request"] = math.nan
-    if math.isfinite(mean_prompt):
-        from capsim.config import EngineConfig, SpecDecodeConfig
-        from capsim.gpus import get_gpu
-        from capsim.models import get_model
-
-        c = point.cfg
-        plan = (plan_fn or default_plan_fn())(
-            get_model(c.model),
-            get_gpu(c.gpu),
-            EngineConfig(tp=c.engine.tp, gmu=c.engine.gmu),
-            SpecDecodeConfig(
-                num_spec_tok=c.spec.num_spec_tok,
-                tree_widths=c.spec.tree_widths,
-                commit=c.spec.commit,
-            ),
-        )
-        row["blocks_per_mean_request"] = float(plan.blocks_per_request(math.ceil(mean_prompt)))
+    c = point.cfg
+    plan = (plan_fn or default_plan_fn())(get_model(c.model), get_gpu(c.gpu), c.engine, c.spec)
+    row["bytes_per_block"] = int(plan.bytes_per_block)
+    row["blocks_per_mean_request"] = (
+        float(plan.blocks_per_request(math.ceil(mean_prompt)))
+        if math.isfinite(mean_prompt)
+        else math.nan
+    )
     return row
 
 
@@ -101,7 +93,7 @@ def execute_point(task: Task) -> Outcome:
             step_time_model=dict(result.step_time_model),
             wall_s=time.perf_counter() - t0,
         )
-    except Exception:  # noqa: BLE001 - reported per point, the sweep goes on
+    except Exception:  # reported per point; the sweep goes on
         return Outcome(
             point_id=task.point.point_id,
             row=None,

@@ -35,6 +35,7 @@ import pandas as pd
 from capsim.sweep.grid import SweepSpec
 
 MANIFEST = "manifest.json"
+FILE_MODE = 0o644  # mkstemp creates 0600; results are meant to be shared
 
 
 class SweepMismatchError(ValueError):
@@ -48,6 +49,7 @@ def atomic_write_bytes(path: Path, data: bytes) -> None:
     try:
         with os.fdopen(fd, "wb") as fh:
             fh.write(data)
+        os.chmod(tmp, FILE_MODE)
         os.replace(tmp, path)
     except BaseException:
         with contextlib.suppress(FileNotFoundError):
@@ -66,6 +68,7 @@ def atomic_write_parquet(path: Path, df: pd.DataFrame) -> None:
     os.close(fd)
     try:
         df.to_parquet(tmp, index=False, compression="zstd")
+        os.chmod(tmp, FILE_MODE)
         os.replace(tmp, path)
     except BaseException:
         with contextlib.suppress(FileNotFoundError):

@@ -10,7 +10,6 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable
 from typing import Any
 
-from capsim.config import EngineConfig, SpecDecodeConfig
 from capsim.gpus import get_gpu
 from capsim.models import get_model
 from capsim.sweep.grid import Point, SweepSpec
@@ -56,16 +55,7 @@ def validate_points(
         try:
             model = get_model(c.model)
             gpu = get_gpu(c.gpu)
-            plan(
-                model,
-                gpu,
-                EngineConfig(tp=c.engine.tp, gmu=c.engine.gmu),
-                SpecDecodeConfig(
-                    num_spec_tok=spec.num_spec_tok,
-                    tree_widths=c.spec.tree_widths,
-                    commit=c.spec.commit,
-                ),
-            )
+            plan(model, gpu, c.engine, c.spec)
         except ValueError as exc:
             msg = str(exc)
             where = (

@@ -184,9 +184,7 @@ def whatif(
     order = {c: i for i, c in enumerate(candidates)}
     results = list(ex.map_unordered(search_max_load, [SearchTask(c, slo, fn) for c in candidates]))
     df = pd.DataFrame(results)
-    df["_order"] = [
-        order[next(c for c in candidates if _same(c, r))] for r in results
-    ]
+    df["_order"] = [order[next(c for c in candidates if _same(c, r))] for r in results]
     df = df.sort_values("_order").drop(columns="_order").reset_index(drop=True)
     best_rows = []
     for _, g in df.groupby("commit", sort=False):

@@ -1,0 +1,243 @@
+"""Figures 1-3 and Table 1: DataFrames in, matplotlib Figures / DataFrames out (pure).
+
+Inputs are the sweep's ``points.parquet`` and ``matched.parquet`` tables. Nothing here
+reads or writes files or simulates; ``build.py`` does the I/O. Colours are fixed per
+commit mode across every figure (store-all red, TreeWY reconstruct blue, deferred green).
+Only fixed-concurrency, chain-draft points enter Figures 1-2 and Table 1 (tree shapes and
+arrival-rate workloads are different experiments); Figure 3 uses every matched point.
+Figures are built as ``matplotlib.figure.Figure`` objects, never through pyplot, so no
+global figure state is touched and building is safe in threads.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pandas as pd
+from matplotlib.figure import Figure
+
+from capsim.sweep.matched import geomean
+
+MODE_COLOUR: dict[str, str] = {
+    "storeall": "#d62728",
+    "reconstruct": "#1f77b4",
+    "deferred": "#2ca02c",
+}
+MODE_LABEL: dict[str, str] = {
+    "storeall": "store-all (vLLM)",
+    "reconstruct": "TreeWY (reconstruct)",
+    "deferred": "TreeWY (deferred commit)",
+}
+GIB = 1024**3
+
+
+def _chain_concurrency(points: pd.DataFrame) -> pd.DataFrame:
+    return points[(points["load_mode"] == "concurrency") & (points["tree"] == "chain")]
+
+
+def _panels(df: pd.DataFrame) -> list[tuple[str, float]]:
+    return sorted({(str(m), float(g)) for m, g in zip(df["model"], df["gmu"], strict=True)})
+
+
+def _empty(title: str) -> Figure:
+    fig = Figure(figsize=(6, 2))
+    fig.text(0.5, 0.5, f"{title}: no data", ha="center", va="center")
+    return fig
+
+
+def _short(model: str) -> str:
+    return model.replace("qwen3.5-", "Qwen3.5-").replace("-a3b", "-A3B").replace("-a17b", "-A17B")
+
+
+def figure1_pool_usage(points: pd.DataFrame) -> Figure:
+    """Peak KV/state pool usage (GiB) vs concurrency per (model, gmu), both modes.
+
+    Line: median over the fixed-concurrency workloads; band: their min-max. The dashed
+    line is the pool ceiling (usable blocks x bytes per block).
+    """
+    df = _chain_concurrency(points)
+    if df.empty:
+        return _empty("Figure 1")
+    df = df.assign(peak_gib=df["peak_kv_blocks"] * df["bytes_per_block"] / GIB)
+    panels = _panels(df)
+    ncol = min(3, len(panels))
+    nrow = math.ceil(len(panels) / ncol)
+    fig = Figure(figsize=(4.6 * ncol, 3.6 * nrow))
+    axes = fig.subplots(nrow, ncol, squeeze=False)
+    for ax, (model, gmu) in zip(axes.flat, panels, strict=False):
+        sub = df[(df["model"] == model) & (df["gmu"] == gmu)]
+        for mode, g in sub.groupby("commit", sort=False):
+            stats = g.groupby("load")["peak_gib"].agg(["median", "min", "max"])
+            c = MODE_COLOUR.get(str(mode), "grey")
+            ax.plot(stats.index, stats["median"], "o-", color=c, label=MODE_LABEL.get(mode, mode))
+            ax.fill_between(stats.index, stats["min"], stats["max"], color=c, alpha=0.18)
+        ceiling = float((sub["usable_blocks"] * sub["bytes_per_block"]).max()) / GIB
+        ax.axhline(ceiling, color="black", ls="--", lw=1, label=f"pool ceiling {ceiling:.1f} GiB")
+        ax.set_xscale("log", base=2)
+        ax.set_title(f"{_short(model)}, gmu {gmu:g}")
+        ax.set_xlabel("offered concurrency (requests)")
+        ax.set_ylabel("peak pool usage (GiB per GPU)")
+        ax.set_ylim(bottom=0, top=ceiling * 1.12)
+        ax.grid(alpha=0.3)
+        ax.legend(fontsize=7, loc="upper left")
+    for ax in list(axes.flat)[len(panels) :]:
+        ax.set_visible(False)
+    fig.suptitle(
+        "Figure 1: peak KV/state pool usage vs load (median over workloads, band = min-max)"
+    )
+    fig.tight_layout()
+    return fig
+
+
+def figure2_ttft(points: pd.DataFrame) -> Figure:
+    """p99 TTFT vs concurrency (log y), rows (model, gmu) x columns workloads.
+
+    The store-all / TreeWY ratio at the highest load is written on each panel.
+    """
+    df = _chain_concurrency(points)
+    if df.empty:
+        return _empty("Figure 2")
+    panels = _panels(df)
+    workloads = sorted(df["workload"].unique())
+    fig = Figure(figsize=(3.3 * len(workloads), 2.7 * len(panels)))
+    axes = fig.subplots(len(panels), len(workloads), squeeze=False, sharex=True)
+    for i, (model, gmu) in enumerate(panels):
+        for j, wl in enumerate(workloads):
+            ax = axes[i, j]
+            sub = df[(df["model"] == model) & (df["gmu"] == gmu) & (df["workload"] == wl)]
+            last: dict[str, float] = {}
+            for mode, g in sub.groupby("commit", sort=False):
+                g = g.sort_values("load")
+                ms = g["ttft_p99_s"] * 1e3
+                ax.plot(
+                    g["load"],
+                    ms,
+                    "o-",
+                    ms=3,
+                    color=MODE_COLOUR.get(str(mode), "grey"),
+                    label=MODE_LABEL.get(str(mode), str(mode)),
+                )
+                if len(g):
+                    last[str(mode)] = float(ms.iloc[-1])
+            if "storeall" in last and "reconstruct" in last and last["reconstruct"] > 0:
+                r = last["storeall"] / last["reconstruct"]
+                ax.annotate(
+                    f"SA/TW {r:.2f}x",
+                    xy=(1.0, 1.0),
+                    xycoords="axes fraction",
+                    ha="right",
+                    va="top",
+                    fontsize=8,
+                    bbox={"boxstyle": "round", "fc": "white", "ec": "0.6"},
+                )
+            ax.set_xscale("log", base=2)
+            ax.set_yscale("log")
+            ax.grid(alpha=0.3, which="both")
+            if i == 0:
+                ax.set_title(wl, fontsize=9)
+            if j == 0:
+                ax.set_ylabel(f"{_short(model)} gmu {gmu:g}\np99 TTFT (ms)", fontsize=8)
+            if i == len(panels) - 1:
+                ax.set_xlabel("concurrency (requests)")
+    handles, labels = axes[0, 0].get_legend_handles_labels()
+    fig.legend(handles, labels, loc="upper right", ncol=len(labels))
+    fig.suptitle("Figure 2: p99 TTFT vs concurrency (log scale); ratio at the highest load")
+    fig.tight_layout(rect=(0, 0, 1, 0.97))
+    return fig
+
+
+FIG3_METRICS: tuple[tuple[str, str], ...] = (
+    ("throughput_ratio", "output throughput\nTW / SA"),
+    ("kv_reduction", "peak pool usage\nSA / TW"),
+    ("ttft_p99_ratio", "p99 TTFT\nSA / TW"),
+    ("e2el_mean_ratio", "mean E2E latency\nSA / TW"),
+    ("tpot_ratio", "mean TPOT\nSA / TW"),
+)
+
+
+def figure3_matched(matched: pd.DataFrame) -> Figure:
+    """Ratios at every matched point, memory-bound vs headroom (> 1 is better for TreeWY)."""
+    m = matched[matched["mode"] == "reconstruct"] if "mode" in matched else matched
+    if m.empty:
+        return _empty("Figure 3")
+    fig = Figure(figsize=(3.1 * len(FIG3_METRICS), 4.0))
+    axes = fig.subplots(1, len(FIG3_METRICS))
+    rng = np.random.default_rng(0)  # jitter only; fixed so the figure is reproducible
+    groups = (("memory-bound", True, "#9467bd"), ("headroom", False, "#7f7f7f"))
+    for ax, (col, label) in zip(axes, FIG3_METRICS, strict=True):
+        for x, (_name, flag, colour) in enumerate(groups):
+            v = m.loc[m["memory_bound"] == flag, col].to_numpy(dtype=float)
+            v = v[np.isfinite(v) & (v > 0)]
+            if v.size:
+                ax.boxplot(
+                    [v],
+                    positions=[x],
+                    widths=0.5,
+                    showfliers=False,
+                    medianprops={"color": "black"},
+                )
+                ax.scatter(
+                    x + rng.uniform(-0.15, 0.15, v.size),
+                    v,
+                    s=9,
+                    color=colour,
+                    alpha=0.7,
+                    zorder=3,
+                )
+                ax.annotate(
+                    f"gm {geomean(pd.Series(v)):.2f}\nn={v.size}",
+                    (x, 1.0),
+                    xycoords=("data", "axes fraction"),
+                    ha="center",
+                    va="top",
+                    fontsize=7,
+                )
+        ax.axhline(1.0, color="black", lw=0.8, ls="--")
+        ax.set_yscale("log")
+        ax.set_xticks([0, 1], [g[0] for g in groups])
+        ax.set_xlim(-0.6, 1.6)
+        ax.set_title(label, fontsize=9)
+        ax.set_ylabel("ratio (> 1 better for TreeWY)", fontsize=8)
+        ax.grid(alpha=0.3, axis="y", which="both")
+    fig.suptitle("Figure 3: matched points, store-all memory-bound vs headroom (gm = geomean)")
+    fig.tight_layout()
+    return fig
+
+
+TABLE1_COLS: tuple[tuple[str, str], ...] = (
+    ("kv_reduction", "KV reduction (SA/TW)"),
+    ("admitted_ratio", "admitted b (TW/SA)"),
+    ("throughput_ratio", "throughput (TW/SA)"),
+    ("tpot_ratio", "TPOT (SA/TW)"),
+    ("ttft_p99_ratio", "p99 TTFT (SA/TW)"),
+)
+
+
+def table1(matched: pd.DataFrame) -> pd.DataFrame:
+    """Geometric means over the fixed-concurrency chain points at each model's tightest gmu.
+
+    Rows: per model, all matched points and the memory-bound subset.
+    """
+    m = matched[
+        (matched["load_mode"] == "concurrency")
+        & (matched["tree"] == "chain")
+        & (matched["mode"] == "reconstruct")
+    ]
+    rows = []
+    for model, g in m.groupby("model", sort=True):
+        gmu = float(g["gmu"].min())
+        at = g[g["gmu"] == gmu]
+        for subset, part in (("all", at), ("memory-bound", at[at["memory_bound"]])):
+            row: dict[str, object] = {
+                "model": model,
+                "gpu": str(at["gpu"].iloc[0]),
+                "tp": int(at["tp"].iloc[0]),
+                "gmu": gmu,
+                "points": subset,
+                "n": len(part),
+            }
+            for col, name in TABLE1_COLS:
+                row[name] = geomean(part[col]) if len(part) else math.nan
+            rows.append(row)
+    return pd.DataFrame(rows)

@@ -1,0 +1,138 @@
+"""Named workloads built from the shipped compact files, sampled the way vLLM's benchmark does.
+
+``load_workload(name, num_requests=..., seed=...)`` needs no tokenizer and no ``shared/``:
+token counts come from ``capsim/traces/data/*.parquet`` (or ``root``). The same name,
+``num_requests``, ``seed`` and ``model`` always give the identical table.
+
+Token counts follow the served model's tokenizer family: Qwen3.5 models use Qwen3.5 counts,
+Qwen3-Next (and other Qwen3 names) Qwen3 counts (``shared/traces/NOTES.md`` §6).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from types import MappingProxyType
+
+import numpy as np
+
+from capsim.traces.burstgpt import burstgpt_standin
+from capsim.traces.compact import read_compact
+from capsim.traces.sampling import check_count, vllm_take_valid, vllm_valid
+from capsim.traces.spec_bench import VLLM_SPEC_BENCH_OUTPUT_TOK
+from capsim.traces.synthetic import SYNTHETIC_PRESETS, synthetic_table
+from capsim.traces.table import RequestTable
+
+WORKLOADS: MappingProxyType[str, str] = MappingProxyType(
+    {
+        "sharegpt": (
+            "ShareGPT V3 first turn pairs (17,400-entry subset), vLLM filter/shuffle/"
+            "oversample; closed loop"
+        ),
+        "spec-bench": (
+            "Spec-Bench 480 questions, turn 1 in the chat template, output 256 tokens "
+            "(vLLM default); closed loop"
+        ),
+        "synthetic-balanced": "vLLM-style random lengths, 1024 in / 1024 out; closed loop",
+        "synthetic-prefill-heavy": "vLLM-style random lengths, 8192 in / 1024 out; closed loop",
+        "synthetic-generation-heavy": "vLLM-style random lengths, 1024 in / 8192 out; closed loop",
+        "burstgpt-standin": (
+            "STAND-IN, not BurstGPT data: BurstGPT-Perf's Zipf(1.1) length model below 1024; "
+            "arrivals from the load generator"
+        ),
+        "azure-conv": "Azure LLM inference trace 2023, conversation service: timestamps + lengths",
+        "azure-code": "Azure LLM inference trace 2023, code service: timestamps + lengths (bursty)",
+    }
+)
+
+
+def tokenizer_family(model: str) -> str:
+    """``'qwen35'`` or ``'qwen3'`` for a model preset name (or a tokenizer family name)."""
+    key = model.lower().replace("_", ".")
+    if key.startswith(("qwen3.5", "qwen35", "qwen3.6")):
+        return "qwen35"
+    if key.startswith("qwen3"):
+        return "qwen3"
+    raise ValueError(
+        f"model={model!r}: no token counts for its tokenizer; use a Qwen3.5 model "
+        "(Qwen3.5 counts) or a Qwen3/Qwen3-Next model (Qwen3 counts)"
+    )
+
+
+def _sharegpt(num_requests: int, seed: int, family: str, root: Path | None) -> RequestTable:
+    frame = read_compact("sharegpt", root)
+    prompt = frame[f"{family}_prompt_tok"].to_numpy(np.int64)
+    output = frame[f"{family}_output_tok"].to_numpy(np.int64)
+    rows = np.asarray(vllm_take_valid(vllm_valid(prompt, output), num_requests, seed))
+    entry = frame["entry_index"].to_numpy()
+    return RequestTable(
+        name="sharegpt",
+        prompt_tok=prompt[rows],
+        output_tok=output[rows],
+        source_id=tuple(f"sharegpt:entry{int(entry[i])}" for i in rows),
+    )
+
+
+def _spec_bench(num_requests: int, seed: int, family: str, root: Path | None) -> RequestTable:
+    frame = read_compact("spec_bench", root)
+    prompt = frame[f"{family}_prompt_tok"].to_numpy(np.int64)
+    # NOTE: vLLM builds SpecBench without --seed (always 0); pass seed=0 to match its order.
+    rows = np.asarray(vllm_take_valid(np.ones(prompt.size, dtype=bool), num_requests, seed))
+    qid = frame["question_id"].to_numpy()
+    return RequestTable(
+        name="spec-bench",
+        prompt_tok=prompt[rows],
+        output_tok=np.full(rows.size, VLLM_SPEC_BENCH_OUTPUT_TOK, dtype=np.int64),
+        source_id=tuple(f"spec-bench:q{int(qid[i])}" for i in rows),
+    )
+
+
+def _azure(stem: str, num_requests: int, seed: int, root: Path | None) -> RequestTable:
+    """A contiguous window of ``num_requests`` requests starting at a seeded row.
+
+    Arrivals are shifted so the window starts at 0. If more requests are asked for than the
+    trace holds, the trace is replayed back to back (each copy starts one mean gap after the
+    previous one ends), the analogue of vLLM's oversampling.
+    """
+    frame = read_compact(stem, root)
+    n = len(frame)
+    arrival = frame["arrival_s"].to_numpy(np.float64)
+    span_s = float(arrival[-1] - arrival[0])
+    period_s = span_s + span_s / max(n - 1, 1)
+    start = int(np.random.default_rng(seed).integers(0, n - num_requests + 1)) if num_requests <= n else 0
+    pos = start + np.arange(num_requests)
+    rows = pos % n
+    t = arrival[rows] + (pos // n) * period_s
+    name = stem.replace("_", "-")
+    return RequestTable(
+        name=name,
+        prompt_tok=frame["prompt_tok"].to_numpy(np.int64)[rows],
+        output_tok=frame["output_tok"].to_numpy(np.int64)[rows],
+        arrival_s=t - t[0],
+        source_id=tuple(f"{name}:row{int(r)}" for r in rows),
+    )
+
+
+def load_workload(
+    name: str,
+    *,
+    num_requests: int,
+    seed: int,
+    model: str = "qwen3.5-35b-a3b",
+    root: Path | None = None,
+) -> RequestTable:
+    """Sample ``num_requests`` requests of workload ``name`` (see ``WORKLOADS``)."""
+    if name not in WORKLOADS:
+        raise ValueError(f"workload name={name!r} is unknown; valid names: {sorted(WORKLOADS)}")
+    check_count(num_requests, seed)
+    if name in SYNTHETIC_PRESETS:
+        return synthetic_table(
+            SYNTHETIC_PRESETS[name], num_requests=num_requests, seed=seed, name=name
+        )
+    if name == "burstgpt-standin":
+        return burstgpt_standin(num_requests=num_requests, seed=seed)
+    if name in ("azure-conv", "azure-code"):
+        return _azure(name.replace("-", "_"), num_requests, seed, root)
+    family = tokenizer_family(model)
+    if name == "sharegpt":
+        return _sharegpt(num_requests, seed, family, root)
+    return _spec_bench(num_requests, seed, family, root)

@@ -1,0 +1,55 @@
+"""Bad configs fail with a message naming the field and value; the CLI exits non-zero."""
+
+from __future__ import annotations
+
+import pytest
+from click.testing import CliRunner
+
+from capsim.cli import main
+from capsim.config import EngineConfig, LoadConfig, SpecDecodeConfig
+from capsim.gpus import get_gpu
+from capsim.models import get_model
+
+
+@pytest.mark.parametrize(
+    ("factory", "pattern"),
+    [
+        (lambda: EngineConfig(gmu=1.5), r"engine\.gmu=1\.5"),
+        (lambda: EngineConfig(tp=0), r"engine\.tp=0"),
+        (lambda: SpecDecodeConfig(num_spec_tok=-1), r"spec\.num_spec_tok=-1"),
+        (lambda: SpecDecodeConfig(tree_widths=(2, 0, 1)), r"spec\.tree_widths=\(2, 0, 1\)"),
+        (lambda: SpecDecodeConfig(tree_widths=()), r"spec\.tree_widths=\(\)"),
+        (lambda: SpecDecodeConfig(commit="bogus"), r"spec\.commit='bogus'"),  # type: ignore[arg-type]
+        (lambda: LoadConfig(mode="rate", rate_req_per_s=-2.0), r"load\.rate_req_per_s=-2\.0"),
+        (lambda: LoadConfig(concurrency=0), r"load\.concurrency=0"),
+        (lambda: get_model("llama-9000"), r"model='llama-9000' is unknown"),
+        (lambda: get_gpu("A100"), r"gpu='A100' is unknown"),
+    ],
+)
+def test_bad_values_name_the_field(factory, pattern) -> None:  # type: ignore[no-untyped-def]
+    with pytest.raises(ValueError, match=pattern):
+        factory()
+
+
+@pytest.mark.parametrize(
+    ("args", "pattern"),
+    [
+        (["memory", "--gmu", "0.3"], "engine.gmu=0.3"),
+        (["memory", "--model", "nope"], "model='nope' is unknown"),
+        (["memory", "--tree-widths", "2,0"], "spec.tree_widths=(2, 0)"),
+        (["memory", "-k", "-1"], "spec.num_spec_tok=-1"),
+        (["simulate", "--rate", "-1", "-n", "5"], "load.rate_req_per_s=-1.0"),
+    ],
+)
+def test_cli_exits_nonzero_with_message(args, pattern) -> None:  # type: ignore[no-untyped-def]
+    result = CliRunner().invoke(main, args)
+    assert result.exit_code != 0
+    assert pattern in result.output
+
+
+def test_every_command_has_help() -> None:
+    runner = CliRunner()
+    for name in main.commands:
+        result = runner.invoke(main, [name, "--help"])
+        assert result.exit_code == 0, name
+        assert "Usage" in result.output

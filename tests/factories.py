@@ -1,0 +1,72 @@
+"""Keyword factories for tiny, hand-checkable scenarios."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from capsim.core.kv_manager import KVCacheManager, PoolLayout
+from capsim.core.request import Request
+from capsim.core.scheduler import Scheduler, SchedulerConfig
+from capsim.cost.base import BatchShape
+from capsim.traces.table import RequestTable
+
+
+class ConstantStepTime:
+    """Every step takes ``step_s`` seconds (a test double for the cost seam)."""
+
+    def __init__(self, step_s: float = 0.01) -> None:
+        self.step_s = step_s
+        self.shapes: list[BatchShape] = []
+
+    def step_time_s(self, shape: BatchShape) -> float:
+        self.shapes.append(shape)
+        return self.step_s
+
+    def describe(self) -> dict[str, object]:
+        return {"kind": "constant", "step_s": self.step_s}
+
+
+def create_scheduler(
+    *,
+    num_blocks: int = 11,
+    block_size_tok: int = 4,
+    num_gdn_groups: int = 0,
+    gdn_slots_per_request: int = 1,
+    lookahead_tok: int = 0,
+    max_num_seqs: int = 8,
+    max_num_batched_tokens: int = 64,
+    num_spec_tok: int = 0,
+) -> Scheduler:
+    kv = KVCacheManager(
+        PoolLayout(
+            block_size_tok=block_size_tok,
+            num_blocks=num_blocks,
+            num_gdn_groups=num_gdn_groups,
+            gdn_slots_per_request=gdn_slots_per_request,
+            lookahead_tok=lookahead_tok,
+        )
+    )
+    return Scheduler(
+        SchedulerConfig(
+            max_num_seqs=max_num_seqs,
+            max_num_batched_tokens=max_num_batched_tokens,
+            num_spec_tok=num_spec_tok,
+        ),
+        kv,
+    )
+
+
+def create_requests(prompts: list[int], outputs: list[int]) -> list[Request]:
+    return [
+        Request(req_id=f"r{i}", prompt_tok=p, max_output_tok=o, index=i)
+        for i, (p, o) in enumerate(zip(prompts, outputs, strict=True))
+    ]
+
+
+def synthetic_table(n: int, seed: int = 0, prompt=(50, 1000), output=(20, 400)) -> RequestTable:  # type: ignore[no-untyped-def]
+    rng = np.random.default_rng(seed)
+    return RequestTable(
+        name="synthetic-test",
+        prompt_tok=rng.integers(prompt[0], prompt[1], n),
+        output_tok=rng.integers(output[0], output[1], n),
+    )
