@@ -5,6 +5,7 @@ Entry points: ``load_workload`` (named workloads from the shipped compact Parque
 Raw-format loaders: ``read_sharegpt``, ``read_spec_bench``, ``read_burstgpt``, ``read_azure``.
 """
 
+from capsim.traces.arrivals import attach_arrivals, rescale_rate
 from capsim.traces.azure import read_azure
 from capsim.traces.burstgpt import (
     BurstgptStandin,
@@ -29,6 +30,7 @@ __all__ = [
     "RowIssue",
     "SyntheticSpec",
     "TraceFormatError",
+    "attach_arrivals",
     "burstgpt_standin",
     "format_stats",
     "load_file",
@@ -37,6 +39,7 @@ __all__ = [
     "read_burstgpt",
     "read_sharegpt",
     "read_spec_bench",
+    "rescale_rate",
     "sample_burstgpt",
     "synthetic_table",
     "tokenizer_family",

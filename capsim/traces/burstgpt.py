@@ -3,7 +3,8 @@
 BurstGPT (Wang et al., KDD '25, arXiv 2401.17644; ``HPMLL/BurstGPT``, CC-BY-4.0) logs Azure
 OpenAI GPT requests. Schemas (``shared/traces/raw/burstgpt/PROVENANCE.md``):
 
-- 6 columns (``_1``, ``_2`` files): ``Timestamp,Model,Request tokens,Response tokens,Total tokens,Log Type``
+- 6 columns (``_1``, ``_2`` files): ``Timestamp,Model,Request tokens,Response tokens,
+  Total tokens,Log Type``
 - 8 columns (``_3`` files): ``Timestamp,Session ID,Elapsed time,Model,Request tokens,
   Response tokens,Total tokens,Log Type``
 
@@ -149,9 +150,9 @@ def sample_burstgpt(
     if idx.size == 0:
         raise ValueError(f"{rows.path}: no {model!r} rows with Response tokens > 0")
     frame = pd.DataFrame({"row": idx})
-    picked = frame.sample(
-        n=num_requests, random_state=seed, replace=num_requests > idx.size
-    )["row"].to_numpy()
+    picked = frame.sample(n=num_requests, random_state=seed, replace=num_requests > idx.size)[
+        "row"
+    ].to_numpy()
     return RequestTable(
         name="burstgpt",
         prompt_tok=rows.request_tok[picked],
@@ -193,8 +194,12 @@ def burstgpt_standin(
     check_count(num_requests, seed)
     p = params or BurstgptStandin()
     prompt_ss, output_ss = np.random.SeedSequence(seed).spawn(2)
-    prompt = _truncated_zipf(np.random.default_rng(prompt_ss), p.zipf_a, p.max_prompt_tok, num_requests)
-    output = _truncated_zipf(np.random.default_rng(output_ss), p.zipf_a, p.max_output_tok, num_requests)
+    prompt = _truncated_zipf(
+        np.random.default_rng(prompt_ss), p.zipf_a, p.max_prompt_tok, num_requests
+    )
+    output = _truncated_zipf(
+        np.random.default_rng(output_ss), p.zipf_a, p.max_output_tok, num_requests
+    )
     return RequestTable(
         name="burstgpt-standin",
         prompt_tok=prompt,

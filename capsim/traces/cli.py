@@ -13,9 +13,9 @@ from capsim.traces.workloads import WORKLOADS, load_workload
 
 
 def _load(name: str, num_requests: int, seed: int, model: str, root: Path | None) -> RequestTable:
-    if name not in WORKLOADS and Path(name).is_file():
-        return load_file(Path(name))
     try:
+        if name not in WORKLOADS and Path(name).is_file():
+            return load_file(Path(name))
         return load_workload(name, num_requests=num_requests, seed=seed, model=model, root=root)
     except (ValueError, FileNotFoundError) as exc:
         raise click.BadParameter(str(exc), param_hint="NAME") from exc
@@ -63,7 +63,6 @@ def stats_cmd(name: str, num_requests: int, seed: int, model: str, root: Path | 
     click.echo(format_stats(workload_stats(table)))
 
 
-
 @traces.command("show")
 @click.argument("name")
 @click.option(
@@ -84,4 +83,3 @@ def show_cmd(name: str, num_requests: int, seed: int, model: str, root: Path | N
             f"{i:>6} {arr:>12} {int(table.prompt_tok[i]):>10} {int(table.output_tok[i]):>10}  "
             f"{table.source_id[i]}"
         )
-

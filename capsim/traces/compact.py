@@ -2,11 +2,13 @@
 
 Token counts and arrival offsets only (no text), one Parquet file per source:
 
-| file | rows | columns |
-| --- | --- | --- |
-| ``sharegpt.parquet`` | ShareGPT entries with >= 2 turns, file order | ``entry_index``, ``qwen3_prompt_tok``, ``qwen3_output_tok``, ``qwen35_prompt_tok``, ``qwen35_output_tok`` |
-| ``spec_bench.parquet`` | all Spec-Bench questions, file order | ``question_id``, ``category``, ``qwen3_raw_tok``, ``qwen3_prompt_tok``, ``qwen35_raw_tok``, ``qwen35_prompt_tok`` (``*_prompt_tok``: inside the chat template, what vLLM sends) |
-| ``azure_conv.parquet``, ``azure_code.parquet`` | every request, time order | ``arrival_s``, ``prompt_tok``, ``output_tok`` |
+- ``sharegpt.parquet``: ShareGPT entries with >= 2 turns, in file order: ``entry_index``,
+  ``qwen3_prompt_tok``, ``qwen3_output_tok``, ``qwen35_prompt_tok``, ``qwen35_output_tok``;
+- ``spec_bench.parquet``: all Spec-Bench questions, in file order: ``question_id``,
+  ``category``, ``qwen3_raw_tok``, ``qwen3_prompt_tok``, ``qwen35_raw_tok``,
+  ``qwen35_prompt_tok`` (``*_prompt_tok``: inside the chat template, what vLLM sends);
+- ``azure_conv.parquet``, ``azure_code.parquet``: every request, in time order:
+  ``arrival_s``, ``prompt_tok``, ``output_tok``.
 
 They are package data under ``capsim/traces/data/`` (so an installed capsim finds them) and are
 written by ``traces/derive.py`` from ``shared/traces``.

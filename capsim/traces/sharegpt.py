@@ -100,7 +100,9 @@ def read_sharegpt(path: Path | str) -> SharegptFile:
                 num_short += 1
         index += 1
     if text[pos + 1 :].strip():
-        raise TraceFormatError(path, f"unexpected data after the array at line {line_of(text, pos)}")
+        raise TraceFormatError(
+            path, f"unexpected data after the array at line {line_of(text, pos)}"
+        )
     raise_if_issues(path, issues, "ShareGPT")
     if index == 0:
         raise TraceFormatError(path, "the array holds no entries")

@@ -98,7 +98,11 @@ def _azure(stem: str, num_requests: int, seed: int, root: Path | None) -> Reques
     arrival = frame["arrival_s"].to_numpy(np.float64)
     span_s = float(arrival[-1] - arrival[0])
     period_s = span_s + span_s / max(n - 1, 1)
-    start = int(np.random.default_rng(seed).integers(0, n - num_requests + 1)) if num_requests <= n else 0
+    start = (
+        int(np.random.default_rng(seed).integers(0, n - num_requests + 1))
+        if num_requests <= n
+        else 0
+    )
     pos = start + np.arange(num_requests)
     rows = pos % n
     t = arrival[rows] + (pos // n) * period_s
