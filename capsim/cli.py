@@ -32,7 +32,9 @@ def parse_int_list(field_name: str, text: str | None) -> tuple[int, ...] | None:
     try:
         return tuple(int(x) for x in text.split(","))
     except ValueError:
-        raise click.BadParameter(f"{text!r} is not a comma list of integers", param_hint=field_name)
+        raise click.BadParameter(
+            f"{text!r} is not a comma list of integers", param_hint=field_name
+        ) from None
 
 
 def parse_float_list(field_name: str, text: str | None) -> tuple[float, ...] | None:
@@ -41,7 +43,9 @@ def parse_float_list(field_name: str, text: str | None) -> tuple[float, ...] | N
     try:
         return tuple(float(x) for x in text.split(","))
     except ValueError:
-        raise click.BadParameter(f"{text!r} is not a comma list of numbers", param_hint=field_name)
+        raise click.BadParameter(
+            f"{text!r} is not a comma list of numbers", param_hint=field_name
+        ) from None
 
 
 def _spec_from_options(
@@ -74,33 +78,65 @@ def main() -> None:
 
 
 spec_options = [
-    click.option("--spec-tokens", "-k", type=int, default=3, show_default=True,
-                 help="MTP chain depth k (0 = no speculation); ignored with --tree-widths"),
-    click.option("--tree-widths", type=str, default=None,
-                 help="draft tree branching per depth, e.g. 2,2,2 (N = 2+4+8 = 14 nodes)"),
-    click.option("--commit", type=click.Choice(COMMIT_MODES), default="storeall",
-                 show_default=True, help="GDN state handling during verification"),
-    click.option("--acceptance", type=str, default=None,
-                 help="per-depth conditional acceptance, e.g. 0.9,0.8,0.7 "
-                      "(default: 0.8522 at every depth = 3.2 tok/step for k=3)"),
+    click.option(
+        "--spec-tokens",
+        "-k",
+        type=int,
+        default=3,
+        show_default=True,
+        help="MTP chain depth k (0 = no speculation); ignored with --tree-widths",
+    ),
+    click.option(
+        "--tree-widths",
+        type=str,
+        default=None,
+        help="draft tree branching per depth, e.g. 2,2,2 (N = 2+4+8 = 14 nodes)",
+    ),
+    click.option(
+        "--commit",
+        type=click.Choice(COMMIT_MODES),
+        default="storeall",
+        show_default=True,
+        help="GDN state handling during verification",
+    ),
+    click.option(
+        "--acceptance",
+        type=str,
+        default=None,
+        help="per-depth conditional acceptance, e.g. 0.9,0.8,0.7 "
+        "(default: 0.8522 at every depth = 3.2 tok/step for k=3)",
+    ),
 ]
 
 engine_options = [
-    click.option("--model", "-m", default="qwen3.5-35b-a3b", show_default=True,
-                 help=f"preset ({', '.join(PRESETS)}) or path to an HF config.json"),
-    click.option("--gpu", "-g", default="B200", show_default=True,
-                 help=f"GPU ({', '.join(GPUS)})"),
+    click.option(
+        "--model",
+        "-m",
+        default="qwen3.5-35b-a3b",
+        show_default=True,
+        help=f"preset ({', '.join(PRESETS)}) or path to an HF config.json",
+    ),
+    click.option("--gpu", "-g", default="B200", show_default=True, help=f"GPU ({', '.join(GPUS)})"),
     click.option("--tp", type=int, default=1, show_default=True, help="tensor-parallel size"),
-    click.option("--gmu", type=float, default=0.9, show_default=True,
-                 help="gpu_memory_utilization"),
-    click.option("--max-num-seqs", type=int, default=None,
-                 help="default: vLLM's for the GPU tier"),
-    click.option("--max-num-batched-tokens", type=int, default=None,
-                 help="default: vLLM's for the GPU tier"),
-    click.option("--max-model-len", type=int, default=None,
-                 help="default: the model's max_position_embeddings"),
-    click.option("--ssm-state-dtype", type=click.Choice(["float32", "bfloat16"]), default=None,
-                 help="GDN recurrent state dtype (default: the model's vLLM default)"),
+    click.option(
+        "--gmu", type=float, default=0.9, show_default=True, help="gpu_memory_utilization"
+    ),
+    click.option("--max-num-seqs", type=int, default=None, help="default: vLLM's for the GPU tier"),
+    click.option(
+        "--max-num-batched-tokens", type=int, default=None, help="default: vLLM's for the GPU tier"
+    ),
+    click.option(
+        "--max-model-len",
+        type=int,
+        default=None,
+        help="default: the model's max_position_embeddings",
+    ),
+    click.option(
+        "--ssm-state-dtype",
+        type=click.Choice(["float32", "bfloat16"]),
+        default=None,
+        help="GDN recurrent state dtype (default: the model's vLLM default)",
+    ),
 ]
 
 
@@ -147,7 +183,7 @@ def memory_report(plan) -> str:  # type: ignore[no-untyped-def]
         f"({plan.num_attn_layers} layers incl. MTP) + {plan.num_gdn_groups} GDN "
         f"({plan.num_gdn_layers} layers, {plan.gdn_padding_layers} padding)",
         f"  bytes per block        {plan.bytes_per_block} B = {plan.bytes_per_block / MiB:.2f} MiB",
-        f"  num_blocks             {plan.num_blocks} ({plan.usable_blocks} usable; block 0 is null)",
+        f"  num_blocks             {plan.num_blocks} ({plan.usable_blocks} usable; 0 is null)",
         f"  GDN blocks per request {plan.gdn_blocks_per_request} "
         f"({plan.num_gdn_groups} groups x {plan.gdn_slots_per_group} slots) = "
         f"{plan.gdn_blocks_per_request * plan.bytes_per_block / MiB:.1f} MiB",
@@ -178,16 +214,30 @@ def memory_json(plan) -> dict:  # type: ignore[no-untyped-def,type-arg]
 @add_options(engine_options)
 @add_options(spec_options)
 @click.option("--json", "as_json", is_flag=True, help="print the plan as JSON")
-def memory(model, gpu, tp, gmu, max_num_seqs, max_num_batched_tokens, max_model_len,  # type: ignore[no-untyped-def]
-           ssm_state_dtype, spec_tokens, tree_widths, commit, acceptance, as_json) -> None:
+def memory(
+    model,
+    gpu,
+    tp,
+    gmu,
+    max_num_seqs,
+    max_num_batched_tokens,
+    max_model_len,  # type: ignore[no-untyped-def]
+    ssm_state_dtype,
+    spec_tokens,
+    tree_widths,
+    commit,
+    acceptance,
+    as_json,
+) -> None:
     """Print the KV/state pool vLLM would build: budget, weights, page, block size,
     groups, blocks, GDN slots per request and capacity at a few context lengths."""
     from capsim.core.memory_plan import plan_memory
 
     def build():  # type: ignore[no-untyped-def]
         spec = _spec_from_options(spec_tokens, tree_widths, commit, acceptance)
-        engine = _engine(tp, gmu, max_num_seqs, max_num_batched_tokens, max_model_len,
-                         ssm_state_dtype)
+        engine = _engine(
+            tp, gmu, max_num_seqs, max_num_batched_tokens, max_model_len, ssm_state_dtype
+        )
         return plan_memory(get_model(model), get_gpu(gpu), engine, spec)
 
     plan = _run_or_fail(build)
@@ -200,25 +250,70 @@ def memory(model, gpu, tp, gmu, max_num_seqs, max_num_batched_tokens, max_model_
 @main.command(context_settings=CONTEXT_SETTINGS)
 @add_options(engine_options)
 @add_options(spec_options)
-@click.option("--workload", "-w", default="sharegpt", show_default=True,
-              help="workload name (see 'capsim traces list') or a CSV/Parquet/JSONL file")
-@click.option("--concurrency", "-c", type=int, default=None,
-              help="closed loop: max requests in flight (vllm bench --max-concurrency)")
+@click.option(
+    "--workload",
+    "-w",
+    default="sharegpt",
+    show_default=True,
+    help="workload name (see 'capsim traces list') or a CSV/Parquet/JSONL file",
+)
+@click.option(
+    "--concurrency",
+    "-c",
+    type=int,
+    default=None,
+    help="closed loop: max requests in flight (vllm bench --max-concurrency)",
+)
 @click.option("--rate", type=float, default=None, help="open loop: requests per second")
 @click.option("--replay", is_flag=True, help="send at the trace's own timestamps")
-@click.option("--burstiness", type=float, default=1.0, show_default=True,
-              help="gamma shape of open-loop gaps (1 = Poisson)")
+@click.option(
+    "--burstiness",
+    type=float,
+    default=1.0,
+    show_default=True,
+    help="gamma shape of open-loop gaps (1 = Poisson)",
+)
 @click.option("--num-requests", "-n", type=int, default=1000, show_default=True)
 @click.option("--seed", type=int, default=0, show_default=True)
-@click.option("--step-time", type=click.Choice(["roofline", "calibrated"]), default="roofline",
-              show_default=True, help="step-time model")
-@click.option("--out", "-o", type=click.Path(file_okay=False, path_type=Path), default=None,
-              help="write requests.parquet, steps.parquet and summary.json here")
+@click.option(
+    "--step-time",
+    type=click.Choice(["roofline", "calibrated"]),
+    default="roofline",
+    show_default=True,
+    help="step-time model",
+)
+@click.option(
+    "--out",
+    "-o",
+    type=click.Path(file_okay=False, path_type=Path),
+    default=None,
+    help="write requests.parquet, steps.parquet and summary.json here",
+)
 @click.option("--json", "as_json", is_flag=True, help="print the summary as JSON")
-def simulate(model, gpu, tp, gmu, max_num_seqs, max_num_batched_tokens, max_model_len,  # type: ignore[no-untyped-def]
-             ssm_state_dtype, spec_tokens, tree_widths, commit, acceptance, workload,
-             concurrency, rate, replay, burstiness, num_requests, seed, step_time, out,
-             as_json) -> None:
+def simulate(
+    model,
+    gpu,
+    tp,
+    gmu,
+    max_num_seqs,
+    max_num_batched_tokens,
+    max_model_len,  # type: ignore[no-untyped-def]
+    ssm_state_dtype,
+    spec_tokens,
+    tree_widths,
+    commit,
+    acceptance,
+    workload,
+    concurrency,
+    rate,
+    replay,
+    burstiness,
+    num_requests,
+    seed,
+    step_time,
+    out,
+    as_json,
+) -> None:
     """Simulate one point (model, GPU, gmu, speculation, workload, load) end to end."""
     from capsim.io.results import write_result
     from capsim.simulate import simulate as run_point
@@ -242,12 +337,18 @@ def simulate(model, gpu, tp, gmu, max_num_seqs, max_num_batched_tokens, max_mode
         cfg = SimConfig(
             model=model,
             gpu=gpu,
-            engine=_engine(tp, gmu, max_num_seqs, max_num_batched_tokens, max_model_len,
-                           ssm_state_dtype),
+            engine=_engine(
+                tp, gmu, max_num_seqs, max_num_batched_tokens, max_model_len, ssm_state_dtype
+            ),
             spec=_spec_from_options(spec_tokens, tree_widths, commit, acceptance),
             workload=workload,
-            load=LoadConfig(mode=mode, concurrency=concurrency, rate_req_per_s=rate,
-                            burstiness=burstiness, num_requests=num_requests),
+            load=LoadConfig(
+                mode=mode,
+                concurrency=concurrency,
+                rate_req_per_s=rate,
+                burstiness=burstiness,
+                num_requests=num_requests,
+            ),
             seed=seed,
             step_time=step_time,
         )
@@ -281,9 +382,12 @@ def simulate(model, gpu, tp, gmu, max_num_seqs, max_num_batched_tokens, max_mode
         ("peak running / waiting", f"{s['peak_running']} / {s['peak_waiting']}"),
         ("preemptions", f"{s['num_preemptions']}"),
         ("acceptance length", f"{s['mean_acceptance_len_tok']:.2f} tok/step"),
-        ("pool", f"{s['usable_blocks']} blocks of {s['block_size_tok']} tok, "
-                 f"{s['gdn_blocks_per_request']} GDN blocks/request, analytical capacity "
-                 f"{s['analytical_capacity_req']} at {s['mean_context_tok']} tok"),
+        (
+            "pool",
+            f"{s['usable_blocks']} blocks of {s['block_size_tok']} tok, "
+            f"{s['gdn_blocks_per_request']} GDN blocks/request, analytical capacity "
+            f"{s['analytical_capacity_req']} at {s['mean_context_tok']} tok",
+        ),
         ("step-time model", str(result.step_time_model.get("kind"))),
     ]
     for k, v in rows:

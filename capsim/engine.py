@@ -51,6 +51,9 @@ class EngineSim:
         self._in_flight = 0
         self._num_finished = 0
         self._wake: simpy.Event | None = None
+        # per workload index: first and latest token times (NaN until they happen)
+        self.first_token_s = np.full(len(self.requests), np.nan)
+        self.last_emit_s = np.full(len(self.requests), np.nan)
 
     # -- client -------------------------------------------------------------------------
     def _send_ready(self) -> None:
@@ -77,31 +80,26 @@ class EngineSim:
             self._send_ready()
 
     # -- engine -------------------------------------------------------------------------
-    def _accept(self, req: Request, max_drafts: int) -> int:
-        a = self.acceptance.draw(req.index, req.num_accept_draws_used)
-        req.num_accept_draws_used += 1
-        return min(a, max_drafts)
-
     def _shape(self, out: SchedulerOutput) -> BatchShape:
-        dec_ctx: list[int] = []
-        pre_new: list[int] = []
-        pre_done: list[int] = []
-        for (req, n), is_verify in zip(out.scheduled, out.verify, strict=True):
-            if is_verify or (n == 1 and req.num_computed_tok == req.num_tokens - 1):
-                dec_ctx.append(req.num_computed_tok)
-            else:
-                pre_new.append(n)
-                pre_done.append(req.num_computed_tok)
+        cols = self.scheduler.store.cols
+        comp = out.computed_before
+        # a decode: a verify window, or (no speculation) one token on a computed sequence
+        is_dec = out.verify | (
+            (out.num_new == 1)
+            & (comp == cols["prompt_tok"][out.slots] + cols["num_output_tok"][out.slots] - 1)
+        )
         return BatchShape(
-            num_decode_req=len(dec_ctx),
+            num_decode_req=int(is_dec.sum()),
             query_tok_per_decode=self.window_tok,
-            decode_context_tok=np.asarray(dec_ctx, dtype=np.int64),
-            prefill_new_tok=np.asarray(pre_new, dtype=np.int64),
-            prefill_computed_tok=np.asarray(pre_done, dtype=np.int64),
+            decode_context_tok=comp[is_dec],
+            prefill_new_tok=out.num_new[~is_dec],
+            prefill_computed_tok=comp[~is_dec],
         )
 
     def _engine(self):  # type: ignore[no-untyped-def]
         env, sched, rec = self.env, self.scheduler, self.recorder
+        cols = sched.store.cols
+        first_token, last_emit = self.first_token_s, self.last_emit_s
         total = len(self.requests)
         while self._num_finished < total:
             if not sched.has_work:
@@ -129,17 +127,14 @@ class EngineSim:
                 if req.first_scheduled_s is None:
                     req.first_scheduled_s = t0
             yield env.timeout(step_s)
-            finished = sched.update(out, self._accept)
+            finished = sched.update(out, self.acceptance)
             now = env.now
-            itl = rec.itl_s
-            emitted_tok = 0
-            for req, n in out.emitted:
-                emitted_tok += n
-                if req.first_token_s is None:
-                    req.first_token_s = now
-                else:
-                    itl.append(now - req.last_emit_s)  # type: ignore[operator]
-                req.last_emit_s = now
+            idx = cols["index"][out.emitted_slots]
+            fresh = np.isnan(first_token[idx])
+            first_token[idx[fresh]] = now
+            if (~fresh).any():
+                rec.itl_s.extend((now - last_emit[idx[~fresh]]).tolist())
+            last_emit[idx] = now
             for req in finished:
                 req.finish_s = now
             self._num_finished += len(finished)
@@ -149,14 +144,14 @@ class EngineSim:
                 step_s=step_s,
                 num_running=num_running,
                 num_waiting=num_waiting,
-                num_scheduled_tok=out.total_scheduled_tok,
+                num_scheduled_tok=int(out.num_new.sum()),
                 num_prefill_tok=int(shape.prefill_new_tok.sum()),
                 num_decode_req=shape.num_decode_req,
                 num_free_blocks=free_blocks,
                 kv_usage=usage,
                 num_preempted=len(out.preempted),
                 num_admitted=len(out.admitted),
-                num_emitted_tok=emitted_tok,
+                num_emitted_tok=int(out.emitted_tok.sum()),
             )
             if finished:
                 self._send_ready()

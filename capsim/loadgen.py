@@ -15,8 +15,12 @@ import numpy as np
 from capsim.config import LoadConfig
 
 
-def release_times_s(load: LoadConfig, num_requests: int, rng: np.random.Generator,
-                    trace_arrival_s: np.ndarray | None) -> np.ndarray:
+def release_times_s(
+    load: LoadConfig,
+    num_requests: int,
+    rng: np.random.Generator,
+    trace_arrival_s: np.ndarray | None,
+) -> np.ndarray:
     """When each request becomes ready to send (before any concurrency gate)."""
     if load.mode == "concurrency":
         return np.zeros(num_requests, dtype=np.float64)

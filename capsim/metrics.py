@@ -49,8 +49,11 @@ class StepRecorder:
 
 def _stats(prefix: str, values: np.ndarray) -> dict[str, float]:
     if values.size == 0:
-        return {f"{prefix}_mean_s": float("nan"), f"{prefix}_median_s": float("nan"),
-                f"{prefix}_p99_s": float("nan")}
+        return {
+            f"{prefix}_mean_s": float("nan"),
+            f"{prefix}_median_s": float("nan"),
+            f"{prefix}_p99_s": float("nan"),
+        }
     return {
         f"{prefix}_mean_s": float(values.mean()),
         f"{prefix}_median_s": float(np.median(values)),

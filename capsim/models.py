@@ -75,9 +75,7 @@ class ModelSpec:
                 raise ValueError(f"model {self.name!r}: {name}={value!r} must be an int >= 0")
         if self.num_gdn_layers + self.num_attn_layers == 0:
             raise ValueError(f"model {self.name!r}: no layers")
-        if self.num_gdn_layers and self.linear_num_value_heads % max(
-            self.linear_num_key_heads, 1
-        ):
+        if self.num_gdn_layers and self.linear_num_value_heads % max(self.linear_num_key_heads, 1):
             raise ValueError(
                 f"model {self.name!r}: linear_num_value_heads={self.linear_num_value_heads} "
                 f"is not a multiple of linear_num_key_heads={self.linear_num_key_heads}"

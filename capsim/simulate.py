@@ -77,7 +77,9 @@ def simulate(
         )
     arrivals_ss, accept_ss = np.random.SeedSequence(cfg.seed).spawn(2)
     release = release_times_s(
-        cfg.load, n, np.random.default_rng(arrivals_ss),
+        cfg.load,
+        n,
+        np.random.default_rng(arrivals_ss),
         None if table.arrival_s is None else table.arrival_s[:n],
     )
     draws = AcceptanceDraws(cfg.spec, output, np.random.default_rng(accept_ss))
@@ -114,7 +116,7 @@ def simulate(
     sim.run()
 
     send = np.array([r.arrival_s for r in requests])
-    first = np.array([r.first_token_s for r in requests], dtype=np.float64)
+    first = sim.first_token_s
     finish = np.array([r.finish_s for r in requests], dtype=np.float64)
     out_tok = np.array([r.max_output_tok for r in requests], dtype=np.int64)
     ttft = first - send

@@ -37,30 +37,42 @@ def expected_tokens_per_step(spec: SpecDecodeConfig) -> float:
 class AcceptanceDraws:
     """Pre-drawn accepted-draft counts: ``draw(i, n)`` is request i's n-th verify step."""
 
-    __slots__ = ("_draws", "_offsets")
+    __slots__ = ("_draws", "_lists", "_offsets")
 
     def __init__(
-        self, spec: SpecDecodeConfig, max_steps: np.ndarray, rng: np.random.Generator
+        self, spec: SpecDecodeConfig, output_tok: np.ndarray, rng: np.random.Generator
     ) -> None:
-        steps = np.asarray(max_steps, dtype=np.int64)
-        self._offsets = np.concatenate([[0], np.cumsum(steps)])
         q = depth_acceptance(spec)
+        # Verify steps a request needs: about output / E[tokens per step]. Draw 25% + 8
+        # more than that; a request that still runs out (or is recomputed after a
+        # preemption) wraps around its own sequence, deterministically.
+        out = np.asarray(output_tok, dtype=np.int64)
+        mean_tok = 1.0 + float(np.cumprod(q).sum()) if q.size else 1.0
+        steps = np.minimum(out, np.ceil(out / mean_tok * 1.25).astype(np.int64) + 8)
+        self._offsets = np.concatenate([[0], np.cumsum(steps)])
         total = int(self._offsets[-1])
         if q.size == 0 or total == 0:
             self._draws = np.zeros(total, dtype=np.int16)
+            self._lists = self._split()
             return
-        u = rng.random((total, q.size))
-        ok = u < q[None, :]
+        u = rng.random((total, q.size), dtype=np.float32)
+        ok = u < q.astype(np.float32)[None, :]
         self._draws = np.cumprod(ok, axis=1).sum(axis=1).astype(np.int16)
+        self._lists = self._split()
+
+    def _split(self) -> list[list[int]]:
+        """Per-request Python lists: the engine's hot path indexes them directly."""
+        flat = self._draws.tolist()
+        o = self._offsets.tolist()
+        return [flat[o[i] : o[i + 1]] for i in range(len(o) - 1)]
 
     def draw(self, index: int, step: int) -> int:
         """Accepted drafts of request ``index`` at its ``step``-th verify (0-based).
         Past the pre-drawn steps (possible only after a preemption) the sequence wraps."""
-        start, end = self._offsets[index], self._offsets[index + 1]
-        n = end - start
-        if n == 0:
-            return 0
-        return int(self._draws[start + step % n])
+        seq = self._lists[index]
+        if step < len(seq):
+            return seq[step]
+        return seq[step % len(seq)] if seq else 0
 
     def mean_tokens_per_step(self) -> float:
         return float(self._draws.mean()) + 1.0 if self._draws.size else 1.0
@@ -79,3 +91,15 @@ class AcceptanceDraws:
             seg = self._draws[start : start + n]
             accepted += full * int(seg.sum()) + int(seg[:rest].sum())
         return 1.0 + accepted / total_steps
+
+    def draw_many(self, indices: np.ndarray, steps: np.ndarray) -> np.ndarray:
+        """Vector form of :meth:`draw` (wraps past the pre-drawn steps the same way)."""
+        start = self._offsets[indices]
+        n = self._offsets[indices + 1] - start
+        safe_n = np.maximum(n, 1)
+        out = self._draws[np.minimum(start + steps % safe_n, max(self._draws.size - 1, 0))]
+        return (
+            np.where(n > 0, out, 0).astype(np.int64)
+            if self._draws.size
+            else np.zeros(indices.size, dtype=np.int64)
+        )

@@ -56,14 +56,21 @@ class PoolLayout:
 class KVCacheManager:
     """Block accounting for all groups of one pool."""
 
-    __slots__ = ("_attn_groups", "_bs", "_gdn_blocks", "_max_len", "layout", "num_free_blocks")
+    __slots__ = (
+        "_attn_groups",
+        "_bs",
+        "_max_len",
+        "gdn_blocks_per_request",
+        "layout",
+        "num_free_blocks",
+    )
 
     def __init__(self, layout: PoolLayout) -> None:
         self.layout = layout
         self.num_free_blocks = layout.usable_blocks
         self._bs = layout.block_size_tok
         self._attn_groups = layout.num_attn_groups
-        self._gdn_blocks = layout.gdn_blocks_per_request
+        self.gdn_blocks_per_request = layout.gdn_blocks_per_request
         self._max_len = layout.max_model_len
 
     @property
@@ -79,14 +86,14 @@ class KVCacheManager:
         need = self.attn_blocks_for(req.num_computed_tok + num_new_tok + lookahead_tok)
         extra = max(need - req.num_attn_blocks, 0)
         if req.num_gdn_blocks == 0:
-            extra += self._gdn_blocks
+            extra += self.gdn_blocks_per_request
         return extra
 
     def full_sequence_fits(self, req: Request) -> bool:
         """Admission gate (``scheduler_reserve_full_isl``): the whole current sequence
         (prompt + outputs so far, not max_tokens) plus the GDN slots plus the watermark
         must fit in the free blocks. Checks only; allocates nothing."""
-        need = self.attn_blocks_for(req.num_tokens) + self._gdn_blocks
+        need = self.attn_blocks_for(req.num_tokens) + self.gdn_blocks_per_request
         watermark = int(self.layout.watermark * self.layout.num_blocks)
         return need + watermark <= self.num_free_blocks
 
@@ -94,7 +101,7 @@ class KVCacheManager:
         """Grow ``req``'s blocks for the step; False (nothing changed) if they do not fit."""
         need_attn = self.attn_blocks_for(req.num_computed_tok + num_new_tok + lookahead_tok)
         extra_attn = max(need_attn - req.num_attn_blocks, 0)
-        extra_gdn = self._gdn_blocks if req.num_gdn_blocks == 0 else 0
+        extra_gdn = self.gdn_blocks_per_request if req.num_gdn_blocks == 0 else 0
         extra = extra_attn + extra_gdn
         if extra > self.num_free_blocks:
             return False

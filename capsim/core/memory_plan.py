@@ -102,8 +102,8 @@ def block_size_and_page(
 ) -> tuple[int, int, int, int, int]:
     """(block_size_tok, page_bytes, attn_bytes_per_tok, conv_bytes, ssm_bytes) per layer."""
     tp = engine.tp
-    attn_per_tok = kv_heads_per_rank(model, tp) * model.head_dim * 2 * dtype_bytes(
-        engine.kv_cache_dtype
+    attn_per_tok = (
+        kv_heads_per_rank(model, tp) * model.head_dim * 2 * dtype_bytes(engine.kv_cache_dtype)
     )
     if not model.is_hybrid:
         block = 16
@@ -197,9 +197,10 @@ def plan_memory(
     is_blackwell = gpu.name.upper().startswith("B")
     cap_max = min(max_num_seqs * spec.window_tok * 2, 1024 if is_blackwell else 512)
     sizes = capture_sizes(cap_max)
-    cudagraph = forward_activation_bytes(model, tp, cap_max) + (
-        len(sizes) - 1
-    ) * CUDAGRAPH_PER_GRAPH_FLOOR_BYTES
+    cudagraph = (
+        forward_activation_bytes(model, tp, cap_max)
+        + (len(sizes) - 1) * CUDAGRAPH_PER_GRAPH_FLOOR_BYTES
+    )
     charged_cudagraph = cudagraph if engine.subtract_cudagraph_memory else 0
     kv_budget = budget - weights - activation - runner - charged_cudagraph
 

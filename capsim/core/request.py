@@ -9,41 +9,98 @@
 ``num_new_tok = num_tokens_with_spec - num_computed_tok`` is all the scheduler needs:
 a prefill (or a recompute after preemption) is a long run of new tokens, a decode
 with k drafts is ``1 + k``.
+
+Storage: once a request is added to a scheduler its counters live in that scheduler's
+``RequestStore`` (numpy columns, one row per request), so a step over the running batch
+is a handful of vector operations. ``Request`` stays the handle everyone else uses; its
+counter properties read and write the store row (or its own fields before it is added).
 """
 
 from __future__ import annotations
 
-from enum import Enum
+from enum import IntEnum
+
+import numpy as np
 
 
-class Status(Enum):
-    WAITING = "waiting"
-    RUNNING = "running"
-    PREEMPTED = "preempted"
-    FINISHED = "finished"
+class Status(IntEnum):
+    WAITING = 0
+    RUNNING = 1
+    PREEMPTED = 2
+    FINISHED = 3
+
+
+_COUNTERS: tuple[str, ...] = (
+    "prompt_tok",
+    "max_output_tok",
+    "num_output_tok",
+    "num_computed_tok",
+    "num_spec_tok",
+    "num_attn_blocks",
+    "num_gdn_blocks",
+    "num_preemptions",
+    "num_accept_draws_used",
+    "index",
+    "status",
+)
+
+
+class RequestStore:
+    """Column store of request counters; row = slot, assigned in add order."""
+
+    def __init__(self, capacity: int = 64) -> None:
+        self.size = 0
+        self.cols: dict[str, np.ndarray] = {
+            name: np.zeros(max(capacity, 1), dtype=np.int64) for name in _COUNTERS
+        }
+        self.handles: list[Request] = []
+
+    def add(self, req: Request) -> int:
+        if self.size == len(self.cols["prompt_tok"]):
+            for name, col in self.cols.items():
+                grown = np.zeros(2 * len(col), dtype=np.int64)
+                grown[: len(col)] = col
+                self.cols[name] = grown
+        slot = self.size
+        for name in _COUNTERS:
+            self.cols[name][slot] = int(req._own[name])
+        self.size += 1
+        self.handles.append(req)
+        req._store = self
+        req._slot = slot
+        return slot
+
+
+def _counter(name: str) -> property:
+    def get(self: Request) -> int:
+        store = self._store
+        if store is None:
+            return self._own[name]
+        return int(store.cols[name][self._slot])
+
+    def set_(self: Request, value: int) -> None:
+        store = self._store
+        if store is None:
+            self._own[name] = int(value)
+        else:
+            store.cols[name][self._slot] = int(value)
+
+    return property(get, set_, doc=f"``{name}`` counter")
 
 
 class Request:
-    """Mutable per-request counters. Timestamps are ``None`` until they happen."""
+    """Handle of one request. Timestamps are ``None`` until they happen."""
 
     __slots__ = (
+        "_own",
+        "_slot",
+        "_store",
         "arrival_s",
         "finish_s",
         "first_scheduled_s",
         "first_token_s",
-        "index",
         "last_emit_s",
-        "max_output_tok",
-        "num_accept_draws_used",
-        "num_attn_blocks",
-        "num_computed_tok",
-        "num_gdn_blocks",
-        "num_output_tok",
-        "num_preemptions",
-        "num_spec_tok",
-        "prompt_tok",
         "req_id",
-        "status",
     )
 
     def __init__(
@@ -60,22 +117,43 @@ class Request:
         if max_output_tok < 1:
             raise ValueError(f"request {req_id}: max_output_tok={max_output_tok} must be >= 1")
         self.req_id = req_id
-        self.index = index
-        self.prompt_tok = prompt_tok
-        self.max_output_tok = max_output_tok
+        self._own: dict[str, int] = dict.fromkeys(_COUNTERS, 0)
+        self._own.update(prompt_tok=prompt_tok, max_output_tok=max_output_tok, index=index)
+        self._store: RequestStore | None = None
+        self._slot = -1
         self.arrival_s = arrival_s
-        self.num_output_tok = 0
-        self.num_computed_tok = 0
-        self.num_spec_tok = 0
-        self.num_attn_blocks = 0
-        self.num_gdn_blocks = 0
-        self.num_preemptions = 0
-        self.num_accept_draws_used = 0
-        self.status = Status.WAITING
         self.first_scheduled_s: float | None = None
         self.first_token_s: float | None = None
         self.last_emit_s: float | None = None
         self.finish_s: float | None = None
+
+    prompt_tok = _counter("prompt_tok")
+    max_output_tok = _counter("max_output_tok")
+    num_output_tok = _counter("num_output_tok")
+    num_computed_tok = _counter("num_computed_tok")
+    num_spec_tok = _counter("num_spec_tok")
+    num_attn_blocks = _counter("num_attn_blocks")
+    num_gdn_blocks = _counter("num_gdn_blocks")
+    num_preemptions = _counter("num_preemptions")
+    num_accept_draws_used = _counter("num_accept_draws_used")
+    index = _counter("index")
+
+    @property
+    def slot(self) -> int:
+        return self._slot
+
+    @property
+    def status(self) -> Status:
+        return Status(
+            self._own["status"] if self._store is None else self._store.cols["status"][self._slot]
+        )
+
+    @status.setter
+    def status(self, value: Status) -> None:
+        if self._store is None:
+            self._own["status"] = int(value)
+        else:
+            self._store.cols["status"][self._slot] = int(value)
 
     @property
     def num_tokens(self) -> int:
@@ -91,6 +169,6 @@ class Request:
 
     def __repr__(self) -> str:
         return (
-            f"Request({self.req_id}, {self.status.value}, computed={self.num_computed_tok}, "
-            f"tokens={self.num_tokens}+{self.num_spec_tok})"
+            f"Request({self.req_id}, {self.status.name.lower()}, "
+            f"computed={self.num_computed_tok}, tokens={self.num_tokens}+{self.num_spec_tok})"
         )

@@ -18,6 +18,11 @@ prefill that reaches the end of the sequence emits its first token. Finished req
 free their blocks. Requests that emitted a token get ``num_spec_tok`` drafts for the next
 step (MTP runs in the same step as the verify).
 
+Speed: the running loop is evaluated for the whole batch at once (numpy over the
+request store) whenever every running request's growth fits in the free blocks, which
+is exactly when the sequential loop would preempt nobody; otherwise the sequential
+loop runs. Both give identical results (tested).
+
 NOTE(lookahead): as in vLLM's scheduler, a request with nothing computed yet is
 allocated without the drafter's lookahead slots; every later allocation reserves them.
 NOTE(async): vLLM's async scheduling (output placeholders) is not modelled: each step
@@ -30,8 +35,13 @@ from collections import deque
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 
+import numpy as np
+
+from capsim.core.acceptance import AcceptanceDraws
 from capsim.core.kv_manager import KVCacheManager
-from capsim.core.request import Request, Status
+from capsim.core.request import Request, RequestStore, Status
+
+_EMPTY = np.zeros(0, dtype=np.int64)
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -52,26 +62,45 @@ class SchedulerConfig:
 
 @dataclass(slots=True)
 class SchedulerOutput:
-    """What one step runs. ``scheduled`` keeps schedule order (running, then new)."""
+    """What one step runs, as store slots in schedule order (running, then new)."""
 
-    scheduled: list[tuple[Request, int]] = field(default_factory=list)
-    verify: list[bool] = field(default_factory=list)
+    store: RequestStore
+    slots: np.ndarray = field(default_factory=lambda: _EMPTY)
+    num_new: np.ndarray = field(default_factory=lambda: _EMPTY)
+    verify: np.ndarray = field(default_factory=lambda: np.zeros(0, dtype=bool))
+    computed_before: np.ndarray = field(default_factory=lambda: _EMPTY)
     preempted: list[Request] = field(default_factory=list)
     admitted: list[Request] = field(default_factory=list)
-    emitted: list[tuple[Request, int]] = field(default_factory=list)
-    """Filled by ``Scheduler.update``: tokens each request emitted in this step."""
+    emitted_slots: np.ndarray = field(default_factory=lambda: _EMPTY)
+    emitted_tok: np.ndarray = field(default_factory=lambda: _EMPTY)
+    """Filled by ``Scheduler.update``: tokens each listed request emitted in this step."""
+
+    @property
+    def scheduled(self) -> list[tuple[Request, int]]:
+        h = self.store.handles
+        return [
+            (h[s], int(n)) for s, n in zip(self.slots.tolist(), self.num_new.tolist(), strict=True)
+        ]
 
     @property
     def num_scheduled_tok(self) -> dict[str, int]:
         return {req.req_id: n for req, n in self.scheduled}
 
     @property
+    def emitted(self) -> list[tuple[Request, int]]:
+        h = self.store.handles
+        return [
+            (h[s], int(n))
+            for s, n in zip(self.emitted_slots.tolist(), self.emitted_tok.tolist(), strict=True)
+        ]
+
+    @property
     def total_scheduled_tok(self) -> int:
-        return sum(n for _, n in self.scheduled)
+        return int(self.num_new.sum())
 
     @property
     def is_empty(self) -> bool:
-        return not self.scheduled
+        return self.slots.size == 0
 
 
 AcceptFn = Callable[[Request, int], int]
@@ -83,18 +112,30 @@ class Scheduler:
     def __init__(self, config: SchedulerConfig, kv: KVCacheManager) -> None:
         self.config = config
         self.kv = kv
+        self.store = RequestStore()
         self.running: list[Request] = []
         self.waiting: deque[Request] = deque()
         self.num_preemptions = 0
+        self.vectorized = True
         self._lookahead = kv.layout.lookahead_tok
+        self._run_slots: np.ndarray | None = None
 
     def add_request(self, req: Request) -> None:
+        if req._store is None:
+            self.store.add(req)
         req.status = Status.WAITING
         self.waiting.append(req)
 
     @property
     def has_work(self) -> bool:
         return bool(self.running or self.waiting)
+
+    def _running_slots(self) -> np.ndarray:
+        if self._run_slots is None or len(self._run_slots) != len(self.running):
+            self._run_slots = np.fromiter(
+                (r._slot for r in self.running), dtype=np.int64, count=len(self.running)
+            )
+        return self._run_slots
 
     def _preempt(self, victim: Request, out: SchedulerOutput) -> None:
         self.kv.free(victim)
@@ -105,39 +146,91 @@ class Scheduler:
         self.num_preemptions += 1
         self.waiting.appendleft(victim)
         out.preempted.append(victim)
+        self._run_slots = None
 
-    def schedule(self) -> SchedulerOutput:
-        cfg = self.config
-        out = SchedulerOutput()
-        budget = cfg.max_num_batched_tokens
-        running = self.running
+    # -- running requests ---------------------------------------------------------------
+    def _schedule_running_vectorized(self, budget: int) -> tuple[np.ndarray, np.ndarray] | None:
+        """All running requests at once; None if someone would need a preemption."""
+        cols = self.store.cols
         kv = self.kv
-        max_len = cfg.max_model_len
+        slots = self._running_slots()
+        comp = cols["num_computed_tok"][slots]
+        new = (
+            cols["prompt_tok"][slots]
+            + cols["num_output_tok"][slots]
+            + cols["num_spec_tok"][slots]
+            - comp
+        )
+        np.minimum(new, self.config.max_model_len - 1 - comp, out=new)
+        np.maximum(new, 0, out=new)
+        before = np.cumsum(new) - new
+        new = np.minimum(new, np.maximum(budget - before, 0))
+        active = new > 0
+        end = comp + new + np.where(comp > 0, self._lookahead, 0)
+        np.minimum(end, kv.layout.max_model_len, out=end)
+        bs = kv.layout.block_size_tok
+        need = kv.layout.num_attn_groups * ((end + bs - 1) // bs)
+        extra_attn = np.where(active, np.maximum(need - cols["num_attn_blocks"][slots], 0), 0)
+        extra_gdn = np.where(
+            active & (cols["num_gdn_blocks"][slots] == 0), kv.gdn_blocks_per_request, 0
+        )
+        total = int(extra_attn.sum() + extra_gdn.sum())
+        if total > kv.num_free_blocks:
+            return None
+        kv.num_free_blocks -= total
+        cols["num_attn_blocks"][slots] += extra_attn
+        cols["num_gdn_blocks"][slots] += extra_gdn
+        return slots[active], new[active]
+
+    def _schedule_running_sequential(
+        self, budget: int, out: SchedulerOutput
+    ) -> tuple[np.ndarray, np.ndarray]:
+        running, kv = self.running, self.kv
+        max_len = self.config.max_model_len
+        sched_slots: list[int] = []
+        sched_new: list[int] = []
         i = 0
         while i < len(running) and budget > 0:
             req = running[i]
-            num_new = req.num_tokens_with_spec - req.num_computed_tok
-            num_new = min(num_new, budget, max_len - 1 - req.num_computed_tok)
+            computed = req.num_computed_tok
+            num_new = min(req.num_tokens_with_spec - computed, budget, max_len - 1 - computed)
             if num_new <= 0:
                 i += 1
                 continue
-            lookahead = self._lookahead if req.num_computed_tok else 0
-            scheduled = True
+            lookahead = self._lookahead if computed else 0
+            ok = True
             while not kv.allocate_slots(req, num_new, lookahead):
                 victim = running.pop()
                 self._preempt(victim, out)
                 if victim is req:
-                    scheduled = False
+                    ok = False
                     break
-            if not scheduled:
+            if not ok:
                 break
-            out.scheduled.append((req, num_new))
-            out.verify.append(req.num_spec_tok > 0 and req.num_computed_tok >= req.num_tokens - 1)
+            sched_slots.append(req._slot)
+            sched_new.append(num_new)
             budget -= num_new
             i += 1
+        return np.asarray(sched_slots, dtype=np.int64), np.asarray(sched_new, dtype=np.int64)
 
+    def schedule(self) -> SchedulerOutput:
+        cfg = self.config
+        out = SchedulerOutput(store=self.store)
+        budget = cfg.max_num_batched_tokens
+        kv = self.kv
+        cols = self.store.cols
+        run_slots, run_new = _EMPTY, _EMPTY
+        if self.running:
+            fast = self._schedule_running_vectorized(budget) if self.vectorized else None
+            if fast is None:
+                fast = self._schedule_running_sequential(budget, out)
+            run_slots, run_new = fast
+            budget -= int(run_new.sum())
+
+        new_slots: list[int] = []
+        new_new: list[int] = []
         if not out.preempted:
-            waiting = self.waiting
+            running, waiting = self.running, self.waiting
             while waiting and budget > 0 and len(running) < cfg.max_num_seqs:
                 req = waiting[0]
                 num_new = req.num_tokens - req.num_computed_tok
@@ -152,60 +245,104 @@ class Scheduler:
                 waiting.popleft()
                 req.status = Status.RUNNING
                 running.append(req)
-                out.scheduled.append((req, num_new))
-                out.verify.append(False)
+                self._run_slots = None
+                new_slots.append(req._slot)
+                new_new.append(num_new)
                 out.admitted.append(req)
                 budget -= num_new
+        if new_slots:
+            out.slots = np.concatenate([run_slots, np.asarray(new_slots, dtype=np.int64)])
+            out.num_new = np.concatenate([run_new, np.asarray(new_new, dtype=np.int64)])
+        else:
+            out.slots, out.num_new = run_slots, run_new
+        out.computed_before = cols["num_computed_tok"][out.slots]
+        spec = cols["num_spec_tok"][out.slots]
+        out.verify = spec > 0
+        if new_slots:
+            out.verify[len(run_slots) :] = False
         return out
 
+    # -- results ------------------------------------------------------------------------
+    def _accepted(
+        self,
+        slots: np.ndarray,
+        drafts: np.ndarray,
+        accepted: Mapping[str, int] | AcceptFn | AcceptanceDraws,
+    ) -> np.ndarray:
+        cols = self.store.cols
+        if isinstance(accepted, AcceptanceDraws):
+            a = accepted.draw_many(cols["index"][slots], cols["num_accept_draws_used"][slots])
+            cols["num_accept_draws_used"][slots] += 1
+            return a
+        h = self.store.handles
+        if callable(accepted):
+            return np.fromiter(
+                (accepted(h[s], d) for s, d in zip(slots.tolist(), drafts.tolist(), strict=True)),
+                dtype=np.int64,
+                count=slots.size,
+            )
+        return np.fromiter(
+            (accepted.get(h[s].req_id, 0) for s in slots.tolist()),
+            dtype=np.int64,
+            count=slots.size,
+        )
+
     def update(
-        self, out: SchedulerOutput, accepted_drafts: Mapping[str, int] | AcceptFn
+        self,
+        out: SchedulerOutput,
+        accepted_drafts: Mapping[str, int] | AcceptFn | AcceptanceDraws,
     ) -> list[Request]:
         """Apply one step's results; returns the requests that finished in it.
 
-        ``accepted_drafts`` gives, per verified request, how many drafts were accepted
-        (a mapping by req_id, or a function ``(req, max_drafts) -> int``); it is clipped
-        to the drafts that were scheduled.
+        ``accepted_drafts`` gives, per verified request, how many drafts were accepted:
+        a mapping by req_id, a function ``(req, max_drafts) -> int``, or pre-drawn
+        ``AcceptanceDraws``; it is clipped to the drafts that were scheduled.
         """
-        accept: AcceptFn
-        if callable(accepted_drafts):
-            accept = accepted_drafts
+        cols = self.store.cols
+        slots, new, ver = out.slots, out.num_new, out.verify
+        computed = cols["num_computed_tok"]
+        # verify steps
+        vs = slots[ver]
+        if vs.size:
+            drafts = np.minimum(cols["num_spec_tok"][vs], new[ver] - 1)
+            a = np.clip(self._accepted(vs, drafts, accepted_drafts), 0, drafts)
+            computed[vs] += 1 + a
+            emit_v = a + 1
         else:
-            table = accepted_drafts
-
-            def accept(req: Request, max_drafts: int) -> int:
-                return table.get(req.req_id, 0)
-
+            emit_v = _EMPTY
+        # prefill chunks and plain decodes
+        ps = slots[~ver]
+        if ps.size:
+            computed[ps] += new[~ver]
+            emit_p = (computed[ps] >= cols["prompt_tok"][ps] + cols["num_output_tok"][ps]).astype(
+                np.int64
+            )
+        else:
+            emit_p = _EMPTY
+        em_slots = np.concatenate([vs, ps]) if ps.size else vs
+        emitted = np.concatenate([emit_v, emit_p]) if ps.size else emit_v
+        keep = emitted > 0
+        em_slots, emitted = em_slots[keep], emitted[keep]
+        remaining = cols["max_output_tok"][em_slots] - cols["num_output_tok"][em_slots]
+        emitted = np.minimum(emitted, remaining)
+        cols["num_output_tok"][em_slots] += emitted
+        done = cols["num_output_tok"][em_slots] >= cols["max_output_tok"][em_slots]
+        cols["num_spec_tok"][em_slots] = np.where(done, 0, self.config.num_spec_tok)
+        out.emitted_slots, out.emitted_tok = em_slots, emitted
         finished: list[Request] = []
-        num_spec = self.config.num_spec_tok
-        for (req, num_new), is_verify in zip(out.scheduled, out.verify, strict=True):
-            if req.status is not Status.RUNNING:
-                continue  # preempted later in the same step (cannot happen under FCFS)
-            emitted = 0
-            if is_verify:
-                drafts = min(req.num_spec_tok, num_new - 1)
-                a = min(max(int(accept(req, drafts)), 0), drafts)
-                req.num_computed_tok += 1 + a
-                emitted = a + 1
-            else:
-                req.num_computed_tok += num_new
-                if req.num_computed_tok >= req.num_tokens:
-                    emitted = 1
-            if emitted:
-                remaining = req.max_output_tok - req.num_output_tok
-                emitted = min(emitted, remaining)
-                req.num_output_tok += emitted
-                if req.num_output_tok >= req.max_output_tok:
-                    req.status = Status.FINISHED
-                    req.num_spec_tok = 0
-                    finished.append(req)
-                else:
-                    req.num_spec_tok = num_spec
-            if emitted:
-                out.emitted.append((req, emitted))
-        if finished:
-            done = {id(r) for r in finished}
-            self.running = [r for r in self.running if id(r) not in done]
-            for r in finished:
-                self.kv.free(r)
+        if done.any():
+            h = self.store.handles
+            fin_slots = em_slots[done]
+            cols["status"][fin_slots] = int(Status.FINISHED)
+            finished = [h[s] for s in fin_slots.tolist()]
+            run_slots = self._running_slots()
+            keep = ~np.isin(run_slots, fin_slots)
+            self.running = [r for r, k in zip(self.running, keep.tolist(), strict=True) if k]
+            self._run_slots = run_slots[keep]
+            freed = (
+                cols["num_attn_blocks"][fin_slots].sum() + cols["num_gdn_blocks"][fin_slots].sum()
+            )
+            self.kv.num_free_blocks += int(freed)
+            cols["num_attn_blocks"][fin_slots] = 0
+            cols["num_gdn_blocks"][fin_slots] = 0
         return finished

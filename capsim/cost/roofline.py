@@ -123,9 +123,7 @@ class RooflineStepTime:
             * dtype_bytes(sdt)
         )
         w = spec.window_tok
-        reads, writes = {"storeall": (1, w), "reconstruct": (2, 1), "deferred": (1, 1)}[
-            spec.commit
-        ]
+        reads, writes = {"storeall": (1, w), "reconstruct": (2, 1), "deferred": (1, 1)}[spec.commit]
         self._decode_state_bytes = model.num_gdn_layers * self._state_bytes * (reads + writes)
         self._prefill_state_bytes = model.num_gdn_layers * self._state_bytes * 2
         self._gdn_window_flops = (
@@ -177,8 +175,7 @@ class RooflineStepTime:
         if self.spec.depth and n_dec:
             d = self.spec.depth
             bytes_ += d * (
-                self._mtp_bytes
-                + self._mtp_moe * self._distinct_experts(n_dec) * self._expert_bytes
+                self._mtp_bytes + self._mtp_moe * self._distinct_experts(n_dec) * self._expert_bytes
             )
             flops += d * 2.0 * self._mtp_active_params * n_dec
         t = max(bytes_ / self._bw, flops / self._flops)

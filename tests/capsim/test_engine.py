@@ -37,13 +37,22 @@ def test_three_request_timeline() -> None:
     timeline = [
         (rid, event, round(float(r.loc[rid, col]), 6))
         for rid in ("r0", "r1", "r2")
-        for event, col in (("send", "send_s"), ("first_token", "first_token_s"),
-                           ("finish", "finish_s"))
+        for event, col in (
+            ("send", "send_s"),
+            ("first_token", "first_token_s"),
+            ("finish", "finish_s"),
+        )
     ]
     assert timeline == [
-        ("r0", "send", 0.0), ("r0", "first_token", 0.01), ("r0", "finish", 0.03),
-        ("r1", "send", 0.0), ("r1", "first_token", 0.01), ("r1", "finish", 0.02),
-        ("r2", "send", 0.02), ("r2", "first_token", 0.03), ("r2", "finish", 0.04),
+        ("r0", "send", 0.0),
+        ("r0", "first_token", 0.01),
+        ("r0", "finish", 0.03),
+        ("r1", "send", 0.0),
+        ("r1", "first_token", 0.01),
+        ("r1", "finish", 0.02),
+        ("r2", "send", 0.02),
+        ("r2", "first_token", 0.03),
+        ("r2", "finish", 0.04),
     ]
     assert r.loc["r0", "tpot_s"] == pytest.approx(0.01)
     assert res.summary["duration_s"] == pytest.approx(0.04)
@@ -123,8 +132,11 @@ def test_same_seed_same_parquet(tmp_path) -> None:  # type: ignore[no-untyped-de
     from capsim.io.results import write_result
 
     table = synthetic_table(150, seed=2)
-    cfg = _cfg(spec=SpecDecodeConfig(), load=LoadConfig(mode="rate", rate_req_per_s=20.0,
-                                                         num_requests=150), seed=7)
+    cfg = _cfg(
+        spec=SpecDecodeConfig(),
+        load=LoadConfig(mode="rate", rate_req_per_s=20.0, num_requests=150),
+        seed=7,
+    )
     for name in ("a", "b"):
         write_result(tmp_path / name, simulate(cfg, workload=table))
     for f in ("requests.parquet", "steps.parquet"):

@@ -49,8 +49,13 @@ def test_two_requests_grow_until_last_is_preempted_then_recomputed() -> None:
 def test_gdn_slots_are_taken_with_first_chunk_and_held() -> None:
     """3 GDN groups x (1+k) slots are allocated with the first chunk, never grown."""
     sched = create_scheduler(
-        num_blocks=40, block_size_tok=16, num_gdn_groups=3, gdn_slots_per_request=4,
-        lookahead_tok=3, num_spec_tok=3, max_num_batched_tokens=8,
+        num_blocks=40,
+        block_size_tok=16,
+        num_gdn_groups=3,
+        gdn_slots_per_request=4,
+        lookahead_tok=3,
+        num_spec_tok=3,
+        max_num_batched_tokens=8,
     )
     (req,) = create_requests([20], [30])
     sched.add_request(req)

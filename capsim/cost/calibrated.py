@@ -1,0 +1,399 @@
+"""Measured step time: operator tables from one H200, summed over one engine step.
+
+Step layout (per GPU; L_g GDN layers, L_a attention layers; M = all tokens of the step,
+R = decode requests, W = tokens verified per decode request, chunks i = prefill chunks)::
+
+    target   tok(M)                      every GEMM, MoE block, norm and conv of all layers
+           + L_a * [attn_decode(R, W, ctx) + sum_i attn_prefill(n_i, c_i)]
+           + L_g * [gdn_verify(R; W, commit mode) + gdn_prefill(sum_i n_i)]
+           + logits(R*W + #chunks)        final norm, lm_head rows sampled, greedy sampling
+    drafts   pass 1: mtp_tok(M) + attention as above (q=W) + logits(R_all)
+             pass d = 2..depth: mtp_tok(R_d) + attn_decode(R_d, 1, ctx) + logits(R_d)
+    host     measured graph-launch + sampled-ids round trip (async scheduling hides the rest)
+    tp > 1   ring all-reduce of the hidden state twice per layer, bandwidth only (not
+             measured: a lower bound, flagged in describe())
+
+Every term is a measured curve of ``capsim/calibration/data`` (fit split only) or the GDN
+kernel table; the lookups follow ``capsim.calibration.interp`` (linear inside the grid,
+clamp below, refuse above) with two stated exceptions, listed in ``describe()``: decode
+and prefill attention grow proportionally to context above the largest measured context,
+and the GDN verify kernels grow proportionally to the batch above the largest measured
+batch (per-request bytes are constant there). For B200/H100 every measured point is
+first mapped through ``capsim.cost.projection`` and the result is labelled a projection.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from dataclasses import dataclass
+from pathlib import Path
+
+from capsim.calibration.interp import Curve, Sheet, curve_sum
+from capsim.calibration.shapes import StepShapes, step_shapes
+from capsim.calibration.tables import CalibrationTables, load_tables, op_series
+from capsim.config import SpecDecodeConfig
+from capsim.cost.base import BatchShape
+from capsim.cost.projection import HardwareProjection, class_fixed_us
+from capsim.gpus import GPUS, GpuSpec
+from capsim.models import ModelSpec
+
+MEASURED_GPU = "H200"
+COMMIT_KERNELS: dict[str, tuple[tuple[str, ...], ...]] = {
+    # preferred kernel set first; the next is used when the table lacks the first
+    "storeall": (("storeall",),),
+    "reconstruct": (("treewy_verify", "treewy_commit"), ("treewy_verify_commit",)),
+    "deferred": (("deferred",),),
+}
+BEYOND_GRID_RULES: tuple[str, ...] = (
+    "below any grid: time of the smallest measured point (clamp)",
+    "above the token grid (M), batch grid of attention, or a measured curve: refuse",
+    "attn_decode at an unmeasured window q: linear in q between the measured neighbours",
+    "attn_decode/attn_prefill above the largest measured context: proportional to context",
+    "gdn_verify above the largest measured batch: proportional to batch",
+)
+
+
+def _dtype_alias(name: str) -> str:
+    aliases = {"fp32": "float32", "f32": "float32", "bf16": "bfloat16", "fp16": "float16"}
+    return aliases.get(str(name).lower(), str(name).lower())
+
+
+@dataclass(frozen=True, slots=True)
+class _Tables:
+    """Curves for one (model shapes, GPU) pair, built once from the fit rows."""
+
+    tok: Curve
+    mtp_tok: Curve
+    draft_rest: Curve
+    logits: Curve
+    host: Curve
+    attn_w: Sheet | None
+    attn_1: Sheet
+    prefill_attn: tuple[tuple[float, Curve], ...]
+    gdn_prefill: Curve
+    gdn_verify: Curve | None
+
+
+class CalibratedStepTime:
+    """StepTimeModel from measured operator tables (see module docstring)."""
+
+    def __init__(
+        self,
+        *,
+        shapes: StepShapes,
+        spec: SpecDecodeConfig,
+        tables: CalibrationTables,
+        gpu: GpuSpec,
+        projection: HardwareProjection | None = None,
+        split: str = "fit",
+        require_gdn: bool = True,
+    ) -> None:
+        if split not in ("fit", "all"):
+            raise ValueError(f"calibrated.split={split!r} must be 'fit' or 'all'")
+        self.shapes, self.spec, self.tables, self.gpu = shapes, spec, tables, gpu
+        self.projection = projection
+        self.split = split
+        self._require_gdn = require_gdn
+        self._gdn_kernels: tuple[str, ...] = ()
+        self._t = self._build()
+
+    # ------------------------------------------------------------------ construction
+    @classmethod
+    def from_config(
+        cls,
+        model: ModelSpec,
+        gpu: GpuSpec,
+        tp: int,
+        spec: SpecDecodeConfig,
+        *,
+        data_dir: Path | None = None,
+    ) -> CalibratedStepTime:
+        """Measured on the H200; any other GPU of ``capsim.gpus`` is a labelled projection."""
+        tables = load_tables(MEASURED_GPU, data_dir)
+        projection = None
+        if gpu.name.upper() != MEASURED_GPU:
+            projection = HardwareProjection(source=GPUS[MEASURED_GPU], target=gpu)
+        return cls(
+            shapes=step_shapes(model, tp), spec=spec, tables=tables, gpu=gpu, projection=projection
+        )
+
+    def _rows(self, rows: tuple[dict, ...]) -> list[dict]:
+        return [r for r in rows if self.split == "all" or r["split"] == "fit"]
+
+    def _times(self, rows: list[dict], flops_key: str, bytes_key: str, op_key: str) -> list[float]:
+        """p50 seconds per row, projected to the target GPU when one is set."""
+        if self.projection is None:
+            return [r["p50_us"] * 1e-6 for r in rows]
+        fixed = class_fixed_us(rows, op_key=op_key)
+        return [
+            self.projection.project_us(
+                r[op_key], r["p50_us"], r.get(flops_key, 0.0), r[bytes_key], fixed[r[op_key]]
+            )
+            * 1e-6
+            for r in rows
+        ]
+
+    def _build(self) -> _Tables:
+        shp = self.shapes
+        rows = self._rows(self.tables.ops)
+        secs = self._times(rows, "flops", "bytes", "op")
+        series: dict[tuple, list[tuple[float, float]]] = defaultdict(list)
+        for row, t_s in zip(rows, secs, strict=True):
+            key, x = op_series(row)
+            series[key].append((x, t_s))
+
+        def curve(key: tuple, above: str = "refuse") -> Curve:
+            pts = series.get(key)
+            if not pts:
+                raise ValueError(
+                    f"calibration table {self.tables.manifest_path.name} has no {key} points "
+                    f"for {shp.key}"
+                )
+            return Curve.from_points("/".join(map(str, key)), *zip(*pts, strict=True), above)
+
+        def gemm(name: str) -> Curve:
+            lin = shp.linear(name)
+            return curve(("gemm", lin.n, lin.k))
+
+        rms_h = curve(("rmsnorm", f"d{shp.hidden}"))
+        moe = curve(("moe", shp.moe_key))
+        gdn_layer = [
+            (2.0, rms_h),
+            (1.0, gemm("gdn_in_qkvz")),
+            (1.0, gemm("gdn_in_ba")),
+            (1.0, curve(("conv", f"c{shp.conv_dim}"))),
+            (1.0, curve(("rmsnorm", f"d{shp.gdn_hv * shp.gdn_dv}"))),
+            (1.0, gemm("gdn_out")),
+            (1.0, moe),
+        ]
+        attn_layer = [(2.0, rms_h), (1.0, gemm("attn_qkv")), (1.0, gemm("attn_o")), (1.0, moe)]
+        tok = curve_sum(
+            "tok",
+            [(w * shp.num_gdn_layers, c) for w, c in gdn_layer]
+            + [(w * shp.num_attn_layers, c) for w, c in attn_layer],
+        )
+        mtp = [(1.0, gemm("mtp_fc")), (2.0, rms_h), *attn_layer]
+        mtp_tok = curve_sum("mtp_tok", [(w * max(shp.num_mtp_layers, 1), c) for w, c in mtp])
+        logits = curve_sum(
+            "logits",
+            [(1.0, rms_h), (1.0, gemm("lm_head")), (1.0, curve(("sample", f"v{shp.vocab_local}")))],
+        )
+
+        def attn_q_sheet(q: int) -> Sheet | None:
+            batches = sorted({k[3] for k in series if k[:3] == ("attn_decode", shp.attn_key, q)})
+            if not batches:
+                return None
+            curves = tuple(
+                curve(("attn_decode", shp.attn_key, q, b), above="proportional") for b in batches
+            )
+            return Sheet(f"attn_decode/{shp.attn_key}/q{q}/batch", tuple(batches), curves)
+
+        def attn_sheet(q: int) -> Sheet | None:
+            """Measured q, else linear in q between the two measured neighbours."""
+            exact = attn_q_sheet(q)
+            qs = sorted({k[2] for k in series if k[:2] == ("attn_decode", shp.attn_key)})
+            lower = [x for x in qs if x < q]
+            upper = [x for x in qs if x > q]
+            if exact is not None or not lower or not upper:
+                return exact
+            s0, s1 = attn_q_sheet(lower[-1]), attn_q_sheet(upper[0])
+            if s0 is None or s1 is None or s0.us != s1.us:
+                return None
+            a = (q - lower[-1]) / (upper[0] - lower[-1])
+            curves = tuple(
+                curve_sum(f"attn_decode/q{q}/b{b:g}", [(1 - a, c0), (a, c1)], "proportional")
+                for b, c0, c1 in zip(s0.us, s0.curves, s1.curves, strict=True)
+            )
+            return Sheet(f"attn_decode/{shp.attn_key}/q{q}(interp)/batch", s0.us, curves)
+
+        attn_1 = attn_sheet(1)
+        if attn_1 is None:
+            raise ValueError(f"calibration table has no attn_decode q=1 points for {shp.key}")
+        w = self.spec.window_tok
+        attn_w = attn_sheet(w)
+        if attn_w is None and self.spec.depth:
+            raise ValueError(
+                f"calibration table has no attn_decode points with q_tok={w} "
+                f"(spec window) for {shp.attn_key}"
+            )
+        pre_ctx = sorted(k[2] for k in series if k[:2] == ("attn_prefill", shp.attn_key))
+        prefill_attn = tuple(
+            (float(c), curve(("attn_prefill", shp.attn_key, c), above="proportional"))
+            for c in pre_ctx
+        )
+        rest = max(self.spec.depth - 1, 0)
+        draft_rest = curve_sum("draft_rest", [(float(rest), mtp_tok), (float(rest), logits)])
+        return _Tables(
+            tok=tok,
+            mtp_tok=mtp_tok,
+            draft_rest=draft_rest,
+            logits=logits,
+            host=curve(("host", "roundtrip")),
+            attn_w=attn_w,
+            attn_1=attn_1,
+            prefill_attn=prefill_attn,
+            gdn_prefill=curve(("gdn_prefill", shp.gdn_key)),
+            gdn_verify=(
+                self._gdn_verify_curve() if self.spec.depth and self._require_gdn else None
+            ),
+        )
+
+    def _gdn_verify_curve(self) -> Curve:
+        shp, spec = self.shapes, self.spec
+        state = _dtype_alias(shp.ssm_state_dtype)
+        tree = "chain" if spec.tree_widths is None else ",".join(map(str, spec.tree_widths))
+        if spec.tree_widths is not None and all(x == 1 for x in spec.tree_widths):
+            tree = "chain"
+        rows = [
+            r
+            for r in self._rows(self.tables.gdn)
+            if (r["Hv"], r["Hk"], r["dk"], r["dv"]) == (shp.gdn_hv, shp.gdn_hk, shp.gdn_dk, shp.gdn_dv)
+            and _dtype_alias(r["state_dtype"]) == state
+            and r["T"] == spec.window_tok
+            and str(r["tree"]) == tree
+        ]
+        have = {r["kernel"] for r in rows}
+        for kernels in COMMIT_KERNELS[spec.commit]:
+            if set(kernels) <= have:
+                break
+        else:
+            raise ValueError(
+                f"GDN verify table has no kernels for commit={spec.commit!r} at "
+                f"{shp.gdn_key} state={state} T={spec.window_tok} tree={tree!r} "
+                f"(found {sorted(have) or 'none'}; need one of {COMMIT_KERNELS[spec.commit]})"
+            )
+        self._gdn_kernels = kernels
+        rows = [r for r in rows if r["kernel"] in kernels]
+        rows_p = [{**r, "op": "gdn_verify"} for r in rows]
+        secs = self._times(rows_p, "flops", "bytes_moved", "op")
+        parts = []
+        for kernel in kernels:
+            pts = sorted((r["B"], t) for r, t in zip(rows, secs, strict=True) if r["kernel"] == kernel)
+            parts.append((1.0, Curve.from_points(f"gdn_verify/{kernel}", *zip(*pts, strict=True))))
+        summed = curve_sum("gdn_verify", parts)
+        return Curve(summed.name, summed.xs, summed.ys, above="proportional")
+
+    # ------------------------------------------------------------------ pricing
+    def _attn_prefill(self, n: int, ctx: int) -> float:
+        shp = self.shapes
+        pts = self._t.prefill_attn
+        if not pts or n <= 0:
+            return 0.0
+
+        def at(c: float, curve: Curve) -> float:
+            return curve(4.0 * shp.attn_hq * shp.head_dim * n * (c + n / 2.0))
+
+        if ctx <= pts[0][0]:
+            return at(pts[0][0], pts[0][1])
+        for (c0, k0), (c1, k1) in zip(pts, pts[1:], strict=False):
+            if ctx <= c1:
+                y0, y1 = at(c0, k0), at(c1, k1)
+                return y0 + (y1 - y0) * (ctx - c0) / (c1 - c0)
+        c_top, k_top = pts[-1]
+        return at(c_top, k_top) * ctx / c_top  # stated rule: proportional to context above
+
+    def breakdown_s(self, shape: BatchShape, *, parts: str = "step") -> dict[str, float]:
+        """Seconds per part of one step. ``parts='forward_no_gdn'`` prices only what the
+        whole-step validation runs measured (target forward without the GDN recurrence,
+        no drafts, no host)."""
+        if parts not in ("step", "forward_no_gdn"):
+            raise ValueError(f"breakdown parts={parts!r} must be 'step' or 'forward_no_gdn'")
+        out: dict[str, float] = {}
+        self._price(shape, out, parts == "step")
+        return out
+
+    def step_time_s(self, shape: BatchShape) -> float:
+        return self._price(shape, None, True)
+
+    def _price(self, shape: BatchShape, out: dict[str, float] | None, full: bool) -> float:
+        t, shp, spec = self._t, self.shapes, self.spec
+        r_dec, w = shape.num_decode_req, shape.query_tok_per_decode
+        n_chunks = shape.prefill_new_tok.size
+        pre_tok = int(shape.prefill_new_tok.sum()) if n_chunks else 0
+        m = r_dec * w + pre_tok
+        dense = t.tok(m) if m else 0.0
+        attn = ctx = 0.0
+        if r_dec:
+            ctx = float(shape.decode_context_tok.sum()) / r_dec + w
+            if w == spec.window_tok and t.attn_w is not None:
+                attn = t.attn_w(r_dec, ctx)
+            elif w == 1:
+                attn = t.attn_1(r_dec, ctx)
+            else:
+                raise ValueError(
+                    f"calibrated: query_tok_per_decode={w} has no attention table "
+                    f"(measured for 1 and the spec window {spec.window_tok})"
+                )
+        pre_attn = 0.0
+        if n_chunks:
+            for n, c in zip(
+                shape.prefill_new_tok.tolist(), shape.prefill_computed_tok.tolist(), strict=True
+            ):
+                pre_attn += self._attn_prefill(int(n), int(c))
+        attention = shp.num_attn_layers * (attn + pre_attn)
+        n_logits = r_dec * w + n_chunks
+        logits = t.logits(n_logits) if n_logits else 0.0
+        total = dense + attention + logits
+        if out is not None:
+            out.update(dense=dense, attention=attention, logits=logits)
+        if not full:
+            return total
+        gdn = 0.0
+        if r_dec:
+            if t.gdn_verify is None:
+                raise ValueError("calibrated: decode requests but spec.depth=0 (no GDN table)")
+            gdn += t.gdn_verify(r_dec)
+        if n_chunks:
+            gdn += t.gdn_prefill(pre_tok)
+        gdn *= shp.num_gdn_layers
+        drafts = 0.0
+        r_all = r_dec + n_chunks
+        if spec.depth and r_all:
+            drafts += t.mtp_tok(m) + attn + pre_attn + t.logits(r_all)
+            if spec.tree_widths is None:  # chain: passes 2..depth price r_all tokens each
+                drafts += t.draft_rest(r_all) + (spec.depth - 1) * t.attn_1(r_all, ctx + 1)
+            else:
+                level = 1
+                for d in range(1, spec.depth):
+                    level *= spec.tree_widths[d - 1]
+                    r_d = r_all * level
+                    drafts += t.mtp_tok(r_d) + t.attn_1(r_d, ctx + d) + t.logits(r_d)
+        host = t.host(n_logits if n_logits > 1 else 1)
+        total += gdn + drafts + host
+        allreduce = 0.0
+        if shp.tp > 1:
+            layers = shp.num_gdn_layers + shp.num_attn_layers + (1 if spec.depth else 0)
+            ring = 2.0 * (shp.tp - 1) / shp.tp
+            allreduce = ring * 2 * layers * m * shp.hidden * 2 / self.gpu.interconnect_bytes_per_s
+            total += allreduce
+        if out is not None:
+            out.update(gdn=gdn, drafts=drafts, host=host)
+            if shp.tp > 1:
+                out["tp_allreduce"] = allreduce
+        return total
+
+    def describe(self) -> dict[str, object]:
+        tab = self.tables
+        return {
+            "kind": "calibrated",
+            "table_path": str(tab.manifest_path),
+            "table_sha256": tab.manifest_sha256,
+            "schema_version": tab.manifest.get("schema_version"),
+            "gpu": self.gpu.name,
+            "measured_gpu": MEASURED_GPU,
+            "projection": self.projection.label if self.projection else False,
+            "hardware_model": self.projection.describe() if self.projection else None,
+            "model": self.shapes.model,
+            "tp": self.shapes.tp,
+            "commit": self.spec.commit,
+            "window_tok": self.spec.window_tok,
+            "depth": self.spec.depth,
+            "gdn_kernels": list(self._gdn_kernels),
+            "split": self.split,
+            "beyond_grid": list(BEYOND_GRID_RULES),
+            "tp_allreduce": (
+                "analytical ring all-reduce, bandwidth only (not measured; lower bound)"
+                if self.shapes.tp > 1
+                else None
+            ),
+        }
