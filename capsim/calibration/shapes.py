@@ -86,7 +86,10 @@ class StepShapes:
 
     @property
     def moe_key(self) -> str:
-        return f"e{self.num_experts}_k{self.topk}_i{self.moe_inter}_s{self.shared_inter}_h{self.hidden}"
+        return (
+            f"e{self.num_experts}_k{self.topk}_i{self.moe_inter}"
+            f"_s{self.shared_inter}_h{self.hidden}"
+        )
 
     @property
     def gdn_key(self) -> str:
@@ -99,10 +102,8 @@ def step_shapes(model: ModelSpec, tp: int) -> StepShapes:
         raise ValueError(f"tp={tp!r} must be an int >= 1")
     h = model.hidden_size
     hq = _split(model, "num_attention_heads", model.num_attention_heads, tp)
-    if tp >= model.num_kv_heads:
-        hkv = 1  # vLLM replicates KV heads when tp exceeds them: one head per GPU
-    else:
-        hkv = _split(model, "num_kv_heads", model.num_kv_heads, tp)
+    # vLLM replicates KV heads when tp exceeds them: one head per GPU
+    hkv = 1 if tp >= model.num_kv_heads else _split(model, "num_kv_heads", model.num_kv_heads, tp)
     hv = _split(model, "linear_num_value_heads", model.linear_num_value_heads, tp)
     hk = _split(model, "linear_num_key_heads", model.linear_num_key_heads, tp)
     dk, dv, hd = model.linear_key_head_dim, model.linear_value_head_dim, model.head_dim

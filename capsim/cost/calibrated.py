@@ -26,6 +26,7 @@ from __future__ import annotations
 
 from collections import defaultdict
 from dataclasses import dataclass
+from itertools import pairwise
 from pathlib import Path
 
 from capsim.calibration.interp import Curve, Sheet, curve_sum
@@ -50,6 +51,7 @@ BEYOND_GRID_RULES: tuple[str, ...] = (
     "attn_decode at an unmeasured window q: linear in q between the measured neighbours",
     "attn_decode/attn_prefill above the largest measured context: proportional to context",
     "gdn_verify above the largest measured batch: proportional to batch",
+    "host round trip above its id grid: the value at the top (flat 23-27 us over 1-4096 ids)",
 )
 
 
@@ -247,7 +249,8 @@ class CalibratedStepTime:
         rows = [
             r
             for r in self._rows(self.tables.gdn)
-            if (r["Hv"], r["Hk"], r["dk"], r["dv"]) == (shp.gdn_hv, shp.gdn_hk, shp.gdn_dk, shp.gdn_dv)
+            if (r["Hv"], r["Hk"], r["dk"], r["dv"])
+            == (shp.gdn_hv, shp.gdn_hk, shp.gdn_dk, shp.gdn_dv)
             and _dtype_alias(r["state_dtype"]) == state
             and r["T"] == spec.window_tok
             and str(r["tree"]) == tree
@@ -268,7 +271,9 @@ class CalibratedStepTime:
         secs = self._times(rows_p, "flops", "bytes_moved", "op")
         parts = []
         for kernel in kernels:
-            pts = sorted((r["B"], t) for r, t in zip(rows, secs, strict=True) if r["kernel"] == kernel)
+            pts = sorted(
+                (r["B"], t) for r, t in zip(rows, secs, strict=True) if r["kernel"] == kernel
+            )
             parts.append((1.0, Curve.from_points(f"gdn_verify/{kernel}", *zip(*pts, strict=True))))
         summed = curve_sum("gdn_verify", parts)
         return Curve(summed.name, summed.xs, summed.ys, above="proportional")
@@ -285,7 +290,7 @@ class CalibratedStepTime:
 
         if ctx <= pts[0][0]:
             return at(pts[0][0], pts[0][1])
-        for (c0, k0), (c1, k1) in zip(pts, pts[1:], strict=False):
+        for (c0, k0), (c1, k1) in pairwise(pts):
             if ctx <= c1:
                 y0, y1 = at(c0, k0), at(c1, k1)
                 return y0 + (y1 - y0) * (ctx - c0) / (c1 - c0)
@@ -358,7 +363,7 @@ class CalibratedStepTime:
                     level *= spec.tree_widths[d - 1]
                     r_d = r_all * level
                     drafts += t.mtp_tok(r_d) + t.attn_1(r_d, ctx + d) + t.logits(r_d)
-        host = t.host(n_logits if n_logits > 1 else 1)
+        host = t.host(min(max(n_logits, 1), t.host.x_max))
         total += gdn + drafts + host
         allreduce = 0.0
         if shp.tp > 1:

@@ -55,14 +55,18 @@ class HardwareProjection:
     def floor_ratio(self, flops: float, bytes_: float) -> float:
         """floor_target / floor_source of one point (1.0 where both floors are zero)."""
         src = max(
-            flops / self.source.dense_bf16_flop_per_s, bytes_ / self.source.hbm_bandwidth_bytes_per_s
+            flops / self.source.dense_bf16_flop_per_s,
+            bytes_ / self.source.hbm_bandwidth_bytes_per_s,
         )
         dst = max(
-            flops / self.target.dense_bf16_flop_per_s, bytes_ / self.target.hbm_bandwidth_bytes_per_s
+            flops / self.target.dense_bf16_flop_per_s,
+            bytes_ / self.target.hbm_bandwidth_bytes_per_s,
         )
         return dst / src if src > 0 else 1.0
 
-    def project_us(self, op: str, t_us: float, flops: float, bytes_: float, fixed_us: float) -> float:
+    def project_us(
+        self, op: str, t_us: float, flops: float, bytes_: float, fixed_us: float
+    ) -> float:
         if t_us < 0 or fixed_us < 0:
             raise ValueError(f"projection: t_us={t_us} and fixed_us={fixed_us} must be >= 0")
         if op in UNSCALED_OPS:

@@ -1,0 +1,159 @@
+"""Convert measured CSVs (``kernels/results/<gpu>/``) into the packaged calibration tables.
+
+Inputs, in ``results_dir``::
+
+    model_step_run*.csv          operator points from kernels/bench/model_step.py; a later
+                                 run's rows replace earlier rows of the same (op, key)
+    model_step_validation.csv    whole steps (held back by construction)
+    model_step_meta.json         device, versions, dates, commands of each run
+    gdn_verify.csv (optional)    GDN verify/commit kernels (kernels/bench, kernels issue)
+
+Outputs, in ``data_dir`` (atomic writes), see ``capsim.calibration.tables``. Run with::
+
+    python -m capsim.calibration.build --results kernels/results/h200 --gpu H200
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import json
+import os
+from pathlib import Path
+
+from capsim.calibration.tables import (
+    DATA_DIR,
+    GDN_FLOAT_FIELDS,
+    GDN_INT_FIELDS,
+    HOLDOUT_FRACTION,
+    HOLDOUT_SEED,
+    OP_FLOAT_FIELDS,
+    OP_INT_FIELDS,
+    SCHEMA_VERSION,
+    VAL_INT_FIELDS,
+    assign_splits,
+    gdn_series,
+    op_series,
+    read_rows,
+    sha256_file,
+)
+
+
+def _write_atomic(path: Path, text: str) -> None:
+    tmp = path.with_name(path.name + ".tmp")
+    tmp.write_text(text)
+    os.replace(tmp, path)
+
+
+def _write_csv(path: Path, rows: list[dict], columns: list[str]) -> None:
+    tmp = path.with_name(path.name + ".tmp")
+    with tmp.open("w", newline="") as fh:
+        writer = csv.DictWriter(fh, fieldnames=columns, extrasaction="ignore")
+        writer.writeheader()
+        writer.writerows(rows)
+    os.replace(tmp, path)
+
+
+def merge_runs(paths: list[Path]) -> list[dict]:
+    """Rows of all runs; a later run's (op, key) classes replace the earlier ones."""
+    merged: dict[tuple[str, str], list[dict]] = {}
+    for path in paths:
+        rows = read_rows(path, OP_INT_FIELDS, OP_FLOAT_FIELDS, ("op", "key"))
+        fresh: dict[tuple[str, str], list[dict]] = {}
+        for row in rows:
+            row["source"] = path.name
+            fresh.setdefault((row["op"], row["key"]), []).append(row)
+        merged.update(fresh)
+    return [r for group in merged.values() for r in group]
+
+
+def build(
+    results_dir: Path,
+    data_dir: Path = DATA_DIR,
+    *,
+    gpu: str = "H200",
+    seed: int = HOLDOUT_SEED,
+    fraction: float = HOLDOUT_FRACTION,
+) -> dict:
+    """Write ``<gpu>_*`` tables and manifest into ``data_dir``; returns the manifest."""
+    results_dir, data_dir = Path(results_dir), Path(data_dir)
+    runs = sorted(results_dir.glob("model_step_run*.csv"))
+    if not runs:
+        raise ValueError(f"results_dir={results_dir}: no model_step_run*.csv")
+    data_dir.mkdir(parents=True, exist_ok=True)
+    prefix = gpu.lower()
+    files: dict[str, str] = {}
+
+    ops = merge_runs(runs)
+    for row, split in zip(
+        ops, assign_splits(ops, op_series, seed=seed, fraction=fraction), strict=True
+    ):
+        row["split"] = split
+    with runs[0].open() as fh:
+        op_columns = next(csv.reader(fh))
+    name = f"{prefix}_model_step.csv"
+    _write_csv(data_dir / name, ops, [*op_columns, "source", "split"])
+    files[name] = sha256_file(data_dir / name)
+
+    val_path = results_dir / "model_step_validation.csv"
+    if val_path.is_file():
+        val = read_rows(val_path, VAL_INT_FIELDS, ("p50_us",), ("model",))
+        with val_path.open() as fh:
+            val_columns = next(csv.reader(fh))
+        name = f"{prefix}_model_step_validation.csv"
+        _write_csv(data_dir / name, val, val_columns)
+        files[name] = sha256_file(data_dir / name)
+
+    gdn_path = results_dir / "gdn_verify.csv"
+    if gdn_path.is_file():
+        gdn = read_rows(gdn_path, GDN_INT_FIELDS, GDN_FLOAT_FIELDS, ("kernel", "tree"))
+        for row, split in zip(
+            gdn, assign_splits(gdn, gdn_series, seed=seed, fraction=fraction), strict=True
+        ):
+            row["split"] = split
+        with gdn_path.open() as fh:
+            gdn_columns = next(csv.reader(fh))
+        name = f"{prefix}_gdn_verify.csv"
+        _write_csv(data_dir / name, gdn, [*gdn_columns, "split"])
+        files[name] = sha256_file(data_dir / name)
+
+    meta_path = results_dir / "model_step_meta.json"
+    meta = json.loads(meta_path.read_text()) if meta_path.is_file() else {}
+    # the kernels benchmark writes its metadata to meta.json next to gdn_verify.csv
+    gdn_meta = sorted(results_dir.glob("gdn_verify*meta*.json"))
+    if gdn_path.is_file() and (results_dir / "meta.json").is_file():
+        gdn_meta.append(results_dir / "meta.json")
+    manifest = {
+        "schema_version": SCHEMA_VERSION,
+        "gpu": gpu.upper(),
+        "measured": True,
+        "sources": {
+            "model_step_runs": [p.name for p in runs],
+            "model_step_sha256": {p.name: sha256_file(p) for p in runs},
+            "gdn_verify": gdn_path.name if gdn_path.is_file() else None,
+            "gdn_verify_sha256": sha256_file(gdn_path) if gdn_path.is_file() else None,
+            "results_dir": str(results_dir),
+        },
+        "holdout": {"seed": seed, "fraction": fraction, "rule": "interior points per series"},
+        "model_step_meta": meta,
+        "gdn_verify_meta": [json.loads(p.read_text()) for p in gdn_meta],
+        "files": files,
+    }
+    _write_atomic(data_dir / f"{prefix}_manifest.json", json.dumps(manifest, indent=1) + "\n")
+    return manifest
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--results", type=Path, required=True)
+    ap.add_argument("--data", type=Path, default=DATA_DIR)
+    ap.add_argument("--gpu", default="H200")
+    ap.add_argument("--seed", type=int, default=HOLDOUT_SEED)
+    args = ap.parse_args(argv)
+    manifest = build(args.results, args.data, gpu=args.gpu, seed=args.seed)
+    print(json.dumps(manifest["files"], indent=1))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
