@@ -47,7 +47,11 @@ class EngineConfig:
     )
     conv_state_dtype: str = field(default="bfloat16", metadata={"help": "GDN conv state dtype"})
     kernel_block_align_tok: int = field(
-        default=16, metadata={"help": "attention kernel block alignment (FA/FlashInfer: 16)"}
+        default=16,
+        metadata={"help": "attention backend's minimum block (FA/FlashInfer on CUDA: 16)"},
+    )
+    block_size_tok: int | None = field(
+        default=None, metadata={"help": "vLLM --block-size (None = 16, CacheConfig default)"}
     )
     watermark: float = field(default=0.0, metadata={"help": "scheduler watermark fraction"})
     subtract_cudagraph_memory: bool = field(
@@ -72,6 +76,8 @@ class EngineConfig:
             _fail(o, "num_gpu_blocks_override", self.num_gpu_blocks_override, "must be >= 2")
         if not 0.0 <= self.watermark < 1.0:
             _fail(o, "watermark", self.watermark, "must be in [0, 1)")
+        if self.block_size_tok is not None and self.block_size_tok < 1:
+            _fail(o, "block_size_tok", self.block_size_tok, "must be None or >= 1")
         if self.kernel_block_align_tok < 1:
             _fail(o, "kernel_block_align_tok", self.kernel_block_align_tok, "must be >= 1")
         dtype_bytes(self.kv_cache_dtype, field_name="engine.kv_cache_dtype")

@@ -224,22 +224,31 @@ def model_from_hf_config(path: Path) -> ModelSpec:
     cfg = raw.get("text_config", raw)
     num_layers = int(_get(cfg, "num_hidden_layers", path))
     layer_types = cfg.get("layer_types")
-    if layer_types:
+    if not cfg.get("linear_num_value_heads"):
+        num_attn = num_layers  # a plain attention model (Llama-style): no GDN layers
+    elif layer_types:
         num_attn = sum(1 for t in layer_types if t == "full_attention")
     else:
         interval = int(cfg.get("full_attention_interval", 4))
         num_attn = sum(1 for i in range(num_layers) if (i + 1) % interval == 0)
     num_gdn = num_layers - num_attn
     num_experts = int(cfg.get("num_experts", 0) or 0)
-    ssm_dtype = cfg.get("mamba_ssm_dtype") or cfg.get("torch_dtype") or "bfloat16"
+    # No mamba_ssm_dtype: a live vLLM 0.32 used an fp32 SSM state ("auto" cache dtype;
+    # experiments/live/README.md, VLLM.md s2.1 calls the default version dependent).
+    ssm_dtype = cfg.get("mamba_ssm_dtype") or "float32"
     return ModelSpec(
         name=str(cfg.get("_name_or_path") or Path(path).stem),
         hidden_size=int(_get(cfg, "hidden_size", path)),
         num_gdn_layers=num_gdn,
         num_attn_layers=num_attn,
         num_attention_heads=int(_get(cfg, "num_attention_heads", path)),
-        num_kv_heads=int(_get(cfg, "num_key_value_heads", path)),
-        head_dim=int(_get(cfg, "head_dim", path)),
+        num_kv_heads=int(
+            cfg.get("num_key_value_heads") or _get(cfg, "num_attention_heads", path)
+        ),
+        head_dim=int(
+            cfg.get("head_dim")
+            or int(_get(cfg, "hidden_size", path)) // int(_get(cfg, "num_attention_heads", path))
+        ),
         attn_output_gate=bool(cfg.get("attn_output_gate", True)),
         linear_num_key_heads=int(cfg.get("linear_num_key_heads", 0)),
         linear_num_value_heads=int(cfg.get("linear_num_value_heads", 0)),

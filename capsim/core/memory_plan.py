@@ -105,9 +105,10 @@ def block_size_and_page(
     attn_per_tok = (
         kv_heads_per_rank(model, tp) * model.head_dim * 2 * dtype_bytes(engine.kv_cache_dtype)
     )
+    # kernel_align = max(backend minimum, --block-size) (Platform.update_block_size_for_backend)
+    align = max(engine.kernel_block_align_tok, engine.block_size_tok or 16)
     if not model.is_hybrid:
-        block = 16
-        return block, block * attn_per_tok, attn_per_tok, 0, 0
+        return align, align * attn_per_tok, attn_per_tok, 0, 0
     for name, heads in (
         ("linear_num_value_heads", model.linear_num_value_heads),
         ("linear_num_key_heads", model.linear_num_key_heads),
@@ -123,7 +124,6 @@ def block_size_and_page(
         * model.linear_key_head_dim
         * dtype_bytes(ssm_dtype)
     )
-    align = engine.kernel_block_align_tok
     if engine.enable_prefix_caching:
         # mamba_cache_mode "align": LCM with the FlashInfer GDN prefill checkpoint (64).
         align = math.lcm(align, 64)

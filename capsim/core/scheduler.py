@@ -23,8 +23,10 @@ request store) whenever every running request's growth fits in the free blocks, 
 is exactly when the sequential loop would preempt nobody; otherwise the sequential
 loop runs. Both give identical results (tested).
 
-NOTE(lookahead): as in vLLM's scheduler, a request with nothing computed yet is
-allocated without the drafter's lookahead slots; every later allocation reserves them.
+NOTE(lookahead): every allocation, a newly admitted request's first chunk included,
+reserves the drafter's lookahead slots (vLLM 0.32 ``effective_lookahead_tokens`` is the
+full ``num_lookahead_tokens`` unless KV is loaded asynchronously; checked step by step
+against a live engine, experiments/live).
 NOTE(async): vLLM's async scheduling (output placeholders) is not modelled: each step
 sees the previous step's outputs, as with ``--no-async-scheduling``.
 """
@@ -166,7 +168,7 @@ class Scheduler:
         before = np.cumsum(new) - new
         new = np.minimum(new, np.maximum(budget - before, 0))
         active = new > 0
-        end = comp + new + np.where(comp > 0, self._lookahead, 0)
+        end = comp + new + self._lookahead
         np.minimum(end, kv.layout.max_model_len, out=end)
         bs = kv.layout.block_size_tok
         need = kv.layout.num_attn_groups * ((end + bs - 1) // bs)
@@ -197,7 +199,7 @@ class Scheduler:
             if num_new <= 0:
                 i += 1
                 continue
-            lookahead = self._lookahead if computed else 0
+            lookahead = self._lookahead
             ok = True
             while not kv.allocate_slots(req, num_new, lookahead):
                 victim = running.pop()
@@ -239,8 +241,7 @@ class Scheduler:
                 num_new = min(num_new, budget)
                 if running and not kv.full_sequence_fits(req):
                     break
-                lookahead = self._lookahead if req.num_computed_tok else 0
-                if not kv.allocate_slots(req, num_new, lookahead):
+                if not kv.allocate_slots(req, num_new, self._lookahead):
                     break
                 waiting.popleft()
                 req.status = Status.RUNNING

@@ -66,7 +66,14 @@ def load_results(result_dir: Path) -> tuple[pd.DataFrame, pd.DataFrame, dict[str
 def _table_html(df: pd.DataFrame) -> str:
     if df.empty:
         return "<p class='note'>(no rows)</p>"
-    return df.to_html(index=False, float_format=lambda v: f"{v:.3g}", na_rep="-", border=0)
+    return df.to_html(index=False, float_format=_fmt, na_rep="-", border=0)
+
+
+def _fmt(v: float) -> str:
+    """Counts and large values as integers, ratios to 3 significant digits."""
+    if v == int(v) or abs(v) >= 100:
+        return f"{v:.0f}"
+    return f"{v:.3g}"
 
 
 def _provenance(manifest: dict[str, Any], points: pd.DataFrame) -> str:
@@ -74,7 +81,7 @@ def _provenance(manifest: dict[str, Any], points: pd.DataFrame) -> str:
     items = {
         "grid": manifest.get("spec", {}).get("name", "?"),
         "points": f"{len(points)} ({points['match_id'].nunique()} matched)",
-        "requests per point": str(manifest.get("spec", {}).get("num_requests", "?")),
+        "requests per point": _requests_rule(manifest.get("spec", {})),
         "root seed": str(manifest.get("seeds", {}).get("root_seed", "?")),
         "step-time model": json.dumps(calib, sort_keys=True)[:300] if calib else "?",
         "git sha": str(manifest.get("git_sha", "?")),
@@ -83,6 +90,18 @@ def _provenance(manifest: dict[str, Any], points: pd.DataFrame) -> str:
     }
     rows = "".join(f"<dt>{html.escape(k)}</dt><dd>{html.escape(v)}</dd>" for k, v in items.items())
     return f"<dl>{rows}</dl>"
+
+
+def _requests_rule(spec: dict[str, Any]) -> str:
+    if not spec:
+        return "?"
+    if spec.get("num_requests") is not None:
+        return str(spec["num_requests"])
+    return (
+        f"{spec.get('requests_per_concurrency')} x concurrency or rate x "
+        f"{spec.get('rate_window_s')} s, clamped to [{spec.get('min_requests')}, "
+        f"{spec.get('max_requests')}] (per-workload overrides in the grid)"
+    )
 
 
 def build_report(result_dir: Path | str, out_dir: Path | str | None = None) -> Path:

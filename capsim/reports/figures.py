@@ -15,7 +15,9 @@ import math
 
 import numpy as np
 import pandas as pd
+from matplotlib.axes import Axes
 from matplotlib.figure import Figure
+from matplotlib.ticker import FuncFormatter, LogLocator, NullFormatter
 
 from capsim.sweep.matched import geomean
 
@@ -47,7 +49,31 @@ def _empty(title: str) -> Figure:
 
 
 def _short(model: str) -> str:
-    return model.replace("qwen3.5-", "Qwen3.5-").replace("-a3b", "-A3B").replace("-a17b", "-A17B")
+    """'qwen3.5-35b-a3b' -> 'Qwen3.5-35B-A3B'."""
+    head, _, rest = model.partition("-")
+    return head.replace("qwen", "Qwen") + ("-" + rest.upper() if rest else "")
+
+
+_PLAIN = FuncFormatter(lambda v, _pos: f"{v:g}")
+
+
+def _log_y(ax: Axes) -> None:
+    """Log y axis labelled 0.5, 1, 2, 5, 10, ... instead of powers of ten."""
+    ax.set_yscale("log")
+    lo, hi = ax.get_ylim()
+    # Less than a decade of data: label more steps so the axis never shows a single tick.
+    subs = (1.0, 2.0, 5.0) if hi / max(lo, 1e-300) >= 10 else (1.0, 1.2, 1.5, 2.0, 3.0, 5.0, 7.0)
+    ax.yaxis.set_major_locator(LogLocator(base=10, subs=subs))
+    ax.yaxis.set_major_formatter(_PLAIN)
+    ax.yaxis.set_minor_formatter(NullFormatter())
+
+
+def _load_x(ax: Axes, loads: np.ndarray) -> None:
+    """Log-2 x axis with a tick at every swept load, labelled as plain numbers."""
+    ax.set_xscale("log", base=2)
+    ax.set_xticks(sorted({float(x) for x in loads}))
+    ax.xaxis.set_major_formatter(_PLAIN)
+    ax.xaxis.set_minor_formatter(NullFormatter())
 
 
 def figure1_pool_usage(points: pd.DataFrame) -> Figure:
@@ -74,7 +100,7 @@ def figure1_pool_usage(points: pd.DataFrame) -> Figure:
             ax.fill_between(stats.index, stats["min"], stats["max"], color=c, alpha=0.18)
         ceiling = float((sub["usable_blocks"] * sub["bytes_per_block"]).max()) / GIB
         ax.axhline(ceiling, color="black", ls="--", lw=1, label=f"pool ceiling {ceiling:.1f} GiB")
-        ax.set_xscale("log", base=2)
+        _load_x(ax, sub["load"].to_numpy())
         ax.set_title(f"{_short(model)}, gmu {gmu:g}")
         ax.set_xlabel("offered concurrency (requests)")
         ax.set_ylabel("peak pool usage (GiB per GPU)")
@@ -107,13 +133,14 @@ def figure2_ttft(points: pd.DataFrame) -> Figure:
             ax = axes[i, j]
             sub = df[(df["model"] == model) & (df["gmu"] == gmu) & (df["workload"] == wl)]
             last: dict[str, float] = {}
-            for mode, g in sub.groupby("commit", sort=False):
+            # TreeWY first, store-all dashed on top: where they coincide both stay visible.
+            for mode, g in sorted(sub.groupby("commit"), key=lambda kv: kv[0] == "storeall"):
                 g = g.sort_values("load")
                 ms = g["ttft_p99_s"] * 1e3
                 ax.plot(
                     g["load"],
                     ms,
-                    "o-",
+                    "o--" if mode == "storeall" else "o-",
                     ms=3,
                     color=MODE_COLOUR.get(str(mode), "grey"),
                     label=MODE_LABEL.get(str(mode), str(mode)),
@@ -131,8 +158,9 @@ def figure2_ttft(points: pd.DataFrame) -> Figure:
                     fontsize=8,
                     bbox={"boxstyle": "round", "fc": "white", "ec": "0.6"},
                 )
-            ax.set_xscale("log", base=2)
-            ax.set_yscale("log")
+            _load_x(ax, df["load"].to_numpy())
+            ax.tick_params(axis="x", labelrotation=60, labelsize=7)
+            _log_y(ax)
             ax.grid(alpha=0.3, which="both")
             if i == 0:
                 ax.set_title(wl, fontsize=9)
@@ -166,6 +194,7 @@ def figure3_matched(matched: pd.DataFrame) -> Figure:
     rng = np.random.default_rng(0)  # jitter only; fixed so the figure is reproducible
     groups = (("memory-bound", True, "#9467bd"), ("headroom", False, "#7f7f7f"))
     for ax, (col, label) in zip(axes, FIG3_METRICS, strict=True):
+        ticks: list[str] = []
         for x, (_name, flag, colour) in enumerate(groups):
             v = m.loc[m["memory_bound"] == flag, col].to_numpy(dtype=float)
             v = v[np.isfinite(v) & (v > 0)]
@@ -185,17 +214,11 @@ def figure3_matched(matched: pd.DataFrame) -> Figure:
                     alpha=0.7,
                     zorder=3,
                 )
-                ax.annotate(
-                    f"gm {geomean(pd.Series(v)):.2f}\nn={v.size}",
-                    (x, 1.0),
-                    xycoords=("data", "axes fraction"),
-                    ha="center",
-                    va="top",
-                    fontsize=7,
-                )
+            gm = f", gm {geomean(pd.Series(v)):.2f}" if v.size else ""
+            ticks.append(f"{groups[x][0]}\nn={v.size}{gm}")
         ax.axhline(1.0, color="black", lw=0.8, ls="--")
-        ax.set_yscale("log")
-        ax.set_xticks([0, 1], [g[0] for g in groups])
+        _log_y(ax)
+        ax.set_xticks([0, 1], ticks, fontsize=8)
         ax.set_xlim(-0.6, 1.6)
         ax.set_title(label, fontsize=9)
         ax.set_ylabel("ratio (> 1 better for TreeWY)", fontsize=8)

@@ -6,9 +6,8 @@ any simulation runs, with a message naming the flag and value.
 
 from __future__ import annotations
 
+import json
 import math
-import shlex
-import sys
 import time
 from pathlib import Path
 
@@ -69,6 +68,7 @@ def _value_error(exc: Exception) -> click.ClickException:
 @click.option("--modes", default=None, help="commit modes, e.g. storeall,reconstruct,deferred")
 @click.option("--num-requests", type=int, default=None, help="requests per point (grid default)")
 @click.option("--seed", type=int, default=None, help="root seed (grid default)")
+@click.option("--step-time", default=None, help="step-time model: roofline | calibrated")
 @click.option(
     "--out",
     "out_dir",
@@ -91,6 +91,7 @@ def sweep_cmd(
     modes: str | None,
     num_requests: int | None,
     seed: int | None,
+    step_time: str | None,
     out_dir: Path,
     executor: str,
     scheduler: str | None,
@@ -112,11 +113,15 @@ def sweep_cmd(
             commit_modes=tuple(m.strip() for m in modes.split(",")) if modes else None,
             num_requests=num_requests,
             seed=seed,
+            step_time=step_time,
         )
         ex = make_executor(executor, jobs=jobs, scheduler=scheduler)
     except ValueError as exc:
         raise _value_error(exc) from None
-    command = shlex.join(["capsim", *sys.argv[1:]]) if sys.argv else "capsim sweep"
+    ctx = click.get_current_context()
+    command = f"{ctx.command_path} " + json.dumps(
+        {k: str(v) if isinstance(v, Path) else v for k, v in ctx.params.items()}, sort_keys=True
+    )
     try:
         report = run_sweep(
             spec,
@@ -308,6 +313,13 @@ def whatif_cmd(
             ].to_string(index=False)
         )
     click.echo(
-        f"\n{int(allres['num_sims'].sum())} short simulations ({num_requests} requests each) "
+        f"\n{int(allres['num_sims'].sum())} short simulations (>= {num_requests} requests each) "
         f"in {time.perf_counter() - t0:.1f} s"
     )
+
+
+# The names capsim.cli looks up when it attaches these commands to the ``capsim`` group.
+sweep = sweep_cmd
+knee = knee_cmd
+report = report_cmd
+whatif = whatif_cmd

@@ -9,7 +9,7 @@ executor computed them (the point function is deterministic in its config).
 from __future__ import annotations
 
 import os
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Generator, Iterable
 from concurrent.futures import FIRST_COMPLETED, Future, ProcessPoolExecutor, wait
 from typing import Any, Protocol
 
@@ -19,7 +19,9 @@ EXECUTORS: tuple[str, ...] = ("local", "serial", "dask")
 class Executor(Protocol):
     name: str
 
-    def map_unordered(self, fn: Callable[[Any], Any], tasks: Iterable[Any]) -> Iterator[Any]:
+    def map_unordered(
+        self, fn: Callable[[Any], Any], tasks: Iterable[Any]
+    ) -> Generator[Any, None, None]:
         """Yield ``fn(task)`` for every task, in completion order."""
         ...
 
@@ -29,7 +31,9 @@ class SerialExecutor:
 
     name = "serial"
 
-    def map_unordered(self, fn: Callable[[Any], Any], tasks: Iterable[Any]) -> Iterator[Any]:
+    def map_unordered(
+        self, fn: Callable[[Any], Any], tasks: Iterable[Any]
+    ) -> Generator[Any, None, None]:
         for task in tasks:
             yield fn(task)
 
@@ -44,9 +48,13 @@ class LocalExecutor:
             raise ValueError(f"jobs={max_workers!r}: must be >= 1")
         self.max_workers = max_workers or os.cpu_count() or 1
 
-    def map_unordered(self, fn: Callable[[Any], Any], tasks: Iterable[Any]) -> Iterator[Any]:
+    def map_unordered(
+        self, fn: Callable[[Any], Any], tasks: Iterable[Any]
+    ) -> Generator[Any, None, None]:
         it = iter(tasks)
-        with ProcessPoolExecutor(max_workers=self.max_workers) as pool:
+        pool = ProcessPoolExecutor(max_workers=self.max_workers)
+        finished = False
+        try:
             pending: set[Future[Any]] = set()
             for task in it:
                 pending.add(pool.submit(fn, task))
@@ -59,6 +67,18 @@ class LocalExecutor:
                     if nxt is not None:
                         pending.add(pool.submit(fn, nxt))
                     yield fut.result()
+            finished = True
+        finally:
+            if finished:
+                pool.shutdown(wait=True)
+            else:
+                # Interrupted (Ctrl-C, an error, or the consumer stopped): drop queued work
+                # and stop the workers now instead of waiting for their current points.
+                # Finished points are already on disk; a rerun resumes from them.
+                procs = list(getattr(pool, "_processes", {}).values())
+                pool.shutdown(wait=False, cancel_futures=True)
+                for proc in procs:
+                    proc.terminate()
 
 
 class DaskExecutor:
@@ -71,7 +91,9 @@ class DaskExecutor:
             raise ValueError("--executor dask needs --scheduler ADDRESS (e.g. tcp://host:8786)")
         self.scheduler = scheduler
 
-    def map_unordered(self, fn: Callable[[Any], Any], tasks: Iterable[Any]) -> Iterator[Any]:
+    def map_unordered(
+        self, fn: Callable[[Any], Any], tasks: Iterable[Any]
+    ) -> Generator[Any, None, None]:
         from distributed import Client, as_completed
 
         own = not isinstance(self.scheduler, Client)

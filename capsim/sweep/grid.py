@@ -69,6 +69,12 @@ class WorkloadLoads:
     mode: LoadMode = field(default="concurrency", metadata={"help": "concurrency | rate"})
     loads: tuple[float, ...] = field(metadata={"help": "concurrencies or req/s"})
     burstiness: float = field(default=1.0, metadata={"help": "gamma shape (rate mode)"})
+    requests_per_concurrency: float | None = field(
+        default=None, metadata={"help": "overrides the sweep's rule for this workload"}
+    )
+    min_requests: int | None = field(
+        default=None, metadata={"help": "overrides the sweep's lower clamp for this workload"}
+    )
 
     def __post_init__(self) -> None:
         if self.mode not in ("concurrency", "rate"):
@@ -82,6 +88,10 @@ class WorkloadLoads:
             if self.mode == "concurrency" and x != int(x):
                 _fail("workload", "loads", self.loads, "concurrencies must be integers")
         object.__setattr__(self, "loads", loads)
+        if self.requests_per_concurrency is not None and not self.requests_per_concurrency > 0:
+            _fail("workload", "requests_per_concurrency", self.requests_per_concurrency, "> 0")
+        if self.min_requests is not None and self.min_requests < 1:
+            _fail("workload", "min_requests", self.min_requests, "must be >= 1")
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -117,7 +127,17 @@ class SweepSpec:
     blocks: tuple[Block, ...]
     commit_modes: tuple[str, ...] = field(default=("storeall", "reconstruct"))
     num_spec_tok: int = field(default=3, metadata={"help": "chain depth k"})
-    num_requests: int = field(default=1000, metadata={"help": "requests per point"})
+    num_requests: int | None = field(
+        default=None, metadata={"help": "requests per point; None = the per-load rule below"}
+    )
+    requests_per_concurrency: float = field(
+        default=3.0, metadata={"help": "closed loop: requests = this x concurrency"}
+    )
+    rate_window_s: float = field(
+        default=20.0, metadata={"help": "open loop: requests = rate x this many seconds"}
+    )
+    min_requests: int = field(default=16, metadata={"help": "lower clamp of the rule"})
+    max_requests: int = field(default=1000, metadata={"help": "upper clamp (vllm bench: 1000)"})
     seed: int = field(default=0, metadata={"help": "root seed of every point"})
     step_time: str = field(default="roofline", metadata={"help": "step-time model"})
 
@@ -131,10 +151,40 @@ class SweepSpec:
                 _fail("sweep", "commit_modes", self.commit_modes, f"{m!r} not in {COMMIT_MODES}")
         if len(set(self.commit_modes)) != len(self.commit_modes):
             _fail("sweep", "commit_modes", self.commit_modes, "duplicate mode")
-        if not isinstance(self.num_requests, int) or self.num_requests < 1:
-            _fail("sweep", "num_requests", self.num_requests, "must be an int >= 1")
+        if self.num_requests is not None and (
+            not isinstance(self.num_requests, int) or self.num_requests < 1
+        ):
+            _fail("sweep", "num_requests", self.num_requests, "must be None or an int >= 1")
+        if not self.requests_per_concurrency > 0:
+            _fail("sweep", "requests_per_concurrency", self.requests_per_concurrency, "must be > 0")
+        if not self.rate_window_s > 0:
+            _fail("sweep", "rate_window_s", self.rate_window_s, "must be > 0")
+        if not 1 <= self.min_requests <= self.max_requests:
+            _fail("sweep", "min_requests", self.min_requests, "need 1 <= min <= max_requests")
         if not isinstance(self.seed, int) or self.seed < 0:
             _fail("sweep", "seed", self.seed, "must be an int >= 0")
+
+    def requests_for(self, mode: str, load: float, workload: WorkloadLoads | None = None) -> int:
+        """Requests simulated at one load.
+
+        ``num_requests`` if set; otherwise ``requests_per_concurrency x concurrency``
+        (closed loop: every client slot sends about that many requests, so the steady state
+        dominates the initial burst) or ``rate x rate_window_s`` (open loop), clamped to
+        [min_requests, max_requests]. Simulation cost grows with total output tokens /
+        concurrency, so a fixed 1000 (vllm bench's default) would spend most of a sweep at
+        concurrency 1 (measured: see experiments/published.toml).
+        """
+        if self.num_requests is not None:
+            return self.num_requests
+        per_conc = self.requests_per_concurrency
+        low = self.min_requests
+        if workload is not None:
+            if workload.requests_per_concurrency is not None:
+                per_conc = workload.requests_per_concurrency
+            if workload.min_requests is not None:
+                low = workload.min_requests
+        per = per_conc if mode == "concurrency" else self.rate_window_s
+        return int(min(self.max_requests, max(low, math.ceil(per * load))))
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -203,18 +253,12 @@ def make_config(
     num_requests: int | None = None,
 ) -> SimConfig:
     """The SimConfig of one grid cell."""
+    n = num_requests or spec.requests_for(wl.mode, load, wl)
     if wl.mode == "concurrency":
-        load_cfg = LoadConfig(
-            mode="concurrency",
-            concurrency=int(load),
-            num_requests=num_requests or spec.num_requests,
-        )
+        load_cfg = LoadConfig(mode="concurrency", concurrency=int(load), num_requests=n)
     else:
         load_cfg = LoadConfig(
-            mode="rate",
-            rate_req_per_s=float(load),
-            burstiness=wl.burstiness,
-            num_requests=num_requests or spec.num_requests,
+            mode="rate", rate_req_per_s=float(load), burstiness=wl.burstiness, num_requests=n
         )
     return SimConfig(
         model=dep.model,
@@ -269,7 +313,18 @@ def _need(table: dict[str, Any], key: str, where: str) -> Any:
 def spec_from_dict(raw: dict[str, Any], *, where: str = "grid") -> SweepSpec:
     """Build a SweepSpec from the parsed TOML layout documented in experiments/*.toml."""
     top = raw.get("sweep", {})
-    known_top = {"name", "commit_modes", "num_spec_tok", "num_requests", "seed", "step_time"}
+    known_top = {
+        "name",
+        "commit_modes",
+        "num_spec_tok",
+        "num_requests",
+        "requests_per_concurrency",
+        "rate_window_s",
+        "min_requests",
+        "max_requests",
+        "seed",
+        "step_time",
+    }
     unknown = set(top) - known_top
     if unknown:
         raise ValueError(f"{where} [sweep]: unknown field(s) {sorted(unknown)}")
@@ -291,6 +346,8 @@ def spec_from_dict(raw: dict[str, Any], *, where: str = "grid") -> SweepSpec:
                 mode=w.get("mode", "concurrency"),
                 loads=tuple(_need(w, "loads", bwhere)),
                 burstiness=float(w.get("burstiness", 1.0)),
+                requests_per_concurrency=w.get("requests_per_concurrency"),
+                min_requests=w.get("min_requests"),
             )
             for w in _need(b, "workload", bwhere)
         )
@@ -331,6 +388,7 @@ def restrict(
     commit_modes: tuple[str, ...] | None = None,
     num_requests: int | None = None,
     seed: int | None = None,
+    step_time: str | None = None,
 ) -> SweepSpec:
     """A sub-grid: keep only the given gmu values / models / workloads.
 
@@ -367,6 +425,8 @@ def restrict(
         changes["num_requests"] = num_requests
     if seed is not None:
         changes["seed"] = seed
+    if step_time is not None:
+        changes["step_time"] = step_time
     return replace(spec, **changes)
 
 

@@ -7,6 +7,7 @@ process-pool and dask executors. Workers return plain data; only this process wr
 
 from __future__ import annotations
 
+import contextlib
 import math
 import time
 import traceback
@@ -165,15 +166,18 @@ def run_sweep(
     num_done = 0
     try:
         tasks = (Task(p, fn, keep_steps) for p in todo)
-        for out in ex.map_unordered(execute_point, tasks):
-            if out.error is not None:
-                failures[out.point_id] = out.error
-            else:
-                store.check_calibration(out.step_time_model or {})
-                store.write_point(out.point_id, out.row or {}, out.steps, out.wall_s)
-                num_done += 1
-            if bar is not None:
-                bar.update(1)
+        # closing(): on any error here the executor stops its workers at once, instead of
+        # when the traceback (which keeps this frame and the generator alive) is freed.
+        with contextlib.closing(ex.map_unordered(execute_point, tasks)) as outcomes:
+            for out in outcomes:
+                if out.error is not None:
+                    failures[out.point_id] = out.error
+                else:
+                    store.check_calibration(out.step_time_model or {})
+                    store.write_point(out.point_id, out.row or {}, out.steps, out.wall_s)
+                    num_done += 1
+                if bar is not None:
+                    bar.update(1)
     finally:
         if bar is not None:
             bar.close()

@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import contextlib
 import datetime as dt
+import hashlib
 import json
 import os
 import platform
@@ -231,6 +232,9 @@ class SweepStore:
         canon = json.loads(json.dumps(step_time_model, sort_keys=True, default=_json_default))
         if self.manifest.get("calibration") is None:
             self.manifest["calibration"] = canon
+            self.manifest["calibration_id"] = hashlib.sha256(
+                json.dumps(canon, sort_keys=True).encode()
+            ).hexdigest()[:12]
             self.write_manifest()
         elif self.manifest["calibration"] != canon:
             diff = spec_diff(self.manifest["calibration"], canon)

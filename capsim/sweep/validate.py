@@ -42,6 +42,10 @@ def validate_points(
     names = frozenset(workloads) if workloads is not None else known_workloads()
     plan = plan_fn or default_plan_fn()
     checked: set[tuple[Any, ...]] = set()
+    from capsim.cost.factory import STEP_TIME_MODELS
+
+    if spec.step_time not in STEP_TIME_MODELS:
+        errors.append(f"step_time={spec.step_time!r} is unknown: choose one of {STEP_TIME_MODELS}")
     for p in points:
         c = p.cfg
         if c.workload not in names:

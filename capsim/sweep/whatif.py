@@ -5,7 +5,9 @@ the largest concurrency (integers) or arrival rate (to a relative tolerance) who
 p99 TTFT and/or TPOT meet the SLO. It assumes the SLO is met below some load and missed
 above it (latency grows with load). The search is guided by the analytical capacity of
 the memory plan: the first probe above load 1 is the pool's capacity for the sample's
-mean context (``analytical_capacity_req``), then it doubles up or bisects down.
+mean context (``analytical_capacity_req``), then it doubles up or bisects down, until the
+bracket is within ``rel_tol`` (5%) of the load: the answer is a lower bound, off by at most
+that fraction.
 
 Goodput of a candidate = output throughput (tok/s) at its largest SLO-meeting load. The
 best candidate per commit mode maximises goodput; ties go to the earlier candidate.
@@ -67,17 +69,32 @@ class Candidate:
     load_mode: Literal["concurrency", "rate"]
     num_spec_tok: int = 3
     num_requests: int = 200
+    requests_per_load: float = 2.0
     seed: int = 0
     max_load: float = 1024.0
     rel_tol: float = 0.05
+    """Stop when the bracket is within this fraction of the load (0: exact integers)."""
+
+    def requests_at(self, load: float) -> int:
+        """At least ``num_requests``; more at high load so the load is really offered.
+
+        Closed loop: ``requests_per_load`` requests per client slot (fewer requests than
+        slots would never reach the concurrency). Open loop: ``requests_per_load x 10``
+        seconds of arrivals.
+        """
+        per = (
+            self.requests_per_load
+            if self.load_mode == "concurrency"
+            else 10 * self.requests_per_load
+        )
+        return max(self.num_requests, math.ceil(per * load))
 
     def config(self, load: float) -> SimConfig:
+        n = self.requests_at(load)
         if self.load_mode == "concurrency":
-            lc = LoadConfig(
-                mode="concurrency", concurrency=int(load), num_requests=self.num_requests
-            )
+            lc = LoadConfig(mode="concurrency", concurrency=int(load), num_requests=n)
         else:
-            lc = LoadConfig(mode="rate", rate_req_per_s=float(load), num_requests=self.num_requests)
+            lc = LoadConfig(mode="rate", rate_req_per_s=float(load), num_requests=n)
         return SimConfig(
             model=self.model,
             gpu=self.gpu,
@@ -135,7 +152,7 @@ def search_max_load(task: SearchTask) -> dict[str, Any]:
             else:
                 hi = x
                 break
-        while math.isfinite(hi) and (hi - lo > (1 if integer else cand.rel_tol * lo)):
+        while math.isfinite(hi) and (hi - lo > max(1 if integer else 0, cand.rel_tol * lo)):
             mid = math.floor((lo + hi) / 2) if integer else math.sqrt(lo * hi)
             if integer and mid <= lo:
                 break

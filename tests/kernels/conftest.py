@@ -15,10 +15,12 @@ import sys
 import pytest
 
 torch = pytest.importorskip("torch")
-pytest.importorskip("triton")
 
+# NOTE: before triton is first imported: triton.language's own jit helpers (tl.sum, ...)
+# are built for the interpreter only when the variable is set at their import.
 if not torch.cuda.is_available():
     os.environ.setdefault("TRITON_INTERPRET", "1")
+pytest.importorskip("triton")
 
 if importlib.util.find_spec("capsim_kernels") is None:
     _root = pathlib.Path(__file__).resolve().parents[2] / "kernels"

@@ -15,6 +15,7 @@ from capsim.core.memory_plan import plan_memory
 from capsim.gpus import get_gpu
 from capsim.models import get_model
 from capsim.result import SimResult
+from capsim.sweep.grid import Block, Deployment, SweepSpec, WorkloadLoads
 
 
 def fake_simulate(cfg) -> SimResult:
@@ -82,3 +83,45 @@ def other_calibration_simulate(cfg) -> SimResult:
         steps=res.steps,
         step_time_model={"kind": "fake", "version": 2},
     )
+
+
+WORKLOADS = frozenset(
+    {
+        "sharegpt",
+        "spec-bench",
+        "synthetic-balanced",
+        "synthetic-prefill-heavy",
+        "synthetic-generation-heavy",
+        "burstgpt-standin",
+    }
+)
+
+
+def small_spec(**changes) -> SweepSpec:
+    """35B at two gmu values, one closed-loop and one open-loop workload: 12 points."""
+    kwargs = {
+        "name": "small",
+        "blocks": (
+            Block(
+                name="main",
+                deployments=(
+                    Deployment(model="qwen3.5-35b-a3b", gpu="B200", tp=1, gmu=(0.6, 0.9)),
+                ),
+                workloads=(
+                    WorkloadLoads(name="sharegpt", mode="concurrency", loads=(8, 128, 256)),
+                    WorkloadLoads(name="burstgpt-standin", mode="rate", loads=(16, 64)),
+                ),
+            ),
+        ),
+        "num_requests": 40,
+    }
+    kwargs.update(changes)
+    return SweepSpec(**kwargs)
+
+
+def sleep_then_return(seconds: float) -> float:
+    """A slow task for executor tests."""
+    import time
+
+    time.sleep(seconds)
+    return seconds

@@ -1,0 +1,1 @@
+"""Benchmark grid and runner for the GDN verify kernels (run on a GPU; nothing at import)."""

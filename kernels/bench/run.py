@@ -1,0 +1,529 @@
+"""Measure every GDN verify kernel on one GPU in one run; check them against float64 first.
+
+    python -m capsim_kernels.bench.run --out DIR [--commit SHA] [--quick]
+    python -m capsim_kernels.bench.run --render DIR/gdn_verify.csv   # markdown table
+
+Writes DIR/gdn_verify.csv (one row per measured cell, the calibration schema below) and
+DIR/meta.json (GPU, driver, versions, commit, date, command, copy bandwidth, correctness
+checks, notes). Times are CUDA-graph replays of one GDN layer call, L2 flushed before each
+replay (triton.testing.do_bench), random inputs, p20/p50/p80 in microseconds. The memory
+floor is bytes_moved (shapes.py) over the device-to-device copy bandwidth measured in the
+same run (bytes read plus written).
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import datetime as dt
+import json
+import os
+import subprocess
+import sys
+import tempfile
+from collections.abc import Callable
+from pathlib import Path
+
+from .shapes import (
+    BATCHES,
+    CHAIN_ONLY,
+    KERNELS,
+    MODEL_SHAPES,
+    STATE_DTYPES,
+    WINDOWS,
+    ModelShape,
+    bytes_moved,
+)
+
+COLUMNS = (
+    "kernel",
+    "model_shape",
+    "state_dtype",
+    "T",
+    "tree",
+    "B",
+    "Hv",
+    "Hk",
+    "dk",
+    "dv",
+    "p20_us",
+    "p50_us",
+    "p80_us",
+    "bytes_moved",
+    "achieved_gbps",
+    "floor_us",
+    "copy_gbps",
+)
+CHECK_TOL = {"bf16_out": 1e-2, "fp32_state": 5e-3, "bf16_state": 1.5e-2}
+
+
+def atomic_write(path: Path, text: str) -> None:
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=path.name, suffix=".tmp")
+    with os.fdopen(fd, "w") as f:
+        f.write(text)
+    os.replace(tmp, path)
+
+
+def write_csv(path: Path, rows: list[dict]) -> None:
+    import io
+
+    buf = io.StringIO()
+    writer = csv.DictWriter(buf, fieldnames=COLUMNS, lineterminator="\n")
+    writer.writeheader()
+    writer.writerows(rows)
+    atomic_write(path, buf.getvalue())
+
+
+def _sh(cmd: list[str]) -> str:
+    try:
+        return subprocess.run(cmd, capture_output=True, text=True, timeout=30).stdout.strip()
+    except (OSError, subprocess.SubprocessError) as e:
+        return f"unavailable ({e.__class__.__name__})"
+
+
+def collect_meta(commit: str) -> dict:
+    import torch
+    import triton
+
+    try:
+        import fla
+
+        fla_version = getattr(fla, "__version__", "unknown")
+    except ImportError:
+        fla_version = None
+    return {
+        "gpu": torch.cuda.get_device_name(),
+        "driver": _sh(["nvidia-smi", "--query-gpu=driver_version", "--format=csv,noheader"]),
+        "cuda": torch.version.cuda,
+        "torch": torch.__version__,
+        "triton": triton.__version__,
+        "fla_core": fla_version,
+        "python": sys.version.split()[0],
+        "commit": commit,
+        "date_utc": dt.datetime.now(dt.UTC).isoformat(timespec="seconds"),
+        "command": " ".join(
+            [Path(sys.executable).name, "-m", "capsim_kernels.bench.run", *sys.argv[1:]]
+        ),
+        "timing": (
+            "CUDA graph replay, L2 flushed per replay, "
+            "triton.testing.do_bench quantiles 0.2/0.5/0.8"
+        ),
+    }
+
+
+def measure_copy_gbps() -> float:
+    """Device-to-device copy of 2 GiB, counting bytes read plus bytes written."""
+    import torch
+    import triton
+
+    n = 1 << 29  # fp32 elements = 2 GiB
+    src = torch.randn(n, device="cuda")
+    dst = torch.empty_like(src)
+    ms = triton.testing.do_bench(lambda: dst.copy_(src), warmup=20, rep=200, return_mode="median")
+    return 2 * n * 4 / (ms * 1e-3) / 1e9
+
+
+def time_graph_us(fn: Callable[[], object]) -> tuple[float, float, float]:
+    """p20/p50/p80 in µs of CUDA-graph replays of ``fn`` (compiled and warmed first)."""
+    import torch
+    import triton
+
+    fn()
+    torch.cuda.synchronize()
+    side = torch.cuda.Stream()
+    side.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(side):
+        fn()
+    torch.cuda.current_stream().wait_stream(side)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        fn()
+    torch.cuda.synchronize()
+    q = triton.testing.do_bench(graph.replay, warmup=5, rep=25, quantiles=[0.2, 0.5, 0.8])
+    del graph
+    return tuple(1e3 * x for x in q)
+
+
+class Cell:
+    """Random inputs for one (model shape, state dtype, B, window) cell, on the GPU."""
+
+    def __init__(self, shape: ModelShape, state_dtype: str, batch: int, tree, seed: int):
+        import torch
+
+        gen = torch.Generator(device="cuda").manual_seed(seed)
+        dev = "cuda"
+        b, w = batch, tree.num_nodes
+        hv, hk, dk, dv = shape.num_v_heads, shape.num_k_heads, shape.dk, shape.dv
+        sdt = getattr(torch, state_dtype)
+
+        def randn(*s):
+            return torch.randn(*s, device=dev, generator=gen)
+
+        def rand(*s):
+            return torch.rand(*s, device=dev, generator=gen)
+
+        self.tree, self.batch, self.shape = tree, batch, shape
+        self.q = randn(b, w, hk, dk).bfloat16()
+        self.k = randn(b, w, hk, dk).bfloat16()
+        self.v = randn(b, w, hv, dv).bfloat16()
+        self.log_gate = torch.log(0.3 + 0.7 * rand(b, w, hv))
+        self.beta = 0.05 + 0.9 * rand(b, w, hv)
+        self.parent = torch.tensor(tree.parent, dtype=torch.int32, device=dev)
+        self.pool = (0.1 * randn(b, hv, dv, dk)).to(sdt)
+        self.slot = torch.randperm(b, device=dev, generator=gen).to(torch.int32)
+        self.accepted = torch.randint(0, w, (b,), device=dev, generator=gen, dtype=torch.int32)
+        self.h0 = (0.1 * randn(b, hv, dv, dk)).to(sdt)  # dense initial state for fla
+
+
+def kernel_fn(name: str, c: Cell, sa_pool, sa_init, sa_slots) -> Callable[[], object]:
+    import capsim_kernels as ck
+
+    args = (c.q, c.k, c.v, c.log_gate, c.beta)
+    if name == "storeall":
+        chain = c.tree.is_chain
+        return lambda: ck.storeall_verify(
+            *args, sa_pool, sa_init, sa_slots, c.parent, is_chain=chain
+        )
+    if name == "treewy_verify":
+        return lambda: ck.treewy_verify(*args, c.pool, c.slot, c.parent)
+    if name == "treewy_commit":
+        _, vt = ck.treewy_verify(*args, c.pool, c.slot, c.parent)
+        return lambda: ck.treewy_commit(c.pool, c.slot, c.k, vt, c.log_gate, c.parent, c.accepted)
+
+    if name == "treewy_verify_commit":
+
+        def both():
+            _, vt = ck.treewy_verify(*args, c.pool, c.slot, c.parent)
+            ck.treewy_commit(c.pool, c.slot, c.k, vt, c.log_gate, c.parent, c.accepted)
+
+        return both
+    if name == "fused_chain":
+        return lambda: ck.treewy_fused_verify_commit(*args, c.pool, c.slot, c.parent, c.accepted)
+    if name == "deferred":
+        ping = ck.PendingCommit.empty(c.k, c.v, c.parent)
+        pong = ck.PendingCommit.empty(c.k, c.v, c.parent)
+        _, vt = ck.treewy_verify(*args, c.pool, c.slot, c.parent)
+        ping.vt.copy_(vt)
+        ping.k.copy_(c.k)
+        ping.log_gate.copy_(c.log_gate)
+        ping.accepted.copy_(c.accepted)
+        return lambda: ck.treewy_deferred_verify(*args, c.pool, c.slot, c.parent, ping, pong)
+    if name == "fla_fused_recurrent":
+        from fla.ops.gated_delta_rule import fused_recurrent_gated_delta_rule
+
+        return lambda: fused_recurrent_gated_delta_rule(
+            c.q, c.k, c.v, g=c.log_gate, beta=c.beta, initial_state=c.h0,
+            output_final_state=True, use_qk_l2norm_in_kernel=True, state_v_first=True,
+        )  # fmt: skip
+    if name == "fla_chunk":
+        from fla.ops.gated_delta_rule import chunk_gated_delta_rule
+
+        return lambda: chunk_gated_delta_rule(
+            c.q, c.k, c.v, c.log_gate, c.beta, initial_state=c.h0,
+            output_final_state=True, use_qk_l2norm_in_kernel=True, state_v_first=True,
+        )  # fmt: skip
+    raise ValueError(f"unknown kernel {name!r}")
+
+
+def _rel(ref, out) -> float:
+    ref, out = ref.double(), out.double()
+    if not bool(out.isfinite().all()):
+        return float("inf")
+    return float((out - ref).norm() / ref.norm().clamp_min(1e-300))
+
+
+def run_checks(batch: int = 2) -> list[dict]:
+    """Every kernel at the real head shapes against the float64 recurrence (on the GPU)."""
+    import capsim_kernels as ck
+    import torch
+    from capsim_kernels.gdn_verify.reference import l2norm
+
+    out = []
+    for shape in MODEL_SHAPES:
+        for sd in STATE_DTYPES:
+            st_tol = CHECK_TOL["fp32_state"] if sd == "float32" else CHECK_TOL["bf16_state"]
+            for tree in WINDOWS:
+                c = Cell(shape, sd, batch, tree, seed=1234)
+                c2 = Cell(shape, sd, batch, tree, seed=4321)
+                b, w = batch, tree.num_nodes
+                s0 = c.pool[c.slot.long()].clone()
+                args = (c.q, c.k, c.v, c.log_gate, c.beta)
+                o_ref, st_ref = ck.recurrence_reference(*args, s0.double(), tree.parent)
+                # pseudo-values from the recurrence: vt_t = b_t (v_t - a_t S_p k_t)
+                kn = l2norm(c.k.double()).repeat_interleave(
+                    shape.num_v_heads // shape.num_k_heads, 2
+                )
+                s_par = torch.stack(
+                    [s0.double() if p < 0 else st_ref[:, p] for p in tree.parent], dim=1
+                )
+                a = torch.exp(c.log_gate.double())
+                vt_ref = c.beta.double()[..., None] * (
+                    c.v.double() - a[..., None] * torch.einsum("bthvk,bthk->bthv", s_par, kn)
+                )
+                s_acc = st_ref[torch.arange(b), c.accepted.long()]
+                res = {"model_shape": shape.name, "state_dtype": sd, "tree": tree.label, "T": w}
+                # store-all
+                sa_pool = torch.empty(
+                    (b * (w + 1), *c.pool.shape[1:]), dtype=c.pool.dtype, device="cuda"
+                )
+                sa_pool[:b] = s0
+                sa_init = torch.arange(b, dtype=torch.int32, device="cuda")
+                sa_slots = (b + torch.arange(b * w, dtype=torch.int32, device="cuda")).view(b, w)
+                sa_pool[b:] = float("nan")
+                o = ck.storeall_verify(
+                    *args, sa_pool, sa_init, sa_slots, c.parent, is_chain=tree.is_chain
+                )
+                res["storeall_o"] = _rel(o_ref, o)
+                res["storeall_states"] = _rel(st_ref, sa_pool[sa_slots.long()])
+                # verify + commit
+                pool = c.pool.clone()
+                o, vt = ck.treewy_verify(*args, pool, c.slot, c.parent)
+                res["treewy_o"] = _rel(o_ref, o)
+                res["treewy_vt"] = _rel(vt_ref, vt)
+                ck.treewy_commit(pool, c.slot, c.k, vt, c.log_gate, c.parent, c.accepted)
+                res["treewy_commit_state"] = _rel(s_acc, pool[c.slot.long()])
+                # fused
+                pool = c.pool.clone()
+                o = ck.treewy_fused_verify_commit(*args, pool, c.slot, c.parent, c.accepted)
+                res["fused_o"] = _rel(o_ref, o)
+                res["fused_state"] = _rel(s_acc, pool[c.slot.long()])
+                # deferred: window 1's accepted path applied inside window 2's verify
+                pool = c.pool.clone()
+                ping = ck.PendingCommit(
+                    k=c.k, vt=vt, log_gate=c.log_gate, parent=c.parent, accepted=c.accepted
+                )
+                pong = ck.PendingCommit.empty(c.k, c.v, c.parent)
+                o2 = ck.treewy_deferred_verify(
+                    c2.q, c2.k, c2.v, c2.log_gate, c2.beta, pool, c.slot, c.parent, ping, pong
+                )
+                o2_ref, _ = ck.recurrence_reference(
+                    c2.q,
+                    c2.k,
+                    c2.v,
+                    c2.log_gate,
+                    c2.beta,
+                    pool[c.slot.long()].double(),
+                    tree.parent,
+                )
+                res["deferred_state"] = _rel(s_acc, pool[c.slot.long()])
+                res["deferred_o"] = _rel(o2_ref, o2)
+                if tree.is_chain:
+                    try:
+                        from fla.ops.gated_delta_rule import fused_recurrent_gated_delta_rule
+
+                        o, ht = fused_recurrent_gated_delta_rule(
+                            *args[:3], g=c.log_gate, beta=c.beta, initial_state=s0,
+                            output_final_state=True, use_qk_l2norm_in_kernel=True,
+                            state_v_first=True,
+                        )  # fmt: skip
+                        res["fla_recurrent_o"] = _rel(o_ref, o)
+                        res["fla_recurrent_state"] = _rel(st_ref[:, -1], ht)
+                    except Exception as e:
+                        res["fla_error"] = repr(e)[:200]
+                worst = {
+                    key: val
+                    for key, val in res.items()
+                    if isinstance(val, float)
+                    and val > (CHECK_TOL["bf16_out"] if key.endswith("_o") else st_tol)
+                }
+                res["ok"] = not worst
+                out.append(res)
+                print(
+                    f"check {shape.name:24s} {sd:8s} {tree.label:6s} W={w:2d} ok={res['ok']} "
+                    + " ".join(f"{k}={v:.1e}" for k, v in res.items() if isinstance(v, float)),
+                    flush=True,
+                )
+                del sa_pool
+    return out
+
+
+def run_grid(
+    copy_gbps: float, csv_path: Path, quick: bool, notes: list[str], budget_s: float
+) -> list[dict]:
+    """Measure the grid; stop (keeping what is measured) once time.monotonic() > budget_s."""
+    import time
+
+    import torch
+
+    rows: list[dict] = []
+    batches = (1, 256) if quick else BATCHES
+    for shape in MODEL_SHAPES:
+        for sd in STATE_DTYPES:
+            for batch in batches:
+                for tree in WINDOWS:
+                    if time.monotonic() > budget_s:
+                        notes.append(
+                            "time budget spent: grid stopped before "
+                            f"{shape.name} {sd} B={batch} {tree.label}"
+                        )
+                        print(notes[-1], flush=True)
+                        return rows
+                    w = tree.num_nodes
+                    c = Cell(shape, sd, batch, tree, seed=batch * 1000 + w)
+                    sa_pool = torch.empty(
+                        (batch * (w + 1), *c.pool.shape[1:]),
+                        dtype=c.pool.dtype,
+                        device="cuda",
+                    )
+                    sa_pool[:batch] = c.pool
+                    sa_init = torch.arange(batch, dtype=torch.int32, device="cuda")
+                    sa_slots = (
+                        batch + torch.arange(batch * w, dtype=torch.int32, device="cuda")
+                    ).view(batch, w)
+                    for kernel in KERNELS:
+                        if kernel in CHAIN_ONLY and not tree.is_chain:
+                            continue
+                        try:
+                            fn = kernel_fn(kernel, c, sa_pool, sa_init, sa_slots)
+                            p20, p50, p80 = time_graph_us(fn)
+                        except Exception as e:
+                            note = f"{kernel} {shape.name} {sd} B={batch} {tree.label} W={w}: {e!r}"
+                            notes.append(note[:400])
+                            print("FAILED", note[:400], flush=True)
+                            continue
+                        nbytes = bytes_moved(kernel, shape, sd, w, batch)
+                        rows.append(
+                            {
+                                "kernel": kernel,
+                                "model_shape": shape.name,
+                                "state_dtype": sd,
+                                "T": w,
+                                "tree": tree.label,
+                                "B": batch,
+                                "Hv": shape.num_v_heads,
+                                "Hk": shape.num_k_heads,
+                                "dk": shape.dk,
+                                "dv": shape.dv,
+                                "p20_us": round(p20, 2),
+                                "p50_us": round(p50, 2),
+                                "p80_us": round(p80, 2),
+                                "bytes_moved": nbytes,
+                                "achieved_gbps": round(nbytes / (p50 * 1e-6) / 1e9, 1),
+                                "floor_us": round(nbytes / (copy_gbps * 1e9) * 1e6, 2),
+                                "copy_gbps": round(copy_gbps, 1),
+                            }
+                        )
+                    del c, sa_pool
+                    torch.cuda.empty_cache()
+                    write_csv(csv_path, rows)
+                print(f"grid {shape.name} {sd} B={batch} done ({len(rows)} rows)", flush=True)
+    return rows
+
+
+def render_markdown(rows: list[dict]) -> str:
+    """One table per (model shape, state dtype): p50 µs (and x floor) per kernel."""
+    lines = []
+    key = lambda r: (r["model_shape"], r["state_dtype"])  # noqa: E731
+    groups: dict = {}
+    for r in rows:
+        groups.setdefault(key(r), []).append(r)
+    for (ms, sd), rs in groups.items():
+        lines += [f"### {ms}, state {sd}", ""]
+        kernels = [k for k in KERNELS if any(r["kernel"] == k for r in rs)]
+        lines.append("| T | tree | B | " + " | ".join(kernels) + " |")
+        lines.append("|---|---|---|" + "---|" * len(kernels))
+        cells: dict = {}
+        for r in rs:
+            cells[(int(r["T"]), r["tree"], int(r["B"]), r["kernel"])] = r
+        for t, tree, b in sorted({(int(r["T"]), r["tree"], int(r["B"])) for r in rs}):
+            vals = []
+            for k in kernels:
+                r = cells.get((t, tree, b, k))
+                if r is None:
+                    vals.append("")
+                else:
+                    ratio = float(r["p50_us"]) / float(r["floor_us"])
+                    vals.append(f"{float(r['p50_us']):.1f} ({ratio:.2f}x)")
+            lines.append(f"| {t} | {tree} | {b} | " + " | ".join(vals) + " |")
+        lines.append("")
+    return "\n".join(lines)
+
+
+def summarize_targets(rows: list[dict]) -> str:
+    """The issue's targets (35B TP1 shape) from measured rows, as text."""
+    ms = "qwen3.5-35b-a3b-tp1"
+    idx = {
+        (r["kernel"], r["state_dtype"], int(r["T"]), r["tree"], int(r["B"])): r
+        for r in rows
+        if r["model_shape"] == ms
+    }
+    out = ["targets (35B TP1 shape; p50 us):"]
+
+    def p50(kernel, sd, t, tree, b):
+        r = idx.get((kernel, sd, t, tree, b))
+        return None if r is None else (float(r["p50_us"]), float(r["floor_us"]))
+
+    for sd in STATE_DTYPES:
+        for t, tree in ((4, "chain"), (15, "chain"), (15, "2,2,2"), (40, "chain"), (40, "3,3,3")):
+            for b in (1, 256):
+                sa = p50("storeall", sd, t, tree, b)
+                tvc = p50("treewy_verify_commit", sd, t, tree, b)
+                de = p50("deferred", sd, t, tree, b)
+                if sa is None or tvc is None:
+                    continue
+                line = (
+                    f"  {sd:8s} T={t:2d} {tree:6s} B={b:3d}: storeall {sa[0]:8.1f}  "
+                    f"verify+commit {tvc[0]:8.1f} ({tvc[0] / tvc[1]:.2f}x floor, "
+                    f"{sa[0] / tvc[0]:.2f}x faster)"
+                )
+                if de is not None:
+                    line += (
+                        f"  deferred {de[0]:8.1f} ({de[0] / de[1]:.2f}x floor, "
+                        f"{sa[0] / de[0]:.2f}x faster)"
+                    )
+                out.append(line)
+    return "\n".join(out)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--out", type=Path, help="directory for gdn_verify.csv and meta.json")
+    parser.add_argument("--commit", default="unknown", help="git commit of the measured code")
+    parser.add_argument("--quick", action="store_true", help="B in {1, 256} only")
+    parser.add_argument("--no-checks", action="store_true", help="skip the correctness checks")
+    parser.add_argument(
+        "--budget-s", type=float, default=1e9, help="stop the grid this long after the start"
+    )
+    parser.add_argument("--render", type=Path, help="print the markdown table of a CSV and exit")
+    args = parser.parse_args(argv)
+    if args.render is not None:
+        with open(args.render) as f:
+            print(render_markdown(list(csv.DictReader(f))))
+        return 0
+    if args.out is None:
+        parser.error("--out is required unless --render is given")
+    import time
+
+    import torch
+
+    deadline_s = time.monotonic() + args.budget_s
+    if not torch.cuda.is_available():
+        print("no CUDA device: nothing to measure", file=sys.stderr)
+        return 2
+    args.out.mkdir(parents=True, exist_ok=True)
+    meta = collect_meta(args.commit)
+    print(json.dumps(meta), flush=True)
+    notes: list[str] = []
+    copy_gbps = measure_copy_gbps()
+    meta["copy_gbps"] = round(copy_gbps, 1)
+    print(f"copy bandwidth {copy_gbps:.1f} GB/s (read + write)", flush=True)
+    try:
+        checks = [] if args.no_checks else run_checks()
+    except Exception as e:
+        checks = [{"ok": False, "error": repr(e)[:400]}]
+        print("CHECKS FAILED", repr(e)[:400], flush=True)
+    meta["checks"] = checks
+    meta["checks_ok"] = all(c["ok"] for c in checks)
+    meta["check_tolerances"] = CHECK_TOL
+    atomic_write(args.out / "meta.json", json.dumps(meta, indent=1))
+    rows = run_grid(copy_gbps, args.out / "gdn_verify.csv", args.quick, notes, deadline_s)
+    meta["notes"] = notes
+    meta["num_rows"] = len(rows)
+    atomic_write(args.out / "meta.json", json.dumps(meta, indent=1))
+    print(render_markdown([{k: str(v) for k, v in r.items()} for r in rows]))
+    print(summarize_targets(rows))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

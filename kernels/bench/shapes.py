@@ -1,0 +1,96 @@
+"""The measured grid (SPEC.md 3.1) and the bytes each kernel must move.
+
+Per-GPU GDN layer shapes (SPEC.md section 4): Qwen3.5-35B-A3B at TP1 has 32 value heads
+and 16 key heads; Qwen3.5-397B-A17B has 64 and 16, so 8 and 2 per GPU at TP8;
+d_k = d_v = 128 for both.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from ..gdn_verify.tree import TreeSpec
+
+__all__ = [
+    "BATCHES",
+    "KERNELS",
+    "MODEL_SHAPES",
+    "STATE_DTYPES",
+    "WINDOWS",
+    "ModelShape",
+    "bytes_moved",
+]
+
+
+@dataclass(frozen=True, slots=True)
+class ModelShape:
+    name: str
+    num_v_heads: int
+    num_k_heads: int
+    dk: int
+    dv: int
+
+
+MODEL_SHAPES = (
+    ModelShape("qwen3.5-35b-a3b-tp1", num_v_heads=32, num_k_heads=16, dk=128, dv=128),
+    ModelShape("qwen3.5-397b-a17b-tp8", num_v_heads=8, num_k_heads=2, dk=128, dv=128),
+)
+STATE_DTYPES = ("float32", "bfloat16")
+BATCHES = (1, 32, 128, 256)
+# T in {4, 15, 40}: the chain of that length and the SPEC trees with W = 15 and 40
+WINDOWS = (
+    TreeSpec.chain(4),
+    TreeSpec.chain(15),
+    TreeSpec((2, 2, 2)),
+    TreeSpec.chain(40),
+    TreeSpec((3, 3, 3)),
+)
+KERNELS = (
+    "storeall",
+    "treewy_verify",
+    "treewy_commit",
+    "treewy_verify_commit",
+    "fused_chain",
+    "deferred",
+    "fla_fused_recurrent",
+    "fla_chunk",
+)
+CHAIN_ONLY = frozenset({"fused_chain", "fla_fused_recurrent", "fla_chunk"})
+
+_STATE_BYTES = {"float32": 4, "bfloat16": 2}
+
+
+def bytes_moved(
+    kernel: str, shape: ModelShape, state_dtype: str, num_nodes: int, batch: int
+) -> int:
+    """Fewest bytes one layer call must move: each input read once, each output written once.
+
+    q, k, v and o are bf16; gates, betas and pseudo-values fp32; slot indices ignored.
+    fla's kernels always write their final state in fp32.
+    """
+    if kernel not in KERNELS:
+        raise ValueError(f"kernel must be one of {KERNELS}, got {kernel!r}")
+    if state_dtype not in _STATE_BYTES:
+        raise ValueError(f"state_dtype must be one of {tuple(_STATE_BYTES)}, got {state_dtype!r}")
+    b, w, hv, hk = batch, num_nodes, shape.num_v_heads, shape.num_k_heads
+    state_elems = b * hv * shape.dv * shape.dk
+    st = state_elems * _STATE_BYTES[state_dtype]
+    k_bytes = b * w * hk * shape.dk * 2
+    v_bytes = b * w * hv * shape.dv * 2  # v read or o written
+    g_bytes = b * w * hv * 4  # log gates or betas
+    vt_bytes = b * w * hv * shape.dv * 4
+    window_in = 2 * k_bytes + v_bytes + 2 * g_bytes  # q, k, v, gates, betas
+    verify = st + window_in + v_bytes + vt_bytes
+    commit = 2 * st + k_bytes + vt_bytes + g_bytes
+    table = {
+        "storeall": (1 + w) * st + window_in + v_bytes,
+        "treewy_verify": verify,
+        "treewy_commit": commit,
+        "treewy_verify_commit": verify + commit,
+        "fused_chain": 2 * st + window_in + v_bytes,
+        # + previous window's k, vt, gates read; this window's vt, k, gates written
+        "deferred": 2 * st + window_in + v_bytes + 2 * (k_bytes + vt_bytes + g_bytes),
+        "fla_fused_recurrent": st + state_elems * 4 + window_in + v_bytes,
+        "fla_chunk": st + state_elems * 4 + window_in + v_bytes,
+    }
+    return table[kernel]

@@ -1,0 +1,34 @@
+"""GDN speculative-verification kernels (store-all, TreeWY) and their float64 references."""
+
+from .conv_tree import conv_tree_commit, conv_tree_update
+from .reference import (
+    commit_reference,
+    conv_state_commit_reference,
+    conv_tree_reference,
+    recurrence_reference,
+    treewy_reference,
+)
+from .store_all import storeall_verify
+from .tree import TreeSpec, chain_parent, parent_from_widths, validate_parent
+from .treewy import treewy_commit, treewy_verify
+from .treewy_fused import PendingCommit, treewy_deferred_verify, treewy_fused_verify_commit
+
+__all__ = [
+    "PendingCommit",
+    "TreeSpec",
+    "chain_parent",
+    "commit_reference",
+    "conv_state_commit_reference",
+    "conv_tree_commit",
+    "conv_tree_reference",
+    "conv_tree_update",
+    "parent_from_widths",
+    "recurrence_reference",
+    "storeall_verify",
+    "treewy_commit",
+    "treewy_deferred_verify",
+    "treewy_fused_verify_commit",
+    "treewy_reference",
+    "treewy_verify",
+    "validate_parent",
+]

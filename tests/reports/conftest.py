@@ -1,0 +1,47 @@
+"""A small sweep results directory made with the sweep tests' stand-in point function."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import pytest
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "sweep"))
+
+from sweep_fakes import fake_simulate
+
+from capsim.sweep.executors import SerialExecutor
+from capsim.sweep.grid import (
+    Block,
+    Deployment,
+    SweepSpec,
+    WorkloadLoads,
+)
+from capsim.sweep.runner import run_sweep
+
+
+@pytest.fixture(scope="session")
+def results_dir(tmp_path_factory) -> Path:
+    conc = (1, 8, 32, 64, 128, 256)
+    spec = SweepSpec(
+        name="report-test",
+        blocks=(
+            Block(
+                name="main",
+                deployments=(
+                    Deployment(model="qwen3.5-35b-a3b", gpu="B200", tp=1, gmu=(0.6, 0.9)),
+                    Deployment(model="qwen3.5-397b-a17b", gpu="B200", tp=8, gmu=(0.75,)),
+                ),
+                workloads=(
+                    WorkloadLoads(name="sharegpt", loads=conc),
+                    WorkloadLoads(name="spec-bench", loads=conc),
+                    WorkloadLoads(name="burstgpt-standin", mode="rate", loads=(4, 64)),
+                ),
+            ),
+        ),
+        num_requests=30,
+    )
+    out = tmp_path_factory.mktemp("sweep")
+    run_sweep(spec, out, executor=SerialExecutor(), point_fn=fake_simulate, progress=False)
+    return out
