@@ -278,7 +278,7 @@ def memory(
 @click.option(
     "--step-time",
     type=click.Choice(["roofline", "calibrated"]),
-    default="roofline",
+    default="calibrated",
     show_default=True,
     help="step-time model",
 )
@@ -396,29 +396,18 @@ def simulate(
         click.echo(f"wrote {out}/summary.json, requests.parquet, steps.parquet")
 
 
-def _register_optional_commands() -> None:
-    """Attach commands that live in their own packages."""
-    import importlib
+def _register_commands() -> None:
+    """Attach the commands that live in their own packages (imported lazily by click)."""
+    from capsim.calibration.cli import calibrate
+    from capsim.live.cli import crosscheck_cmd, live, stepcheck
+    from capsim.sweep.cli import knee, report, sweep, whatif
+    from capsim.traces.cli import traces
 
-    for module, names in (
-        ("capsim.traces.cli", ("traces",)),
-        ("capsim.sweep.cli", ("sweep", "knee", "report", "whatif")),
-        ("capsim.calibration.cli", ("calibrate",)),
-        ("capsim.live.cli", ("live", "crosscheck")),
-    ):
-        try:
-            mod = importlib.import_module(module)
-        except ModuleNotFoundError as exc:
-            if exc.name and module.startswith(exc.name):
-                continue
-            raise
-        for name in names:
-            cmd = getattr(mod, name, None)
-            if cmd is not None:
-                main.add_command(cmd, name=name)
+    for cmd in (traces, sweep, knee, report, whatif, calibrate, live, crosscheck_cmd, stepcheck):
+        main.add_command(cmd)
 
 
-_register_optional_commands()
+_register_commands()
 
 
 if __name__ == "__main__":

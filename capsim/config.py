@@ -241,7 +241,7 @@ class SimConfig:
     load: LoadConfig = field(default_factory=lambda: LoadConfig(concurrency=64))
     seed: int = field(default=0, metadata={"help": "root seed of all random streams"})
     step_time: str = field(
-        default="roofline", metadata={"help": "step-time model: roofline | calibrated"}
+        default="calibrated", metadata={"help": "step-time model: roofline | calibrated"}
     )
 
     def __post_init__(self) -> None:

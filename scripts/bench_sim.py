@@ -20,7 +20,7 @@ def main() -> None:
     ap.add_argument("--concurrency", type=int, default=256)
     ap.add_argument("--gmu", type=float, default=0.9)
     ap.add_argument("--repeat", type=int, default=3)
-    ap.add_argument("--step-time", default="roofline")
+    ap.add_argument("--step-time", default="calibrated")
     args = ap.parse_args()
     print(
         f"{'commit':<12}{'wall_s':>8}{'cpu_s':>8}{'req/wall-s':>12}"

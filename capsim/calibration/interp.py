@@ -97,12 +97,14 @@ def curve_sum(name: str, parts: Sequence[tuple[float, Curve]], above: str = "ref
 class Sheet:
     """y(u, x): curves along x at measured u values, linear in u between them.
 
-    Below the smallest u the first curve is used (clamp); above the largest u: refuse.
+    Below the smallest u the first curve is used (clamp); above the largest u: refuse, or
+    with ``above="proportional"`` scale the top curve by ``u / u_max``.
     """
 
     name: str
     us: tuple[float, ...]
     curves: tuple[Curve, ...]
+    above: str = "refuse"
     _ul: list[float] = field(default_factory=list, repr=False, compare=False)
 
     def __post_init__(self) -> None:
@@ -117,6 +119,8 @@ class Sheet:
         if u <= ul[0]:
             return self.curves[0](x)
         if u > ul[-1]:
+            if self.above == "proportional":
+                return self.curves[-1](x) * u / ul[-1]
             raise ValueError(
                 f"{self.name}: {u:g} is above the measured grid [{ul[0]:g}, {ul[-1]:g}]; "
                 "the calibrated model does not extrapolate"

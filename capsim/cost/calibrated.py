@@ -50,7 +50,10 @@ BEYOND_GRID_RULES: tuple[str, ...] = (
     "above the token grid (M), batch grid of attention, or a measured curve: refuse",
     "attn_decode at an unmeasured window q: linear in q between the measured neighbours",
     "attn_decode/attn_prefill above the largest measured context: proportional to context",
+    "attn_decode above the largest measured batch: proportional to batch",
     "gdn_verify above the largest measured batch: proportional to batch",
+    "gdn_verify at an unmeasured window T (e.g. tree 2,2,1 -> T=11): linear in T between the "
+    "nearest measured windows (any tree shape); outside them: refuse",
     "host round trip above its id grid: the value at the top (flat 23-27 us over 1-4096 ids)",
 )
 
@@ -97,6 +100,7 @@ class CalibratedStepTime:
         self.split = split
         self._require_gdn = require_gdn
         self._gdn_kernels: tuple[str, ...] = ()
+        self._gdn_interp: str | None = None
         self._t = self._build()
 
     # ------------------------------------------------------------------ construction
@@ -188,7 +192,14 @@ class CalibratedStepTime:
             curves = tuple(
                 curve(("attn_decode", shp.attn_key, q, b), above="proportional") for b in batches
             )
-            return Sheet(f"attn_decode/{shp.attn_key}/q{q}/batch", tuple(batches), curves)
+            # stated rule: above the largest measured batch, proportional to batch (every
+            # decode request reads its own KV; tree drafts run many rows per request)
+            return Sheet(
+                f"attn_decode/{shp.attn_key}/q{q}/batch",
+                tuple(batches),
+                curves,
+                above="proportional",
+            )
 
         def attn_sheet(q: int) -> Sheet | None:
             """Measured q, else linear in q between the two measured neighbours."""
@@ -206,7 +217,9 @@ class CalibratedStepTime:
                 curve_sum(f"attn_decode/q{q}/b{b:g}", [(1 - a, c0), (a, c1)], "proportional")
                 for b, c0, c1 in zip(s0.us, s0.curves, s1.curves, strict=True)
             )
-            return Sheet(f"attn_decode/{shp.attn_key}/q{q}(interp)/batch", s0.us, curves)
+            return Sheet(
+                f"attn_decode/{shp.attn_key}/q{q}(interp)/batch", s0.us, curves, "proportional"
+            )
 
         attn_1 = attn_sheet(1)
         if attn_1 is None:
@@ -240,21 +253,21 @@ class CalibratedStepTime:
             ),
         )
 
-    def _gdn_verify_curve(self) -> Curve:
-        shp, spec = self.shapes, self.spec
+    def _gdn_rows(self, window_tok: int | None, tree: str | None) -> list[dict]:  # type: ignore[type-arg]
+        shp = self.shapes
         state = _dtype_alias(shp.ssm_state_dtype)
-        tree = "chain" if spec.tree_widths is None else ",".join(map(str, spec.tree_widths))
-        if spec.tree_widths is not None and all(x == 1 for x in spec.tree_widths):
-            tree = "chain"
-        rows = [
+        return [
             r
             for r in self._rows(self.tables.gdn)
             if (r["Hv"], r["Hk"], r["dk"], r["dv"])
             == (shp.gdn_hv, shp.gdn_hk, shp.gdn_dk, shp.gdn_dv)
             and _dtype_alias(r["state_dtype"]) == state
-            and r["T"] == spec.window_tok
-            and str(r["tree"]) == tree
+            and (window_tok is None or r["T"] == window_tok)
+            and (tree is None or str(r["tree"]) == tree)
         ]
+
+    def _gdn_curve_from_rows(self, rows: list[dict], label: str) -> Curve:  # type: ignore[type-arg]
+        spec = self.spec
         have = {r["kernel"] for r in rows}
         for kernels in COMMIT_KERNELS[spec.commit]:
             if set(kernels) <= have:
@@ -262,8 +275,8 @@ class CalibratedStepTime:
         else:
             raise ValueError(
                 f"GDN verify table has no kernels for commit={spec.commit!r} at "
-                f"{shp.gdn_key} state={state} T={spec.window_tok} tree={tree!r} "
-                f"(found {sorted(have) or 'none'}; need one of {COMMIT_KERNELS[spec.commit]})"
+                f"{self.shapes.gdn_key} {label} (found {sorted(have) or 'none'}; need one of "
+                f"{COMMIT_KERNELS[spec.commit]})"
             )
         self._gdn_kernels = kernels
         rows = [r for r in rows if r["kernel"] in kernels]
@@ -277,6 +290,42 @@ class CalibratedStepTime:
             parts.append((1.0, Curve.from_points(f"gdn_verify/{kernel}", *zip(*pts, strict=True))))
         summed = curve_sum("gdn_verify", parts)
         return Curve(summed.name, summed.xs, summed.ys, above="proportional")
+
+    def _gdn_verify_curve(self) -> Curve:
+        spec = self.spec
+        state = _dtype_alias(self.shapes.ssm_state_dtype)
+        tree = "chain" if spec.tree_widths is None else ",".join(map(str, spec.tree_widths))
+        if spec.tree_widths is not None and all(x == 1 for x in spec.tree_widths):
+            tree = "chain"
+        w = spec.window_tok
+        rows = self._gdn_rows(w, tree)
+        if rows:
+            return self._gdn_curve_from_rows(rows, f"state={state} T={w} tree={tree!r}")
+        # Stated rule: an unmeasured window is linear in T between the nearest measured
+        # windows below and above it (any measured shape); outside them: refuse.
+        measured = sorted({int(r["T"]) for r in self._gdn_rows(None, None)})
+        lo = max((t for t in measured if t < w), default=None)
+        hi = min((t for t in measured if t > w), default=None)
+        if lo is None or hi is None:
+            raise ValueError(
+                f"GDN verify table has no window T={w} (tree={tree!r}, state={state}) and "
+                f"cannot interpolate: measured windows are {measured}"
+            )
+        def one_shape(t: int) -> tuple[str, list[dict]]:  # type: ignore[type-arg]
+            trees = sorted({str(r["tree"]) for r in self._gdn_rows(t, None)})
+            # a tree prefers measured tree shapes, a chain prefers chains
+            wanted = [t for t in trees if (t == "chain") == (spec.tree_widths is None)]
+            pick = (wanted or trees)[0]
+            return pick, self._gdn_rows(t, pick)
+
+        (t_lo, r_lo), (t_hi, r_hi) = one_shape(lo), one_shape(hi)
+        c_lo = self._gdn_curve_from_rows(r_lo, f"state={state} T={lo} tree={t_lo!r}")
+        c_hi = self._gdn_curve_from_rows(r_hi, f"state={state} T={hi} tree={t_hi!r}")
+        frac = (w - lo) / (hi - lo)
+        xs = tuple(x for x in c_lo.xs if x in set(c_hi.xs))
+        ys = tuple((1 - frac) * c_lo(x) + frac * c_hi(x) for x in xs)
+        self._gdn_interp = f"T={w}: linear between T={lo} ({t_lo}) and T={hi} ({t_hi})"
+        return Curve(f"gdn_verify/T{w}", xs, ys, above="proportional")
 
     # ------------------------------------------------------------------ pricing
     def _attn_prefill(self, n: int, ctx: int) -> float:
@@ -394,6 +443,7 @@ class CalibratedStepTime:
             "window_tok": self.spec.window_tok,
             "depth": self.spec.depth,
             "gdn_kernels": list(self._gdn_kernels),
+            "gdn_window_interpolation": self._gdn_interp,
             "split": self.split,
             "beyond_grid": list(BEYOND_GRID_RULES),
             "tp_allreduce": (

@@ -139,7 +139,7 @@ class SweepSpec:
     min_requests: int = field(default=16, metadata={"help": "lower clamp of the rule"})
     max_requests: int = field(default=1000, metadata={"help": "upper clamp (vllm bench: 1000)"})
     seed: int = field(default=0, metadata={"help": "root seed of every point"})
-    step_time: str = field(default="roofline", metadata={"help": "step-time model"})
+    step_time: str = field(default="calibrated", metadata={"help": "step-time model"})
 
     def __post_init__(self) -> None:
         if not self.blocks:

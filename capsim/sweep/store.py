@@ -38,6 +38,23 @@ from capsim.sweep.grid import SweepSpec
 MANIFEST = "manifest.json"
 FILE_MODE = 0o644  # mkstemp creates 0600; results are meant to be shared
 
+# Keys of StepTimeModel.describe() that describe the point, not the calibration.
+POINT_SPECIFIC_MODEL_KEYS: frozenset[str] = frozenset(
+    {
+        "gpu",
+        "projection",
+        "hardware_model",
+        "model",
+        "tp",
+        "commit",
+        "window_tok",
+        "depth",
+        "gdn_kernels",
+        "gdn_window_interpolation",
+        "tp_allreduce",
+    }
+)
+
 
 class SweepMismatchError(ValueError):
     """The directory holds results of a different sweep configuration."""
@@ -228,8 +245,16 @@ class SweepStore:
         return self.point_path(point_id).exists()
 
     def check_calibration(self, step_time_model: dict[str, Any]) -> None:
-        """Record the first point's step-time model; refuse a point priced by another."""
-        canon = json.loads(json.dumps(step_time_model, sort_keys=True, default=_json_default))
+        """Record the first point's step-time model; refuse a point priced by another.
+
+        Only the model's identity is compared (kind, tables and their hash, efficiencies);
+        what describes the point itself (GPU, model, TP, commit mode, window, kernels
+        used, projection label) legitimately differs between points of one grid.
+        """
+        identity = {
+            k: v for k, v in step_time_model.items() if k not in POINT_SPECIFIC_MODEL_KEYS
+        }
+        canon = json.loads(json.dumps(identity, sort_keys=True, default=_json_default))
         if self.manifest.get("calibration") is None:
             self.manifest["calibration"] = canon
             self.manifest["calibration_id"] = hashlib.sha256(
