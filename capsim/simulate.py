@@ -28,6 +28,16 @@ from capsim.result import SimResult
 from capsim.traces.table import RequestTable
 
 
+def step_time_label(desc: dict[str, object]) -> str:
+    """One short label for outputs: the model kind, and whether times are a projection."""
+    kind = str(desc.get("kind", "?"))
+    proj = desc.get("projection")
+    if proj:
+        return f"{kind}, {proj}" if isinstance(proj, str) else f"{kind}, PROJECTION"
+    measured = desc.get("measured_gpu")
+    return f"{kind}, measured on {measured}" if measured else kind
+
+
 def pool_layout(plan: MemoryPlan, watermark: float = 0.0) -> PoolLayout:
     return PoolLayout(
         block_size_tok=plan.block_size_tok,
@@ -156,10 +166,12 @@ def simulate(
         "max_num_seqs": plan.max_num_seqs,
         "offered_load": cfg.load.offered_load,
     }
+    desc = dict(step_model.describe())
+    summary["step_time_label"] = step_time_label(desc)
     return SimResult(
         config=cfg.to_dict(),
         summary=summary,
         requests=req_df,
         steps=steps_df,
-        step_time_model=dict(step_model.describe()),
+        step_time_model=desc,
     )

@@ -51,6 +51,7 @@ BEYOND_GRID_RULES: tuple[str, ...] = (
     "attn_decode at an unmeasured window q: linear in q between the measured neighbours",
     "attn_decode/attn_prefill above the largest measured context: proportional to context",
     "attn_decode above the largest measured batch: proportional to batch",
+    "logits (lm_head + sampling) above the largest measured row count: proportional to rows",
     "gdn_verify above the largest measured batch: proportional to batch",
     "gdn_verify at an unmeasured window T (e.g. tree 2,2,1 -> T=11): linear in T between the "
     "nearest measured windows (any tree shape); outside them: refuse",
@@ -180,9 +181,12 @@ class CalibratedStepTime:
         )
         mtp = [(1.0, gemm("mtp_fc")), (2.0, rms_h), *attn_layer]
         mtp_tok = curve_sum("mtp_tok", [(w * max(shp.num_mtp_layers, 1), c) for w, c in mtp])
+        # stated rule: above the largest measured row count (tree verify windows can
+        # exceed it), logits are proportional to rows (a compute-bound GEMM + sampling)
         logits = curve_sum(
             "logits",
             [(1.0, rms_h), (1.0, gemm("lm_head")), (1.0, curve(("sample", f"v{shp.vocab_local}")))],
+            "proportional",
         )
 
         def attn_q_sheet(q: int) -> Sheet | None:

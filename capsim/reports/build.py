@@ -135,6 +135,12 @@ def build_report(result_dir: Path | str, out_dir: Path | str | None = None) -> P
         "<p class='note'>Simulated with capsim (SimPy model of the vLLM v1 engine). Step "
         "times come from the step-time model named below: a B200 figure is a projection, "
         "not a measurement. Ratios are oriented so that &gt; 1 is better for TreeWY.</p>",
+        "<p class='note'><b>Step times:</b> "
+        + html.escape(
+            "; ".join(sorted({str(x) for x in points.get("step_time_label", pd.Series()).dropna()}))
+            or "see the step-time model below"
+        )
+        + "</p>",
         _provenance(manifest, points),
         "<h2>Table 1: geometric means at the tightest gmu per model</h2>",
         "<p class='note'>Over the fixed-concurrency workloads, chain drafts; "

@@ -34,6 +34,14 @@ MODE_LABEL: dict[str, str] = {
 GIB = 1024**3
 
 
+
+def step_time_suffix(points: pd.DataFrame) -> str:
+    """'\nstep time: ...' naming every step-time label in the data (projections say so)."""
+    if "step_time_label" not in points.columns:
+        return ""
+    labels = sorted({str(x) for x in points["step_time_label"].dropna()})
+    return ("\nstep time: " + "; ".join(labels)) if labels else ""
+
 def _chain_concurrency(points: pd.DataFrame) -> pd.DataFrame:
     return points[(points["load_mode"] == "concurrency") & (points["tree"] == "chain")]
 
@@ -111,6 +119,7 @@ def figure1_pool_usage(points: pd.DataFrame) -> Figure:
         ax.set_visible(False)
     fig.suptitle(
         "Figure 1: peak KV/state pool usage vs load (median over workloads, band = min-max)"
+        + step_time_suffix(points)
     )
     fig.tight_layout()
     return fig
@@ -170,7 +179,10 @@ def figure2_ttft(points: pd.DataFrame) -> Figure:
                 ax.set_xlabel("concurrency (requests)")
     handles, labels = axes[0, 0].get_legend_handles_labels()
     fig.legend(handles, labels, loc="upper right", ncol=len(labels))
-    fig.suptitle("Figure 2: p99 TTFT vs concurrency (log scale); ratio at the highest load")
+    fig.suptitle(
+        "Figure 2: p99 TTFT vs concurrency (log scale); ratio at the highest load"
+        + step_time_suffix(points)
+    )
     fig.tight_layout(rect=(0, 0, 1, 0.97))
     return fig
 
@@ -223,7 +235,10 @@ def figure3_matched(matched: pd.DataFrame) -> Figure:
         ax.set_title(label, fontsize=9)
         ax.set_ylabel("ratio (> 1 better for TreeWY)", fontsize=8)
         ax.grid(alpha=0.3, axis="y", which="both")
-    fig.suptitle("Figure 3: matched points, store-all memory-bound vs headroom (gm = geomean)")
+    fig.suptitle(
+        "Figure 3: matched points, store-all memory-bound vs headroom (gm = geomean)"
+        + step_time_suffix(matched)
+    )
     fig.tight_layout()
     return fig
 

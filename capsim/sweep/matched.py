@@ -66,6 +66,7 @@ ID_COLS: tuple[str, ...] = (
     "tree",
     "num_spec_tok",
     "seed",
+    "step_time_label",
 )
 
 
