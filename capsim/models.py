@@ -242,9 +242,7 @@ def model_from_hf_config(path: Path) -> ModelSpec:
         num_gdn_layers=num_gdn,
         num_attn_layers=num_attn,
         num_attention_heads=int(_get(cfg, "num_attention_heads", path)),
-        num_kv_heads=int(
-            cfg.get("num_key_value_heads") or _get(cfg, "num_attention_heads", path)
-        ),
+        num_kv_heads=int(cfg.get("num_key_value_heads") or _get(cfg, "num_attention_heads", path)),
         head_dim=int(
             cfg.get("head_dim")
             or int(_get(cfg, "hidden_size", path)) // int(_get(cfg, "num_attention_heads", path))

@@ -315,6 +315,7 @@ class CalibratedStepTime:
                 f"GDN verify table has no window T={w} (tree={tree!r}, state={state}) and "
                 f"cannot interpolate: measured windows are {measured}"
             )
+
         def one_shape(t: int) -> tuple[str, list[dict]]:  # type: ignore[type-arg]
             trees = sorted({str(r["tree"]) for r in self._gdn_rows(t, None)})
             # a tree prefers measured tree shapes, a chain prefers chains

@@ -34,13 +34,13 @@ MODE_LABEL: dict[str, str] = {
 GIB = 1024**3
 
 
-
 def step_time_suffix(points: pd.DataFrame) -> str:
     """'\nstep time: ...' naming every step-time label in the data (projections say so)."""
     if "step_time_label" not in points.columns:
         return ""
     labels = sorted({str(x) for x in points["step_time_label"].dropna()})
     return ("\nstep time: " + "; ".join(labels)) if labels else ""
+
 
 def _chain_concurrency(points: pd.DataFrame) -> pd.DataFrame:
     return points[(points["load_mode"] == "concurrency") & (points["tree"] == "chain")]

@@ -26,7 +26,13 @@ from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any, Literal
 
-from capsim.config import EngineConfig, LoadConfig, SimConfig, SpecDecodeConfig
+from capsim.config import (
+    AcceptanceConfig,
+    EngineConfig,
+    LoadConfig,
+    SimConfig,
+    SpecDecodeConfig,
+)
 from capsim.cost.base import COMMIT_MODES
 
 RECORD_SCHEMA = 1
@@ -75,8 +81,19 @@ class WorkloadLoads:
     min_requests: int | None = field(
         default=None, metadata={"help": "overrides the sweep's lower clamp for this workload"}
     )
+    acceptance: tuple[float, ...] | None = field(
+        default=None,
+        metadata={
+            "help": "per-depth conditional draft acceptance for this workload "
+            "(None = AcceptanceConfig's default, 3.2 tokens/step at k=3)"
+        },
+    )
 
     def __post_init__(self) -> None:
+        if self.acceptance is not None:
+            acc = tuple(float(p) for p in self.acceptance)
+            AcceptanceConfig(conditional=acc)  # validates: raises naming the values
+            object.__setattr__(self, "acceptance", acc)
         if self.mode not in ("concurrency", "rate"):
             _fail("workload", "mode", self.mode, "must be 'concurrency' or 'rate'")
         loads = tuple(float(x) for x in self.loads)
@@ -264,7 +281,14 @@ def make_config(
         model=dep.model,
         gpu=dep.gpu,
         engine=EngineConfig(tp=dep.tp, gmu=gmu),
-        spec=SpecDecodeConfig(num_spec_tok=spec.num_spec_tok, tree_widths=tree, commit=commit),
+        spec=SpecDecodeConfig(
+            num_spec_tok=spec.num_spec_tok,
+            tree_widths=tree,
+            commit=commit,  # type: ignore[arg-type]
+            acceptance=(
+                AcceptanceConfig(conditional=wl.acceptance) if wl.acceptance else AcceptanceConfig()
+            ),
+        ),
         workload=wl.name,
         load=load_cfg,
         seed=spec.seed,
@@ -348,6 +372,7 @@ def spec_from_dict(raw: dict[str, Any], *, where: str = "grid") -> SweepSpec:
                 burstiness=float(w.get("burstiness", 1.0)),
                 requests_per_concurrency=w.get("requests_per_concurrency"),
                 min_requests=w.get("min_requests"),
+                acceptance=tuple(w["acceptance"]) if "acceptance" in w else None,
             )
             for w in _need(b, "workload", bwhere)
         )

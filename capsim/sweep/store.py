@@ -251,9 +251,7 @@ class SweepStore:
         what describes the point itself (GPU, model, TP, commit mode, window, kernels
         used, projection label) legitimately differs between points of one grid.
         """
-        identity = {
-            k: v for k, v in step_time_model.items() if k not in POINT_SPECIFIC_MODEL_KEYS
-        }
+        identity = {k: v for k, v in step_time_model.items() if k not in POINT_SPECIFIC_MODEL_KEYS}
         canon = json.loads(json.dumps(identity, sort_keys=True, default=_json_default))
         if self.manifest.get("calibration") is None:
             self.manifest["calibration"] = canon

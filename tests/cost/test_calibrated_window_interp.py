@@ -15,9 +15,13 @@ from capsim.models import get_model
 
 def _decode(n: int, w: int) -> BatchShape:
     z = np.zeros(0, dtype=np.int64)
-    return BatchShape(num_decode_req=n, query_tok_per_decode=w,
-                      decode_context_tok=np.full(n, 1024), prefill_new_tok=z,
-                      prefill_computed_tok=z)
+    return BatchShape(
+        num_decode_req=n,
+        query_tok_per_decode=w,
+        decode_context_tok=np.full(n, 1024),
+        prefill_new_tok=z,
+        prefill_computed_tok=z,
+    )
 
 
 def _gdn_s(widths: tuple[int, ...], n: int = 64) -> float:

@@ -112,6 +112,27 @@ def test_treewy_verify_and_commit(tree, state_dtype, device):
     assert torch.isnan(win.pool[[i for i in range(win.pool.shape[0]) if i not in win.slot]]).all()
 
 
+@pytest.mark.parametrize("tree", [TreeSpec((3, 3, 3)), TreeSpec.chain(33)], ids=ids)
+def test_commit_root_leaf_and_nothing(tree, device):
+    """The commit's parent walk: the root (no walk), the last node (the deepest walk in
+    DFS order), and -1 / W (nothing to apply: the state must stay as it was)."""
+    win = make_window(parent=tree.parent, batch=4, device=device, seed=11)
+    s0 = win.state0
+    _, states_ref = recurrence_reference(
+        win.q, win.k, win.v, win.log_gate, win.beta, s0, tree.parent
+    )
+    _, vt = treewy_verify(
+        win.q, win.k, win.v, win.log_gate, win.beta, win.pool, win.slot, win.parent
+    )
+    w = tree.num_nodes
+    accepted = torch.tensor([0, w - 1, -1, w], dtype=torch.int32, device=device)
+    treewy_commit(win.pool, win.slot, win.k, vt, win.log_gate, win.parent, accepted)
+    got = win.pool[win.slot.long()]
+    assert_close("root state", states_ref[0, 0], got[0], fp32_tol(device))
+    assert_close("leaf state", states_ref[1, w - 1], got[1], fp32_tol(device))
+    torch.testing.assert_close(got[2:], s0[2:], rtol=0, atol=0)
+
+
 @pytest.mark.parametrize(
     ("tree", "state_dtype"),
     [(TREES[0], F32), (TREES[1], BF16), (TREES[3], F32), (TreeSpec.chain(20), BF16)],
