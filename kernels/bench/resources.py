@@ -1,6 +1,6 @@
 """Compile the verify kernels for sm_90 on any machine (no GPU) and print their resources.
 
-    python -m capsim_kernels.bench.resources
+    python -m capsim_kernels.bench.resources [float32|bfloat16]   # state dtype
 
 Registers, stack (spill) bytes and shared memory per program, read with the cuobjdump
 bundled in Triton's package. Costs no device time: use it before a GPU run to check
@@ -13,10 +13,25 @@ import os
 import subprocess
 import tempfile
 
-PTRS = ("q", "k", "v", "g", "beta", "state", "state_slot", "parent", "o", "vt", "accepted")
-PTRS += ("pk", "pvt", "pg", "pparent", "paccepted", "k_out", "g_out")
 BF16_PTRS = {"q", "k", "v", "o", "pk", "k_out"}
 INT_PTRS = {"state_slot", "parent", "accepted", "pparent", "paccepted"}
+
+
+def _signature(fn, state: str) -> tuple[dict, list[str]]:
+    """Pointer and scalar arguments of ``fn`` with their Triton types; constexpr names."""
+    sig, consts = {}, []
+    for p in fn.params:
+        if p.is_constexpr:
+            consts.append(p.name)
+        elif p.name == "scale":
+            sig[p.name] = "fp32"
+        elif p.name == "state":
+            sig[p.name] = "*fp32" if state == "float32" else "*bf16"
+        else:
+            sig[p.name] = (
+                "*bf16" if p.name in BF16_PTRS else "*i32" if p.name in INT_PTRS else "*fp32"
+            )
+    return sig, consts
 
 
 def _report(fn, signature: dict, constexprs: dict, num_warps: int) -> dict:
@@ -44,40 +59,44 @@ def _report(fn, signature: dict, constexprs: dict, num_warps: int) -> dict:
     }
 
 
-def window_config(
-    w: int,
-    state: str,
-    *,
-    commit: bool = False,
-    pending: bool = False,
-    block_v: int | None = None,
-    small_prec: str | None = None,
-):
+def kernel_configs(w: int, state: str, block_v: int | None = None):
+    """(name, kernel, signature, constexprs, num_warps) as ``launch_window`` and
+    ``treewy_commit`` launch them for window w at the 35B TP1 head shape, B = 256."""
+    from ..gdn_verify import treewy as tw
     from ..gdn_verify._jit import pad_window
-    from ..gdn_verify.treewy import BIG_DOT_PRECISION, SMALL_DOT_PRECISION, treewy_window_kernel
 
     bw, log2_bw = pad_window(w)
-    sig = {p: "*bf16" if p in BF16_PTRS else "*i32" if p in INT_PTRS else "*fp32" for p in PTRS}
-    sig["state"] = "*fp32" if state == "float32" else "*bf16"
-    sig["scale"] = "fp32"
-    consts = {
-        "H": 16, "HV": 32, "W": w, "K": 128, "V": 128, "BW": bw, "LOG2_BW": log2_bw, "BK": 128,
-        "BV": block_v or (64 if bw <= 32 else 32), "WP": w, "BWP": bw, "LOG2_BWP": log2_bw,
-        "STORE_VT": not commit, "COMMIT": commit, "PENDING": pending,
-        "BIG_PREC": BIG_DOT_PRECISION, "SMALL_PREC": small_prec or SMALL_DOT_PRECISION,
-    }  # fmt: skip
-    return treewy_window_kernel, sig, consts, 4 if bw <= 16 else 8
+    bv = block_v or tw.pick_block_v(256 * 32, 128, bw)
+    heads = {"H": 16, "HV": 32, "W": w, "K": 128, "BW": bw, "BK": 128}
+    out = []
+    sig, _ = _signature(tw.treewy_prep_kernel, state)
+    consts = heads | {"LOG2_BW": log2_bw, "BKC": tw.PREP_BLOCK_K, "PREC": tw.PREP_DOT_PRECISION}
+    out.append(("prep", tw.treewy_prep_kernel, sig, consts, tw.prep_warps(bw)))
+    sig, _ = _signature(tw.treewy_stream_kernel, state)
+    for name, flags in (
+        ("verify", {"STORE_VT": True, "COMMIT": False, "PENDING": False}),
+        ("fused", {"STORE_VT": False, "COMMIT": True, "PENDING": False}),
+        ("deferred", {"STORE_VT": True, "COMMIT": False, "PENDING": True}),
+    ):
+        consts = heads | flags | {
+            "V": 128, "BV": bv, "WP": w, "BWP": bw, "BKC": tw.STREAM_BLOCK_K,
+            "BIG_PREC": tw.BIG_DOT_PRECISION, "SMALL_PREC": tw.SMALL_DOT_PRECISION,
+        }  # fmt: skip
+        out.append((name, tw.treewy_stream_kernel, sig, consts, tw.stream_warps(bw)))
+    sig, _ = _signature(tw.treewy_commit_kernel, state)
+    bv = block_v or tw.pick_block_v(256 * 32, 128, bw, widest=tw.COMMIT_BLOCK_V)
+    consts = heads | {"V": 128, "BV": bv, "BKC": tw.STREAM_BLOCK_K, "PREC": tw.SMALL_DOT_PRECISION}
+    out.append(("commit", tw.treewy_commit_kernel, sig, consts, tw.stream_warps(bw)))
+    return out
 
 
 def main() -> None:
+    import sys
+
+    state = sys.argv[1] if len(sys.argv) > 1 else "float32"
     for w in (4, 15, 40):
-        for name, flags in (
-            ("verify", {}),
-            ("fused", {"commit": True}),
-            ("deferred", {"pending": True}),
-        ):
-            fn, sig, consts, nw = window_config(w, "float32", **flags)
-            print(f"{name:9s} W={w:2d} fp32 state: {_report(fn, sig, consts, nw)}", flush=True)
+        for name, fn, sig, consts, nw in kernel_configs(w, state):
+            print(f"{name:9s} W={w:2d} {state} state: {_report(fn, sig, consts, nw)}", flush=True)
 
 
 if __name__ == "__main__":

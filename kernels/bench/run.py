@@ -232,17 +232,19 @@ def _rel(ref, out) -> float:
     return float((out - ref).norm() / ref.norm().clamp_min(1e-300))
 
 
-def run_checks(batch: int = 2) -> list[dict]:
+def run_checks(
+    batch: int = 2, shapes=MODEL_SHAPES, state_dtypes=STATE_DTYPES, windows=WINDOWS
+) -> list[dict]:
     """Every kernel at the real head shapes against the float64 recurrence (on the GPU)."""
     import capsim_kernels as ck
     import torch
     from capsim_kernels.gdn_verify.reference import l2norm
 
     out = []
-    for shape in MODEL_SHAPES:
-        for sd in STATE_DTYPES:
+    for shape in shapes:
+        for sd in state_dtypes:
             st_tol = CHECK_TOL["fp32_state"] if sd == "float32" else CHECK_TOL["bf16_state"]
-            for tree in WINDOWS:
+            for tree in windows:
                 c = Cell(shape, sd, batch, tree, seed=1234)
                 c2 = Cell(shape, sd, batch, tree, seed=4321)
                 b, w = batch, tree.num_nodes

@@ -14,12 +14,6 @@ L2_EPS = 1e-6
 
 
 @triton.jit
-def l2norm_rows(b_x):
-    """Rows of [R, K] divided by sqrt(|row|^2 + 1e-6)."""
-    return b_x * tl.rsqrt(tl.sum(b_x * b_x, 1) + 1e-6)[:, None]
-
-
-@triton.jit
 def ancestor_mask(p_parent, W: tl.constexpr, BW: tl.constexpr, LOG2_BW: tl.constexpr):
     """Bool [BW, BW]: A[t, i] = i is an ancestor of t or t itself.
 
@@ -39,35 +33,6 @@ def ancestor_mask(p_parent, W: tl.constexpr, BW: tl.constexpr, LOG2_BW: tl.const
     return b_s > 0.5
 
 
-@triton.jit
-def unit_lower_inverse(b_n, W: tl.constexpr, BW: tl.constexpr):
-    """(I + N)^-1 for N [BW, BW] strictly lower triangular, by forward substitution.
-
-    Row t of the inverse is e_t - sum_{i<t} N[t, i] T[i, :]; W - 1 serial steps of
-    O(BW^2) register work (exact fp32, no cancellation-prone power series).
-    """
-    o_w = tl.arange(0, BW)
-    b_t = (o_w[:, None] == o_w[None, :]).to(tl.float32)
-    for t in range(1, W):
-        m_row = o_w[:, None] == t
-        b_nrow = tl.sum(tl.where(m_row, b_n, 0.0), 0)  # [BW] over i: N[t, i]
-        b_new = tl.sum(b_nrow[:, None] * b_t, 0)  # [BW] over j: sum_i N[t, i] T[i, j]
-        b_t = tl.where(m_row, b_t - b_new[None, :], b_t)
-    return b_t
-
-
-@triton.jit
-def path_coefficients(b_anc, b_lg, i_a, BW: tl.constexpr):
-    """For accepted node a: (coef [BW], log gamma_a) with coef_i = exp(L_a - L_i) on the
-    path root..a and 0 elsewhere. ``b_lg`` [BW] holds the cumulative log gates L."""
-    o_w = tl.arange(0, BW)
-    m_a = o_w == i_a
-    b_la = tl.sum(tl.where(m_a, b_lg, 0.0), 0)
-    m_path = tl.sum(tl.where(m_a[:, None] & b_anc, 1, 0), 0) > 0  # [BW] over i
-    b_coef = tl.where(m_path, tl.exp(tl.where(m_path, b_la - b_lg, 0.0)), 0.0)
-    return b_coef, b_la
-
-
 def pad_window(num_nodes: int) -> tuple[int, int]:
     """(BW, log2 BW): the window padded to a power of two, at least 16."""
     bw = max(16, triton.next_power_of_2(num_nodes))
@@ -75,32 +40,44 @@ def pad_window(num_nodes: int) -> tuple[int, int]:
 
 
 @triton.jit
-def path_update(
-    b_vt,
-    b_k,
-    b_coef,
-    W: tl.constexpr,
-    BW: tl.constexpr,
-    BV: tl.constexpr,
-    BK: tl.constexpr,
-    SMALL_PREC: tl.constexpr,
-):
-    """sum_i coef_i vt_i k_i^T as [BV, BK] (vt [BW, BV], k [BW, BK], coef [BW]).
+def path_scale(p_parent, p_g, i_a, W: tl.constexpr, BW: tl.constexpr, STRIDE_G):
+    """(coef [BW], log gamma_a) for accepted node ``i_a`` without a [BW, BW] mask.
 
-    Windows of 16 use one ``tl.dot``. Larger windows add rank-1 updates for the nodes on
-    the path only (coef != 0): a [BV, BW] x [BW, BK] product beside the verify's own
-    products needs more shared memory than an H200 block has (270 KB seen at BW = 64).
+    Walks parent pointers from ``i_a`` to the root (depth <= W scalar loads from L1),
+    then L_i = cumsum of the path's log gates (DFS preorder: every path node before i
+    is an ancestor of i). coef_i = exp(L_a - L_i) on the path, 0 elsewhere; i_a outside
+    [0, W) (``-1``: nothing to apply) gives coef = 0 and L_a = 0. ``p_g`` points at the
+    gate of node 0 of this (request, head); node t's gate is at p_g + t * STRIDE_G.
     """
-    if BW <= 16:
-        b_acc = tl.dot(tl.trans(b_vt * b_coef[:, None]), b_k, input_precision=SMALL_PREC)
-    else:
-        o_w = tl.arange(0, BW)
-        b_acc = tl.zeros([BV, BK], dtype=tl.float32)
-        for i in range(W):
-            m_i = o_w == i
-            b_ci = tl.sum(tl.where(m_i, b_coef, 0.0), 0)
-            if b_ci != 0.0:
-                b_vti = tl.sum(tl.where(m_i[:, None], b_vt, 0.0), 0)  # [BV]
-                b_ki = tl.sum(tl.where(m_i[:, None], b_k, 0.0), 0)  # [BK]
-                b_acc += (b_ci * b_vti)[:, None] * b_ki[None, :]
-    return b_acc
+    o_w = tl.arange(0, BW)
+    ok = (i_a >= 0) & (i_a < W)
+    i_cur = tl.where(ok, i_a, -1)
+    n_path = tl.where(o_w == i_cur, 1, 0)
+    while i_cur > 0:
+        i_cur = tl.load(p_parent + i_cur)
+        n_path += tl.where(o_w == i_cur, 1, 0)
+    m_path = n_path > 0
+    b_g = tl.load(p_g + o_w * STRIDE_G, mask=m_path & (o_w < W), other=0.0).to(tl.float32)
+    b_lg = tl.cumsum(b_g, 0)
+    b_la = tl.sum(b_g, 0)
+    b_coef = tl.where(m_path, tl.exp(tl.where(m_path, b_la - b_lg, 0.0)), 0.0)
+    return b_coef, b_la
+
+
+@triton.jit
+def unit_lower_inverse_t(p_n, W: tl.constexpr, BW: tl.constexpr):
+    """Transposed (I + N)^-1 for N strictly lower triangular, read row by row from memory.
+
+    ``p_n`` points at N as a row-major [W, W] fp32 matrix this program has written
+    (behind a barrier). Forward substitution T[t, :] = e_t - N[t, :t] T[:t, :] on the
+    transpose Tt = T^T: step t is Tt[:, t] -= Tt @ N[t, :], a reduction along the
+    second axis (within a warp) with N's row loaded straight into that axis' layout, so
+    no cross-warp reduction or layout change in the W - 1 serial steps.
+    """
+    o_w = tl.arange(0, BW)
+    b_tt = (o_w[:, None] == o_w[None, :]).to(tl.float32)
+    for t in range(1, W):
+        b_nrow = tl.load(p_n + t * W + o_w, mask=o_w < t, other=0.0)  # N[t, i]
+        b_new = tl.sum(b_tt * b_nrow[None, :], 1)  # [BW] over j
+        b_tt = tl.where(o_w[None, :] == t, b_tt - b_new[:, None], b_tt)
+    return b_tt

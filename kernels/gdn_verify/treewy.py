@@ -2,8 +2,7 @@
 
 ``treewy_verify`` computes every window output in closed form from the committed state
 S_0 and writes only the pseudo-values ``vt`` (W x dv per head, not W states);
-``treewy_commit`` rebuilds the accepted node's state in place. One program handles one
-(request, value head, dv tile) and the whole key dimension::
+``treewy_commit`` rebuilds the accepted node's state in place::
 
     A        = ancestor-or-self mask of the tree               [BW, BW]  (tl.dot doubling)
     L        = A @ log_gate      (log gamma along the path, never a division)
@@ -12,12 +11,22 @@ S_0 and writes only the pseudo-values ``vt`` (W x dv per head, not W states);
     O        = exp(L) * (Q S_0^T) + (A * exp(L_t - L_i) * Q K^T) @ Vt
     S_a      = exp(L_a) S_0 + sum_{i <= a} exp(L_a - L_i) vt_i k_i^T
 
+Verify is two launches (second GPU round, kernels/BENCHMARKS.md): the window math of one
+(request, value head) runs once in ``treewy_prep_kernel`` (ancestor mask, forward
+substitution, decay-weighted products; [W, W] fp32 results, tiny next to a state), and
+``treewy_stream_kernel`` does only the state-sized work per (request, value head, dv
+tile): K S^T and Q S^T on raw bf16 q, k (the l2-norms become per-row scales), two
+[W, W] x [W, BV] products and the stores, BKC keys at a time (<= ~140 registers).
+``treewy_commit_kernel`` walks the accepted node's path (no [W, W] mask) and streams
+the state the same way.
+
 Bytes per (request, value head): verify reads S_0 (dv*dk*s), q/k (W*dk*2 each, shared by
 Hv/Hk heads), v (W*dv*2), gates and betas (W*4 each) and writes o (W*dv*2) and vt
-(W*dv*4); commit reads S_0, k, vt and gates and writes one state.
+(W*dv*4), plus 2*W*W*4 scratch written once and read per dv tile (from L2); commit
+reads S_0, k, vt and gates and writes one state.
 
-The same kernel body, with compile-time flags, also gives the fused verify+commit and the
-deferred-commit variants (``treewy_fused.py``). Nothing runs at import.
+The streaming kernel, with compile-time flags, also gives the fused verify+commit and
+the deferred-commit variants (``treewy_fused.py``). Nothing runs at import.
 """
 
 from __future__ import annotations
@@ -26,34 +35,121 @@ import torch
 import triton
 import triton.language as tl
 
-from ._jit import (
-    ancestor_mask,
-    l2norm_rows,
-    pad_window,
-    path_coefficients,
-    path_update,
-    unit_lower_inverse,
-)
+from ._jit import ancestor_mask, pad_window, path_scale, unit_lower_inverse_t
 
 __all__ = ["treewy_commit", "treewy_verify"]
 
 # NOTE: S_0 q and S_0 k are the big products (~21 GFLOP at B=256, W=40): they run on
-# tensor cores in tf32 (relative error ~5e-4 on terms that end in bf16 outputs). The small
-# solve and commit products use 3xTF32, which is close to fp32 and costs little.
+# tensor cores in tf32 (raw bf16 q/k are exact in tf32; S rounds at ~5e-4). The small
+# [W, W] x [W, BV] products and the commit's update are plain tf32 too (first GPU run:
+# pseudo-values 4e-5 and fp32 states 3.9e-5 against 5e-3 tolerances). The per-head
+# K K^T and Q K^T take raw bf16 operands, so tf32 is exact there (fp32 accumulation).
 BIG_DOT_PRECISION = "tf32"
-SMALL_DOT_PRECISION = "tf32x3"
+SMALL_DOT_PRECISION = "tf32"
+PREP_DOT_PRECISION = "tf32"
+# key-dimension chunk of the per-head window kernel and of the streaming kernels
+PREP_BLOCK_K = 32
+STREAM_BLOCK_K = 32
+# W > 32: 128 registers (224 B spill) at 16 warps vs 207 at 8: one program per SM either way
+PREP_WARPS_BY_BW = {64: 16}
+COMMIT_BLOCK_V = 64
 
 
 @triton.jit
-def treewy_window_kernel(
+def treewy_prep_kernel(
+    q,
+    k,
+    g,
+    beta,
+    parent,
+    m1,
+    pm,
+    ck,
+    cq,
+    scale,
+    H: tl.constexpr,
+    HV: tl.constexpr,
+    W: tl.constexpr,
+    K: tl.constexpr,
+    BW: tl.constexpr,
+    LOG2_BW: tl.constexpr,
+    BK: tl.constexpr,
+    BKC: tl.constexpr,
+    PREC: tl.constexpr,
+):
+    """The window's [W, W] quantities of one (request, value head), once per head.
+
+    m1 = (I + N)^-1 diag(beta), pm = decay-masked Q_n K_n^T (scale included), ck =
+    gamma / |k| and cq = gamma * scale / |q| (the l2-norm as a per-row scale of the raw
+    products K S^T and Q S^T that the streaming kernel computes). The raw q, k are bf16,
+    exact in tf32, so K K^T and Q K^T are fp32-accurate on tensor cores.
+    """
+    i_bh = tl.program_id(0)
+    i_b, i_h = i_bh // HV, i_bh % HV
+    i_hk = i_h // (HV // H)
+    o_w = tl.arange(0, BW)
+    m_w = o_w < W
+    o_row = ((i_b * W + o_w[:, None]).to(tl.int64) * H + i_hk) * K
+    o_wh = (i_b * W + o_w).to(tl.int64) * HV + i_h
+    b_g = tl.load(g + o_wh, mask=m_w, other=0.0).to(tl.float32)
+    b_anc = ancestor_mask(parent, W, BW, LOG2_BW)  # [BW, BW] bool
+    b_lg = tl.sum(tl.where(b_anc, b_g[None, :], 0.0), 1)  # L_t
+    b_dec = tl.where(b_anc, tl.exp(tl.where(b_anc, b_lg[:, None] - b_lg[None, :], 0.0)), 0.0)
+    o_ww = i_bh.to(tl.int64) * W * W + o_w[:, None] * W + o_w[None, :]
+    m_ww = m_w[:, None] & m_w[None, :]
+
+    # pass 1 over the keys: Q K^T and both norms (one [BW, BW] accumulator live)
+    b_qk = tl.zeros([BW, BW], dtype=tl.float32)
+    b_k2 = tl.zeros([BW], dtype=tl.float32)
+    b_q2 = tl.zeros([BW], dtype=tl.float32)
+    for i_kc in range(0, BK, BKC):
+        o_k = i_kc + tl.arange(0, BKC)
+        m_wk = m_w[:, None] & (o_k < K)[None, :]
+        b_k = tl.load(k + o_row + o_k[None, :], mask=m_wk, other=0.0).to(tl.float32)
+        b_q = tl.load(q + o_row + o_k[None, :], mask=m_wk, other=0.0).to(tl.float32)
+        b_k2 += tl.sum(b_k * b_k, 1)
+        b_q2 += tl.sum(b_q * b_q, 1)
+        b_qk += tl.dot(b_q, tl.trans(b_k), input_precision=PREC)
+    b_rk = tl.rsqrt(b_k2 + 1e-6)
+    b_rq = tl.rsqrt(b_q2 + 1e-6) * scale
+    tl.store(pm + o_ww, b_rq[:, None] * b_dec * b_qk * b_rk[None, :], mask=m_ww)
+    b_gam = tl.exp(b_lg)
+    o_bw = i_bh.to(tl.int64) * W + o_w
+    tl.store(ck + o_bw, b_gam * b_rk, mask=m_w)
+    tl.store(cq + o_bw, b_gam * b_rq, mask=m_w)
+
+    # pass 2: K K^T (q/k rows are L1/L2-resident now)
+    b_kk = tl.zeros([BW, BW], dtype=tl.float32)
+    for i_kc in range(0, BK, BKC):
+        o_k = i_kc + tl.arange(0, BKC)
+        m_wk = m_w[:, None] & (o_k < K)[None, :]
+        b_k = tl.load(k + o_row + o_k[None, :], mask=m_wk, other=0.0).to(tl.float32)
+        b_kk += tl.dot(b_k, tl.trans(b_k), input_precision=PREC)
+    b_beta = tl.load(beta + o_wh, mask=m_w, other=0.0).to(tl.float32)
+    m_strict = b_anc & (o_w[:, None] != o_w[None, :])
+    b_n = tl.where(m_strict, (b_beta * b_rk)[:, None] * b_dec * b_kk * b_rk[None, :], 0.0)
+    # N goes through m1's buffer (L1-resident), read back one row per substitution step
+    tl.store(m1 + o_ww, b_n, mask=m_ww)
+    tl.debug_barrier()
+    b_tt = unit_lower_inverse_t(m1 + i_bh.to(tl.int64) * W * W, W, BW)  # [j, i] = T[i, j]
+    tl.debug_barrier()
+    o_wwt = i_bh.to(tl.int64) * W * W + o_w[None, :] * W + o_w[:, None]
+    tl.store(m1 + o_wwt, b_tt * b_beta[:, None], mask=m_ww)  # m1[i, j] = T[i, j] beta_j
+
+
+@triton.jit
+def treewy_stream_kernel(
     q,
     k,
     v,
     g,
-    beta,
     state,
     state_slot,
     parent,
+    m1,
+    pm,
+    ck,
+    cq,
     o,
     vt,
     accepted,
@@ -64,113 +160,124 @@ def treewy_window_kernel(
     paccepted,
     k_out,
     g_out,
-    scale,
     H: tl.constexpr,
     HV: tl.constexpr,
     W: tl.constexpr,
     K: tl.constexpr,
     V: tl.constexpr,
     BW: tl.constexpr,
-    LOG2_BW: tl.constexpr,
     BK: tl.constexpr,
+    BKC: tl.constexpr,
     BV: tl.constexpr,
     WP: tl.constexpr,
     BWP: tl.constexpr,
-    LOG2_BWP: tl.constexpr,
     STORE_VT: tl.constexpr,
     COMMIT: tl.constexpr,
     PENDING: tl.constexpr,
     BIG_PREC: tl.constexpr,
     SMALL_PREC: tl.constexpr,
 ):
+    """One (request, value head, dv tile): the state-sized work only, BKC keys at a time.
+
+    Vt = m1 (v - ck * (K S^T)), O = cq * (Q S^T) + pm Vt with raw (bf16) q and k;
+    optionally the pending path applied first (deferred) or the accepted node's state
+    written after (fused).
+    """
     i_v, i_bh = tl.program_id(0), tl.program_id(1)
     i_b, i_h = i_bh // HV, i_bh % HV
     i_hk = i_h // (HV // H)
     o_w = tl.arange(0, BW)
-    o_k = tl.arange(0, BK)
     o_v = i_v * BV + tl.arange(0, BV)
-    m_w, m_k, m_v = o_w < W, o_k < K, o_v < V
-    m_wk = m_w[:, None] & m_k[None, :]
+    m_w, m_v = o_w < W, o_v < V
     m_wv = m_w[:, None] & m_v[None, :]
-    m_vk = m_v[:, None] & m_k[None, :]
 
-    # committed state tile S_0 [BV, BK]: issue the big load first
     i_slot = tl.load(state_slot + i_b).to(tl.int64)
-    p_s = state + ((i_slot * HV + i_h) * V + o_v[:, None]) * K + o_k[None, :]
-    b_s = tl.load(p_s, mask=m_vk, other=0.0).to(tl.float32)
-
-    # window inputs: q, k [BW, BK]; v [BW, BV]; gates, betas [BW]
-    o_qk = ((i_b * W + o_w[:, None]).to(tl.int64) * H + i_hk) * K + o_k[None, :]
-    b_kraw = tl.load(k + o_qk, mask=m_wk, other=0.0)
-    b_q = l2norm_rows(tl.load(q + o_qk, mask=m_wk, other=0.0).to(tl.float32)) * scale
-    b_k = l2norm_rows(b_kraw.to(tl.float32))
-    o_wv = ((i_b * W + o_w[:, None]).to(tl.int64) * HV + i_h) * V + o_v[None, :]
-    b_v = tl.load(v + o_wv, mask=m_wv, other=0.0).to(tl.float32)
-    o_wh = (i_b * W + o_w).to(tl.int64) * HV + i_h
-    b_g = tl.load(g + o_wh, mask=m_w, other=0.0).to(tl.float32)
-    b_beta = tl.load(beta + o_wh, mask=m_w, other=0.0).to(tl.float32)
+    p_s = state + ((i_slot * HV + i_h) * V + o_v[:, None]) * K
+    o_row = ((i_b * W + o_w[:, None]).to(tl.int64) * H + i_hk) * K
 
     if PENDING:
-        # deferred commit: apply the previous window's accepted path to S_c in registers
         o_p = tl.arange(0, BWP)
         m_p = o_p < WP
-        b_pk = tl.load(
-            pk + ((i_b * WP + o_p[:, None]).to(tl.int64) * H + i_hk) * K + o_k[None, :],
-            mask=m_p[:, None] & m_k[None, :],
-            other=0.0,
-        ).to(tl.float32)
-        b_pk = l2norm_rows(b_pk)
+        o_prow = ((i_b * WP + o_p[:, None]).to(tl.int64) * H + i_hk) * K
         b_pvt = tl.load(
             pvt + ((i_b * WP + o_p[:, None]).to(tl.int64) * HV + i_h) * V + o_v[None, :],
             mask=m_p[:, None] & m_v[None, :],
             other=0.0,
         )
-        b_pg = tl.load(pg + (i_b * WP + o_p).to(tl.int64) * HV + i_h, mask=m_p, other=0.0)
-        b_panc = ancestor_mask(pparent, WP, BWP, LOG2_BWP)
-        b_plg = tl.sum(tl.where(b_panc, b_pg[None, :], 0.0), 1)
         i_pa = tl.load(paccepted + i_b)  # -1: nothing pending
-        b_pcoef, b_pla = path_coefficients(b_panc, b_plg, i_pa, BWP)
-        b_s = tl.exp(b_pla) * b_s + path_update(b_pvt, b_pk, b_pcoef, WP, BWP, BV, BK, SMALL_PREC)
-        # the one state write of this step; verify continues from the stored value
-        b_s_st = b_s.to(p_s.dtype.element_ty)
-        tl.store(p_s, b_s_st, mask=m_vk)
-        b_s = b_s_st.to(tl.float32)
-        # hand this window's keys and gates to the next step (one writer per element)
-        # one writer per element: the first dv tile of the first value head of a group
-        # (the writer test is folded into the row bound: rows past W are never stored)
+        b_pcoef, b_pla = path_scale(pparent, pg + i_b * WP * HV + i_h, i_pa, WP, BWP, HV)
+        m_ppath = b_pcoef != 0.0
+        b_pk2 = tl.zeros([BWP], dtype=tl.float32)
+        for i_kc in tl.static_range(0, BK, BKC):
+            o_k = i_kc + tl.arange(0, BKC)
+            b_pk = tl.load(
+                pk + o_prow + o_k[None, :], mask=m_ppath[:, None] & (o_k < K)[None, :], other=0.0
+            ).to(tl.float32)
+            b_pk2 += tl.sum(b_pk * b_pk, 1)
+        b_pvt = b_pvt * (b_pcoef * tl.rsqrt(b_pk2 + 1e-6))[:, None]
+        # hand this window's keys and gates to the next step (one writer per element):
+        # the first dv tile of the first value head of a group writes k, tile 0 the gates
         i_writer = i_v + i_h % (HV // H)
-        m_kout = ((o_w + i_writer * BW) < W)[:, None] & m_k[None, :]
-        tl.store(k_out + o_qk, b_kraw, mask=m_kout)
+        o_wh = (i_b * W + o_w).to(tl.int64) * HV + i_h
+        b_g = tl.load(g + o_wh, mask=m_w, other=0.0)
         tl.store(g_out + o_wh, b_g, mask=(o_w + i_v * BW) < W)
 
-    # tree structure and cumulative decay in log space
-    b_anc = ancestor_mask(parent, W, BW, LOG2_BW)  # [BW, BW] bool
-    b_lg = tl.sum(tl.where(b_anc, b_g[None, :], 0.0), 1)  # L_t
-    b_dec = tl.where(b_anc, tl.exp(tl.where(b_anc, b_lg[:, None] - b_lg[None, :], 0.0)), 0.0)
-    b_gam = tl.exp(b_lg)
+    b_sk = tl.zeros([BW, BV], dtype=tl.float32)
+    b_sq = tl.zeros([BW, BV], dtype=tl.float32)
+    b_k2 = tl.zeros([BW], dtype=tl.float32)  # |k|^2, for the fused commit
+    for i_kc in tl.static_range(0, BK, BKC):
+        o_k = i_kc + tl.arange(0, BKC)
+        m_k = o_k < K
+        m_vk = m_v[:, None] & m_k[None, :]
+        b_s = tl.load(p_s + o_k[None, :], mask=m_vk, other=0.0).to(tl.float32)  # [BV, BKC]
+        b_kraw = tl.load(k + o_row + o_k[None, :], mask=m_w[:, None] & m_k[None, :], other=0.0)
+        if PENDING:
+            b_pk = tl.load(
+                pk + o_prow + o_k[None, :], mask=m_ppath[:, None] & m_k[None, :], other=0.0
+            ).to(tl.float32)
+            b_s = tl.exp(b_pla) * b_s + tl.dot(tl.trans(b_pvt), b_pk, input_precision=SMALL_PREC)
+            b_s_st = b_s.to(p_s.dtype.element_ty)
+            tl.store(p_s + o_k[None, :], b_s_st, mask=m_vk)
+            b_s = b_s_st.to(tl.float32)
+            m_kout = ((o_w + i_writer * BW) < W)[:, None] & m_k[None, :]
+            tl.store(k_out + o_row + o_k[None, :], b_kraw, mask=m_kout)
+        b_q = tl.load(q + o_row + o_k[None, :], mask=m_w[:, None] & m_k[None, :], other=0.0)
+        b_kf = b_kraw.to(tl.float32)
+        if COMMIT:
+            b_k2 += tl.sum(b_kf * b_kf, 1)
+        b_sk += tl.dot(b_kf, tl.trans(b_s), input_precision=BIG_PREC)
+        b_sq += tl.dot(b_q.to(tl.float32), tl.trans(b_s), input_precision=BIG_PREC)
 
-    # triangular system (I + diag(b) G) Vt = R
-    b_kk = tl.dot(b_k, tl.trans(b_k), input_precision=SMALL_PREC)  # [BW, BW]
-    m_strict = b_anc & (o_w[:, None] != o_w[None, :])
-    b_n = tl.where(m_strict, b_beta[:, None] * b_dec * b_kk, 0.0)
-    b_tinv = unit_lower_inverse(b_n, W, BW)
-    b_sk = tl.dot(b_k, tl.trans(b_s), input_precision=BIG_PREC)  # [BW, BV] = K S_0^T
-    b_r = b_beta[:, None] * (b_v - b_gam[:, None] * b_sk)
-    b_vt = tl.dot(b_tinv, b_r, input_precision=SMALL_PREC)  # [BW, BV]
-
-    # outputs
-    b_sq = tl.dot(b_q, tl.trans(b_s), input_precision=BIG_PREC)  # [BW, BV] = Q S_0^T
-    b_qk = tl.dot(b_q, tl.trans(b_k), input_precision=SMALL_PREC)
-    b_o = b_gam[:, None] * b_sq + tl.dot(b_dec * b_qk, b_vt, input_precision=SMALL_PREC)
+    o_ww = i_bh.to(tl.int64) * W * W + o_w[:, None] * W + o_w[None, :]
+    m_ww = m_w[:, None] & m_w[None, :]
+    o_bw = i_bh.to(tl.int64) * W + o_w
+    b_ck = tl.load(ck + o_bw, mask=m_w, other=0.0)
+    o_wv = ((i_b * W + o_w[:, None]).to(tl.int64) * HV + i_h) * V + o_v[None, :]
+    b_v = tl.load(v + o_wv, mask=m_wv, other=0.0).to(tl.float32)
+    b_m1 = tl.load(m1 + o_ww, mask=m_ww, other=0.0)
+    b_vt = tl.dot(b_m1, b_v - b_ck[:, None] * b_sk, input_precision=SMALL_PREC)
+    b_cq = tl.load(cq + o_bw, mask=m_w, other=0.0)
+    b_pm = tl.load(pm + o_ww, mask=m_ww, other=0.0)
+    b_o = b_cq[:, None] * b_sq + tl.dot(b_pm, b_vt, input_precision=SMALL_PREC)
     tl.store(o + o_wv, b_o.to(o.dtype.element_ty), mask=m_wv)
     if STORE_VT:
         tl.store(vt + o_wv, b_vt, mask=m_wv)
 
     if COMMIT:
+        # second pass over S (L2-resident: this program read it just now)
         i_a = tl.load(accepted + i_b)
-        b_coef, b_la = path_coefficients(b_anc, b_lg, i_a, BW)
-        b_sa = tl.exp(b_la) * b_s + path_update(b_vt, b_k, b_coef, W, BW, BV, BK, SMALL_PREC)
-        tl.store(p_s, b_sa.to(p_s.dtype.element_ty), mask=m_vk)
+        b_coef, b_la = path_scale(parent, g + i_b * W * HV + i_h, i_a, W, BW, HV)
+        b_vt = b_vt * (b_coef * tl.rsqrt(b_k2 + 1e-6))[:, None]
+        for i_kc in tl.static_range(0, BK, BKC):
+            o_k = i_kc + tl.arange(0, BKC)
+            m_k = o_k < K
+            m_vk = m_v[:, None] & m_k[None, :]
+            b_s = tl.load(p_s + o_k[None, :], mask=m_vk, other=0.0).to(tl.float32)
+            b_kc = tl.load(k + o_row + o_k[None, :], mask=m_w[:, None] & m_k[None, :], other=0.0)
+            b_sa = b_s * tl.exp(b_la) + tl.dot(
+                tl.trans(b_vt), b_kc.to(tl.float32), input_precision=SMALL_PREC
+            )
+            tl.store(p_s + o_k[None, :], b_sa.to(p_s.dtype.element_ty), mask=m_vk)
 
 
 @triton.jit
@@ -188,44 +295,50 @@ def treewy_commit_kernel(
     K: tl.constexpr,
     V: tl.constexpr,
     BW: tl.constexpr,
-    LOG2_BW: tl.constexpr,
     BK: tl.constexpr,
+    BKC: tl.constexpr,
     BV: tl.constexpr,
-    SMALL_PREC: tl.constexpr,
+    PREC: tl.constexpr,
 ):
+    """S_a = gamma_a S_0 + sum over the path of exp(L_a - L_i) vt_i k_i^T / |k_i|."""
     i_v, i_bh = tl.program_id(0), tl.program_id(1)
     i_b, i_h = i_bh // HV, i_bh % HV
     i_hk = i_h // (HV // H)
     o_w = tl.arange(0, BW)
-    o_k = tl.arange(0, BK)
     o_v = i_v * BV + tl.arange(0, BV)
-    m_w, m_k, m_v = o_w < W, o_k < K, o_v < V
-    m_vk = m_v[:, None] & m_k[None, :]
+    m_v = o_v < V
 
     i_slot = tl.load(state_slot + i_b).to(tl.int64)
-    p_s = state + ((i_slot * HV + i_h) * V + o_v[:, None]) * K + o_k[None, :]
-    b_s = tl.load(p_s, mask=m_vk, other=0.0).to(tl.float32)  # [BV, BK]
+    p_s = state + ((i_slot * HV + i_h) * V + o_v[:, None]) * K
+    o_row = ((i_b * W + o_w[:, None]).to(tl.int64) * H + i_hk) * K
 
-    b_k = tl.load(
-        k + ((i_b * W + o_w[:, None]).to(tl.int64) * H + i_hk) * K + o_k[None, :],
-        mask=m_w[:, None] & m_k[None, :],
-        other=0.0,
-    ).to(tl.float32)
-    b_k = l2norm_rows(b_k)
+    i_a = tl.load(accepted + i_b)
+    b_coef, b_la = path_scale(parent, g + i_b * W * HV + i_h, i_a, W, BW, HV)
+    m_path = b_coef != 0.0
+    b_k2 = tl.zeros([BW], dtype=tl.float32)
+    for i_kc in tl.static_range(0, BK, BKC):
+        o_k = i_kc + tl.arange(0, BKC)
+        b_k = tl.load(
+            k + o_row + o_k[None, :], mask=m_path[:, None] & (o_k < K)[None, :], other=0.0
+        ).to(tl.float32)
+        b_k2 += tl.sum(b_k * b_k, 1)
     b_vt = tl.load(
         vt + ((i_b * W + o_w[:, None]).to(tl.int64) * HV + i_h) * V + o_v[None, :],
-        mask=m_w[:, None] & m_v[None, :],
+        mask=m_path[:, None] & m_v[None, :],
         other=0.0,
     )
-    b_g = tl.load(g + (i_b * W + o_w).to(tl.int64) * HV + i_h, mask=m_w, other=0.0)
-    b_anc = ancestor_mask(parent, W, BW, LOG2_BW)
-    b_lg = tl.sum(tl.where(b_anc, b_g[None, :], 0.0), 1)
-    i_a = tl.load(accepted + i_b)
-    b_coef, b_la = path_coefficients(b_anc, b_lg, i_a, BW)
-    b_sa = tl.exp(b_la) * b_s + tl.dot(
-        tl.trans(b_vt * b_coef[:, None]), b_k, input_precision=SMALL_PREC
-    )
-    tl.store(p_s, b_sa.to(p_s.dtype.element_ty), mask=m_vk)
+    b_vt = b_vt * (b_coef * tl.rsqrt(b_k2 + 1e-6))[:, None]
+    b_ga = tl.exp(b_la)
+    for i_kc in tl.static_range(0, BK, BKC):
+        o_k = i_kc + tl.arange(0, BKC)
+        m_k = o_k < K
+        m_vk = m_v[:, None] & m_k[None, :]
+        b_s = tl.load(p_s + o_k[None, :], mask=m_vk, other=0.0).to(tl.float32)
+        b_k = tl.load(k + o_row + o_k[None, :], mask=m_path[:, None] & m_k[None, :], other=0.0).to(
+            tl.float32
+        )
+        b_sa = b_ga * b_s + tl.dot(tl.trans(b_vt), b_k, input_precision=PREC)
+        tl.store(p_s + o_k[None, :], b_sa.to(p_s.dtype.element_ty), mask=m_vk)
 
 
 def check_inputs(q, k, v, log_gate, beta, state_pool, parent) -> tuple[int, int, int, int, int]:
@@ -258,12 +371,24 @@ def check_inputs(q, k, v, log_gate, beta, state_pool, parent) -> tuple[int, int,
     return bsz, w, hk, hv, dv
 
 
-def pick_block_v(num_programs_per_tile: int, dv: int, bw: int) -> int:
-    """dv tile: 64 (32 for windows past 32) unless that leaves fewer than ~512 programs."""
-    bv = min(64 if bw <= 32 else 32, triton.next_power_of_2(dv))
+def pick_block_v(num_programs_per_tile: int, dv: int, bw: int, widest: int = 32) -> int:
+    """dv tile of the streaming kernels: ``widest`` rows (32 for verify: 92-139 registers
+    at 4/8 warps; 64 for the commit: 96-126), halved while that leaves fewer than ~512
+    programs."""
+    bv = min(widest, triton.next_power_of_2(dv))
     while bv > 16 and num_programs_per_tile * triton.cdiv(dv, bv) < 512:
         bv //= 2
     return bv
+
+
+def prep_warps(bw: int) -> int:
+    """Warps of the per-head window kernel."""
+    return PREP_WARPS_BY_BW.get(bw, 4)
+
+
+def stream_warps(bw: int) -> int:
+    """Warps of the streaming kernels: 8 once the [BW, BW] matrices are 64 x 64."""
+    return 4 if bw <= 32 else 8
 
 
 def launch_window(
@@ -285,7 +410,8 @@ def launch_window(
     vt=None,
     out=None,
 ):
-    """Launch ``treewy_window_kernel``; returns (o, vt or None). Shared by all variants."""
+    """Launch the per-head window kernel, then the streaming kernel; returns (o, vt or
+    None). Shared by all variants."""
     bsz, w, hk, hv, dv = check_inputs(q, k, v, log_gate, beta, state_pool, parent)
     dk = q.shape[3]
     if scale is None:
@@ -299,20 +425,48 @@ def launch_window(
     if pending is not None:
         pk, pvt, pg, pparent, paccepted = pending
         wp = pk.shape[1]
-        bwp, log2_bwp = pad_window(wp)
+        bwp, _ = pad_window(wp)
     else:
         pk, pvt, pg, pparent, paccepted = k, o, log_gate, parent, state_slot
-        wp, bwp, log2_bwp = w, bw, log2_bw
+        wp, bwp = w, bw
+    # per (request, value head) window matrices: tiny next to the state
+    mats = torch.empty((2, bsz * hv, w, w), dtype=torch.float32, device=v.device)
+    cols = torch.empty((2, bsz * hv, w), dtype=torch.float32, device=v.device)
+    treewy_prep_kernel[(bsz * hv,)](
+        q,
+        k,
+        log_gate,
+        beta,
+        parent,
+        mats[0],
+        mats[1],
+        cols[0],
+        cols[1],
+        scale,
+        H=hk,
+        HV=hv,
+        W=w,
+        K=dk,
+        BW=bw,
+        LOG2_BW=log2_bw,
+        BK=bk,
+        BKC=min(bk, PREP_BLOCK_K),
+        PREC=PREP_DOT_PRECISION,
+        num_warps=prep_warps(bw),
+    )
     grid = (triton.cdiv(dv, bv), bsz * hv)
-    treewy_window_kernel[grid](
+    treewy_stream_kernel[grid](
         q,
         k,
         v,
         log_gate,
-        beta,
         state_pool,
         state_slot,
         parent,
+        mats[0],
+        mats[1],
+        cols[0],
+        cols[1],
         o,
         vt if vt is not None else o,
         accepted if accepted is not None else state_slot,
@@ -323,25 +477,23 @@ def launch_window(
         paccepted,
         k_out if k_out is not None else k,
         g_out if g_out is not None else log_gate,
-        scale,
         H=hk,
         HV=hv,
         W=w,
         K=dk,
         V=dv,
         BW=bw,
-        LOG2_BW=log2_bw,
         BK=bk,
+        BKC=min(bk, STREAM_BLOCK_K),
         BV=bv,
         WP=wp,
         BWP=bwp,
-        LOG2_BWP=log2_bwp,
         STORE_VT=store_vt,
         COMMIT=accepted is not None,
         PENDING=pending is not None,
         BIG_PREC=BIG_DOT_PRECISION,
         SMALL_PREC=SMALL_DOT_PRECISION,
-        num_warps=4 if bw <= 16 else 8,
+        num_warps=stream_warps(bw),
     )
     return o, vt
 
@@ -410,9 +562,9 @@ def treewy_commit(
         raise ValueError(f"accepted must be int32 [B={bsz}], got {accepted.dtype} {accepted.shape}")
     if parent.shape != (w,) or parent.dtype != torch.int32:
         raise ValueError(f"parent must be int32 [W={w}], got {parent.dtype} {parent.shape}")
-    bw, log2_bw = pad_window(w)
+    bw, _ = pad_window(w)
     bk = triton.next_power_of_2(dk)
-    bv = pick_block_v(bsz * hv, dv, bw)
+    bv = pick_block_v(bsz * hv, dv, bw, widest=COMMIT_BLOCK_V)
     grid = (triton.cdiv(dv, bv), bsz * hv)
     treewy_commit_kernel[grid](
         state_pool,
@@ -428,9 +580,9 @@ def treewy_commit(
         K=dk,
         V=dv,
         BW=bw,
-        LOG2_BW=log2_bw,
         BK=bk,
+        BKC=min(bk, STREAM_BLOCK_K),
         BV=bv,
-        SMALL_PREC=SMALL_DOT_PRECISION,
-        num_warps=4,
+        PREC=SMALL_DOT_PRECISION,
+        num_warps=stream_warps(bw),
     )

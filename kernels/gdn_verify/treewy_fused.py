@@ -1,6 +1,7 @@
 """Single-launch TreeWY variants: fused verify+commit and deferred commit.
 
-Both reuse ``treewy_window_kernel`` (treewy.py) with compile-time flags, take every
+Both reuse the per-head window kernel and the streaming kernel of treewy.py (the latter
+with compile-time flags), take every
 per-step value (slots, accepted nodes) as device tensors and never synchronise with the
 host, so they can be captured in a CUDA graph.
 
