@@ -53,3 +53,9 @@ def test_every_command_has_help() -> None:
         result = runner.invoke(main, [name, "--help"])
         assert result.exit_code == 0, name
         assert "Usage" in result.output
+
+
+def test_calibrated_without_speculation_fails_fast_with_a_hint() -> None:
+    result = CliRunner().invoke(main, ["simulate", "-k", "0", "-c", "4", "-n", "8"])
+    assert result.exit_code != 0
+    assert "--step-time roofline" in result.output
