@@ -70,7 +70,10 @@ def kernel_configs(w: int, state: str, block_v: int | None = None):
     heads = {"H": 16, "HV": 32, "W": w, "K": 128, "BW": bw, "BK": 128}
     out = []
     sig, _ = _signature(tw.treewy_prep_kernel, state)
-    consts = heads | {"LOG2_BW": log2_bw, "BKC": tw.PREP_BLOCK_K, "PREC": tw.PREP_DOT_PRECISION}
+    consts = heads | {
+        "LOG2_BW": log2_bw, "BKC": tw.PREP_BLOCK_K, "PREC": tw.PREP_DOT_PRECISION,
+        "BLOCKED": tw.PREP_SOLVE_BLOCKED,
+    }  # fmt: skip
     out.append(("prep", tw.treewy_prep_kernel, sig, consts, tw.prep_warps(bw)))
     sig, _ = _signature(tw.treewy_stream_kernel, state)
     for name, flags in (

@@ -2,6 +2,12 @@
 
     python -m capsim_kernels.bench.run --out DIR [--commit SHA] [--quick]
     python -m capsim_kernels.bench.run --render DIR/gdn_verify.csv   # markdown table
+    python -m capsim_kernels.bench.run --out DIR --shapes qwen3.5-35b-a3b-tp1 --window
+
+``--shapes`` measures (and checks) a subset of the model shapes; ``--window`` first times
+the per-head window kernel (``treewy_prep_kernel``) alone into DIR/window.csv (its own
+schema, WINDOW_COLUMNS; the calibration never reads it), with the round-2 serial solve
+and other warp counts at W > 32 side by side.
 
 Writes DIR/gdn_verify.csv (one row per measured cell, the calibration schema below) and
 DIR/meta.json (GPU, driver, versions, commit, date, command, copy bandwidth, correctness
@@ -54,6 +60,10 @@ COLUMNS = (
     "floor_us",
     "copy_gbps",
 )
+WINDOW_COLUMNS = (
+    "model_shape", "T", "tree", "B", "Hv", "Hk", "solve", "num_warps",
+    "p20_us", "p50_us", "p80_us",
+)  # fmt: skip
 CHECK_TOL = {"bf16_out": 1e-2, "fp32_state": 5e-3, "bf16_state": 1.5e-2}
 
 
@@ -64,11 +74,11 @@ def atomic_write(path: Path, text: str) -> None:
     os.replace(tmp, path)
 
 
-def write_csv(path: Path, rows: list[dict]) -> None:
+def write_csv(path: Path, rows: list[dict], columns=COLUMNS) -> None:
     import io
 
     buf = io.StringIO()
-    writer = csv.DictWriter(buf, fieldnames=COLUMNS, lineterminator="\n")
+    writer = csv.DictWriter(buf, fieldnames=columns, lineterminator="\n")
     writer.writeheader()
     writer.writerows(rows)
     atomic_write(path, buf.getvalue())
@@ -339,8 +349,90 @@ def run_checks(
     return out
 
 
+def run_window(shapes, batches, csv_path: Path, notes: list[str]) -> list[dict]:
+    """Time ``treewy_prep_kernel`` alone (the verify's first launch; no state read).
+
+    Every window with the default configuration; for BW = 64 (W = 40) also the round-2
+    serial solve and 4 / 8 / 16 warps, so both are measured side by side in one run.
+    """
+    import torch
+    from capsim_kernels.gdn_verify import treewy as tw
+    from capsim_kernels.gdn_verify._jit import pad_window
+
+    rows: list[dict] = []
+    for shape in shapes:
+        for batch in batches:
+            for tree in WINDOWS:
+                w = tree.num_nodes
+                c = Cell(shape, "bfloat16", batch, tree, seed=batch * 1000 + w)
+                bw, _ = pad_window(w)
+                default = ("blocked" if tw.PREP_SOLVE_BLOCKED else "serial", tw.prep_warps(bw))
+                variants = [default]
+                if 32 < bw <= 64:
+                    variants += [
+                        (solve, nw)
+                        for solve in ("blocked", "serial")
+                        for nw in (4, 8, 16)
+                        if (solve, nw) != default
+                    ]
+                for solve, nw in variants:
+
+                    def fn(solve=solve, nw=nw, c=c, shape=shape):
+                        return tw.launch_prep(
+                            c.q, c.k, c.log_gate, c.beta, c.parent,
+                            scale=shape.dk**-0.5,
+                            num_heads=(shape.num_k_heads, shape.num_v_heads),
+                            num_warps=nw, blocked=solve == "blocked",
+                        )  # fmt: skip
+
+                    try:
+                        p20, p50, p80 = time_graph_us(fn)
+                    except Exception as e:
+                        note = f"window {shape.name} B={batch} {tree.label} {solve} {nw}: {e!r}"
+                        notes.append(note[:400])
+                        print("FAILED", note[:400], flush=True)
+                        continue
+                    row = {
+                        "model_shape": shape.name, "T": w, "tree": tree.label, "B": batch,
+                        "Hv": shape.num_v_heads, "Hk": shape.num_k_heads, "solve": solve,
+                        "num_warps": nw, "p20_us": round(p20, 2), "p50_us": round(p50, 2),
+                        "p80_us": round(p80, 2),
+                    }  # fmt: skip
+                    rows.append(row)
+                    print("window", json.dumps(row), flush=True)
+                del c
+                torch.cuda.empty_cache()
+            write_csv(csv_path, rows, WINDOW_COLUMNS)
+    return rows
+
+
+def pick_window_config(rows: list[dict]) -> dict | None:
+    """Apply the fastest (solve, num_warps) of the W = 40 window kernel at the largest B
+    (the (3,3,3) tree, first shape) to the rest of the run; returns the choice."""
+    from capsim_kernels.gdn_verify import treewy as tw
+
+    # a run that fell back to the serial solve (smoke gate) does not return to the blocked one
+    ok = {"blocked", "serial"} if tw.PREP_SOLVE_BLOCKED else {"serial"}
+    cand = [r for r in rows if r["T"] == 40 and r["tree"] == "3,3,3" and r["solve"] in ok]
+    if not cand:
+        return None
+    top = max(r["B"] for r in cand)
+    cand = [r for r in cand if r["B"] == top and r["model_shape"] == cand[0]["model_shape"]]
+    best = min(cand, key=lambda r: r["p50_us"])
+    tw.PREP_WARPS_BY_BW[64] = best["num_warps"]
+    tw.PREP_SOLVE_BLOCKED = best["solve"] == "blocked"
+    choice = {k: best[k] for k in ("model_shape", "B", "solve", "num_warps", "p50_us")}
+    print("window kernel config for the grid:", json.dumps(choice), flush=True)
+    return choice
+
+
 def run_grid(
-    copy_gbps: float, csv_path: Path, quick: bool, notes: list[str], budget_s: float
+    copy_gbps: float,
+    csv_path: Path,
+    quick: bool,
+    notes: list[str],
+    budget_s: float,
+    shapes=MODEL_SHAPES,
 ) -> list[dict]:
     """Measure the grid; stop (keeping what is measured) once time.monotonic() > budget_s."""
     import time
@@ -349,7 +441,7 @@ def run_grid(
 
     rows: list[dict] = []
     batches = (1, 256) if quick else BATCHES
-    for shape in MODEL_SHAPES:
+    for shape in shapes:
         for sd in STATE_DTYPES:
             for batch in batches:
                 for tree in WINDOWS:
@@ -487,6 +579,12 @@ def main(argv: list[str] | None = None) -> int:
         "--budget-s", type=float, default=1e9, help="stop the grid this long after the start"
     )
     parser.add_argument("--render", type=Path, help="print the markdown table of a CSV and exit")
+    parser.add_argument(
+        "--shapes", nargs="+", choices=[m.name for m in MODEL_SHAPES], help="subset of shapes"
+    )
+    parser.add_argument(
+        "--window", action="store_true", help="also time the window kernel alone (window.csv)"
+    )
     args = parser.parse_args(argv)
     if args.render is not None:
         with open(args.render) as f:
@@ -509,8 +607,9 @@ def main(argv: list[str] | None = None) -> int:
     copy_gbps = measure_copy_gbps()
     meta["copy_gbps"] = round(copy_gbps, 1)
     print(f"copy bandwidth {copy_gbps:.1f} GB/s (read + write)", flush=True)
+    shapes = tuple(m for m in MODEL_SHAPES if args.shapes is None or m.name in args.shapes)
     try:
-        checks = [] if args.no_checks else run_checks()
+        checks = [] if args.no_checks else run_checks(shapes=shapes)
     except Exception as e:
         checks = [{"ok": False, "error": repr(e)[:400]}]
         print("CHECKS FAILED", repr(e)[:400], flush=True)
@@ -518,7 +617,31 @@ def main(argv: list[str] | None = None) -> int:
     meta["checks_ok"] = all(c["ok"] for c in checks)
     meta["check_tolerances"] = CHECK_TOL
     atomic_write(args.out / "meta.json", json.dumps(meta, indent=1))
-    rows = run_grid(copy_gbps, args.out / "gdn_verify.csv", args.quick, notes, deadline_s)
+    if args.window:
+        batches = (1, 256) if args.quick else BATCHES
+        try:
+            wrows = run_window(shapes, batches, args.out / "window.csv", notes)
+            meta["window_rows"] = len(wrows)
+            from capsim_kernels.gdn_verify import treewy as tw
+
+            default = (dict(tw.PREP_WARPS_BY_BW), tw.PREP_SOLVE_BLOCKED)
+            meta["window_choice"] = pick_window_config(wrows)
+            if meta["window_choice"] is not None and not args.no_checks:
+                # the chosen configuration against float64 before the grid uses it
+                w40 = [t for t in WINDOWS if t.num_nodes == 40]
+                rechecks = run_checks(shapes=shapes, windows=w40)
+                meta["checks_window_choice"] = rechecks
+                if not all(c["ok"] for c in rechecks):
+                    tw.PREP_WARPS_BY_BW, tw.PREP_SOLVE_BLOCKED = default
+                    notes.append("window choice failed its checks: defaults kept")
+                    print(notes[-1], flush=True)
+        except Exception as e:  # a diagnostic: never lose the grid over it
+            notes.append(f"window timing failed: {e!r}"[:400])
+            print("WINDOW FAILED", repr(e)[:400], flush=True)
+        atomic_write(args.out / "meta.json", json.dumps(meta, indent=1))
+    rows = run_grid(
+        copy_gbps, args.out / "gdn_verify.csv", args.quick, notes, deadline_s, shapes=shapes
+    )
     meta["notes"] = notes
     meta["num_rows"] = len(rows)
     atomic_write(args.out / "meta.json", json.dumps(meta, indent=1))

@@ -81,3 +81,94 @@ def unit_lower_inverse_t(p_n, W: tl.constexpr, BW: tl.constexpr):
         b_new = tl.sum(b_tt * b_nrow[None, :], 1)  # [BW] over j
         b_tt = tl.where(o_w[None, :] == t, b_tt - b_new[:, None], b_tt)
     return b_tt
+
+
+@triton.jit
+def _n_block(p_n, r0, c0, W: tl.constexpr):
+    """[16, 16] block of the row-major [W, W] matrix at ``p_n`` (rows r0.., cols c0..)."""
+    o = tl.arange(0, 16)
+    m = ((r0 + o) < W)[:, None] & ((c0 + o) < W)[None, :]
+    return tl.load(p_n + (r0 + o)[:, None] * W + (c0 + o)[None, :], mask=m, other=0.0)
+
+
+@triton.jit
+def _diag_step_t(b_dt, p_n, r0, i, W: tl.constexpr):
+    """Step i of the transposed substitution for the diagonal block at r0 (Dt = D^T):
+    Dt[:, i] = e_i - Dt @ N[i, :i], a reduction along the second axis (within a warp)."""
+    o = tl.arange(0, 16)
+    o_c = o[None, :] + 0 * o[:, None]  # [16, 16] column index: no 1-D layout to convert
+    m = (o_c < i) & ((r0 + o_c) < W) & (r0 + i < W)
+    # N[r0 + i, r0 + m] loaded straight into every row of the tile (L1 broadcast)
+    b_a = tl.load(p_n + (r0 + i) * W + r0 + o_c, mask=m, other=0.0)
+    b_new = tl.sum(b_dt * b_a, 1)
+    return tl.where(o_c == i, b_dt - b_new[:, None], b_dt)
+
+
+@triton.jit
+def _store_block(p_n, b_x, p_beta, r0, c0, W: tl.constexpr, STRIDE_B):
+    o = tl.arange(0, 16)
+    m_c = (c0 + o) < W
+    b_beta = tl.load(p_beta + (c0 + o) * STRIDE_B, mask=m_c, other=0.0)
+    m = ((r0 + o) < W)[:, None] & m_c[None, :]
+    tl.store(p_n + (r0 + o)[:, None] * W + (c0 + o)[None, :], b_x * b_beta[None, :], mask=m)
+
+
+@triton.jit
+def unit_lower_inverse_blocked(p_n, p_beta, W: tl.constexpr, STRIDE_B):
+    """(I + N)^-1 diag(beta) in place of N, for N strictly lower triangular, W <= 64.
+
+    ``p_n`` holds N as a row-major [W, W] fp32 matrix this program has written (behind a
+    barrier; zero on and above the diagonal). Blocked forward substitution on 16 x 16
+    blocks: the four diagonal blocks are inverted together by a 15-step substitution (a
+    transposed [16, 16] tile each, reduced within a warp, N's row loaded straight into
+    the tile's layout), then the off-diagonal blocks of T = (I + N)^-1 follow exactly,
+    X_rc = -D_r sum_{c <= m < r} N_rm X_mc (ten fp32 16 x 16 products in
+    "ieee" precision: the same arithmetic as a serial substitution, no Neumann series).
+    T[i, j] beta_j is written over N (upper blocks stay zero); beta of node j is at
+    p_beta + j * STRIDE_B. Blocks past W are masked (identity, never stored).
+    """
+    o = tl.arange(0, 16)
+    b_eye = (o[:, None] == o[None, :]).to(tl.float32)
+    b_d1 = b_eye
+    b_d2 = b_eye
+    b_d3 = b_eye
+    b_d4 = b_eye
+    for i in range(1, 16):
+        b_d1 = _diag_step_t(b_d1, p_n, 0, i, W)
+        b_d2 = _diag_step_t(b_d2, p_n, 16, i, W)
+        b_d3 = _diag_step_t(b_d3, p_n, 32, i, W)
+        b_d4 = _diag_step_t(b_d4, p_n, 48, i, W)
+    b_d1 = tl.trans(b_d1)
+    b_d2 = tl.trans(b_d2)
+    b_d3 = tl.trans(b_d3)
+    b_d4 = tl.trans(b_d4)
+    b_n21 = _n_block(p_n, 16, 0, W)
+    b_n31 = _n_block(p_n, 32, 0, W)
+    b_n32 = _n_block(p_n, 32, 16, W)
+    b_n41 = _n_block(p_n, 48, 0, W)
+    b_n42 = _n_block(p_n, 48, 16, W)
+    b_n43 = _n_block(p_n, 48, 32, W)
+    b_x21 = -tl.dot(b_d2, tl.dot(b_n21, b_d1, input_precision="ieee"), input_precision="ieee")
+    b_x32 = -tl.dot(b_d3, tl.dot(b_n32, b_d2, input_precision="ieee"), input_precision="ieee")
+    b_x43 = -tl.dot(b_d4, tl.dot(b_n43, b_d3, input_precision="ieee"), input_precision="ieee")
+    b_y31 = tl.dot(b_n31, b_d1, input_precision="ieee")
+    b_y31 = tl.dot(b_n32, b_x21, b_y31, input_precision="ieee")
+    b_x31 = -tl.dot(b_d3, b_y31, input_precision="ieee")
+    b_y42 = tl.dot(b_n42, b_d2, input_precision="ieee")
+    b_y42 = tl.dot(b_n43, b_x32, b_y42, input_precision="ieee")
+    b_x42 = -tl.dot(b_d4, b_y42, input_precision="ieee")
+    b_y41 = tl.dot(b_n41, b_d1, input_precision="ieee")
+    b_y41 = tl.dot(b_n42, b_x21, b_y41, input_precision="ieee")
+    b_y41 = tl.dot(b_n43, b_x31, b_y41, input_precision="ieee")
+    b_x41 = -tl.dot(b_d4, b_y41, input_precision="ieee")
+    tl.debug_barrier()  # every read of N is done before T overwrites it
+    _store_block(p_n, b_d1, p_beta, 0, 0, W, STRIDE_B)
+    _store_block(p_n, b_d2, p_beta, 16, 16, W, STRIDE_B)
+    _store_block(p_n, b_d3, p_beta, 32, 32, W, STRIDE_B)
+    _store_block(p_n, b_d4, p_beta, 48, 48, W, STRIDE_B)
+    _store_block(p_n, b_x21, p_beta, 16, 0, W, STRIDE_B)
+    _store_block(p_n, b_x31, p_beta, 32, 0, W, STRIDE_B)
+    _store_block(p_n, b_x32, p_beta, 32, 16, W, STRIDE_B)
+    _store_block(p_n, b_x41, p_beta, 48, 0, W, STRIDE_B)
+    _store_block(p_n, b_x42, p_beta, 48, 16, W, STRIDE_B)
+    _store_block(p_n, b_x43, p_beta, 48, 32, W, STRIDE_B)

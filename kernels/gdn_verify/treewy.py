@@ -13,7 +13,8 @@ S_0 and writes only the pseudo-values ``vt`` (W x dv per head, not W states);
 
 Verify is two launches (second GPU round, kernels/BENCHMARKS.md): the window math of one
 (request, value head) runs once in ``treewy_prep_kernel`` (ancestor mask, forward
-substitution, decay-weighted products; [W, W] fp32 results, tiny next to a state), and
+substitution, blocked on 16 x 16 tiles for 16 < W <= 64 since round 3, decay-weighted
+products; [W, W] fp32 results, tiny next to a state), and
 ``treewy_stream_kernel`` does only the state-sized work per (request, value head, dv
 tile): K S^T and Q S^T on raw bf16 q, k (the l2-norms become per-row scales), two
 [W, W] x [W, BV] products and the stores, BKC keys at a time (<= ~140 registers).
@@ -35,7 +36,13 @@ import torch
 import triton
 import triton.language as tl
 
-from ._jit import ancestor_mask, pad_window, path_scale, unit_lower_inverse_t
+from ._jit import (
+    ancestor_mask,
+    pad_window,
+    path_scale,
+    unit_lower_inverse_blocked,
+    unit_lower_inverse_t,
+)
 
 __all__ = ["treewy_commit", "treewy_verify"]
 
@@ -50,8 +57,13 @@ PREP_DOT_PRECISION = "tf32"
 # key-dimension chunk of the per-head window kernel and of the streaming kernels
 PREP_BLOCK_K = 32
 STREAM_BLOCK_K = 32
-# W > 32: 128 registers (224 B spill) at 16 warps vs 207 at 8: one program per SM either way
-PREP_WARPS_BY_BW = {64: 16}
+# BW = 64 at 4 warps: 237 registers, no spill, two programs per SM (8 warps: 174, 16:
+# 128 + 176 B spill, one per SM). Measured (round 3, window kernel alone, W = 40, B = 256):
+# 571 us at 4 warps vs 1058 at 8 and 2044 at 16 (round 2's serial solve at 16: 2597)
+PREP_WARPS_BY_BW = {64: 4}
+# 32 < BW <= 64: blocked (I + N)^-1 (15 serial steps on 16 x 16 tiles, then block products)
+# instead of W - 1 serial steps on the [BW, BW] tile (round 2)
+PREP_SOLVE_BLOCKED = True
 COMMIT_BLOCK_V = 64
 
 
@@ -76,6 +88,7 @@ def treewy_prep_kernel(
     BK: tl.constexpr,
     BKC: tl.constexpr,
     PREC: tl.constexpr,
+    BLOCKED: tl.constexpr,
 ):
     """The window's [W, W] quantities of one (request, value head), once per head.
 
@@ -131,10 +144,14 @@ def treewy_prep_kernel(
     # N goes through m1's buffer (L1-resident), read back one row per substitution step
     tl.store(m1 + o_ww, b_n, mask=m_ww)
     tl.debug_barrier()
-    b_tt = unit_lower_inverse_t(m1 + i_bh.to(tl.int64) * W * W, W, BW)  # [j, i] = T[i, j]
-    tl.debug_barrier()
-    o_wwt = i_bh.to(tl.int64) * W * W + o_w[None, :] * W + o_w[:, None]
-    tl.store(m1 + o_wwt, b_tt * b_beta[:, None], mask=m_ww)  # m1[i, j] = T[i, j] beta_j
+    if BLOCKED and BW >= 32 and BW <= 64:
+        # blocked solve: 15 serial steps on four 16 x 16 tiles, then ten block products
+        unit_lower_inverse_blocked(m1 + i_bh.to(tl.int64) * W * W, beta + i_b * W * HV + i_h, W, HV)
+    else:
+        b_tt = unit_lower_inverse_t(m1 + i_bh.to(tl.int64) * W * W, W, BW)  # [j, i] = T[i, j]
+        tl.debug_barrier()
+        o_wwt = i_bh.to(tl.int64) * W * W + o_w[None, :] * W + o_w[:, None]
+        tl.store(m1 + o_wwt, b_tt * b_beta[:, None], mask=m_ww)  # m1[i, j] = T[i, j] beta_j
 
 
 @triton.jit
@@ -391,6 +408,47 @@ def stream_warps(bw: int) -> int:
     return 4 if bw <= 32 else 8
 
 
+def launch_prep(
+    q, k, log_gate, beta, parent, *, scale, num_heads, num_warps=None, blocked=None
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Launch the per-head window kernel alone (also timed alone by ``bench/run.py``).
+
+    Returns (mats [2, B*Hv, W, W] = m1, pm; cols [2, B*Hv, W] = ck, cq), fp32 scratch.
+    ``num_warps`` / ``blocked`` override ``prep_warps`` / ``PREP_SOLVE_BLOCKED``.
+    """
+    hk, hv = num_heads
+    bsz, w, _, dk = q.shape
+    bw, log2_bw = pad_window(w)
+    bk = triton.next_power_of_2(dk)
+    # per (request, value head) window matrices: tiny next to the state
+    mats = torch.empty((2, bsz * hv, w, w), dtype=torch.float32, device=q.device)
+    cols = torch.empty((2, bsz * hv, w), dtype=torch.float32, device=q.device)
+    treewy_prep_kernel[(bsz * hv,)](
+        q,
+        k,
+        log_gate,
+        beta,
+        parent,
+        mats[0],
+        mats[1],
+        cols[0],
+        cols[1],
+        scale,
+        H=hk,
+        HV=hv,
+        W=w,
+        K=dk,
+        BW=bw,
+        LOG2_BW=log2_bw,
+        BK=bk,
+        BKC=min(bk, PREP_BLOCK_K),
+        PREC=PREP_DOT_PRECISION,
+        BLOCKED=PREP_SOLVE_BLOCKED if blocked is None else blocked,
+        num_warps=prep_warps(bw) if num_warps is None else num_warps,
+    )
+    return mats, cols
+
+
 def launch_window(
     q,
     k,
@@ -416,7 +474,7 @@ def launch_window(
     dk = q.shape[3]
     if scale is None:
         scale = dk**-0.5
-    bw, log2_bw = pad_window(w)
+    bw, _ = pad_window(w)
     bk = triton.next_power_of_2(dk)
     bv = pick_block_v(bsz * hv, dv, bw)
     o = torch.empty_like(v) if out is None else out
@@ -429,31 +487,7 @@ def launch_window(
     else:
         pk, pvt, pg, pparent, paccepted = k, o, log_gate, parent, state_slot
         wp, bwp = w, bw
-    # per (request, value head) window matrices: tiny next to the state
-    mats = torch.empty((2, bsz * hv, w, w), dtype=torch.float32, device=v.device)
-    cols = torch.empty((2, bsz * hv, w), dtype=torch.float32, device=v.device)
-    treewy_prep_kernel[(bsz * hv,)](
-        q,
-        k,
-        log_gate,
-        beta,
-        parent,
-        mats[0],
-        mats[1],
-        cols[0],
-        cols[1],
-        scale,
-        H=hk,
-        HV=hv,
-        W=w,
-        K=dk,
-        BW=bw,
-        LOG2_BW=log2_bw,
-        BK=bk,
-        BKC=min(bk, PREP_BLOCK_K),
-        PREC=PREP_DOT_PRECISION,
-        num_warps=prep_warps(bw),
-    )
+    mats, cols = launch_prep(q, k, log_gate, beta, parent, scale=scale, num_heads=(hk, hv))
     grid = (triton.cdiv(dv, bv), bsz * hv)
     treewy_stream_kernel[grid](
         q,
