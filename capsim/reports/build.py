@@ -19,7 +19,13 @@ from typing import Any
 import pandas as pd
 from matplotlib.figure import Figure
 
-from capsim.reports.figures import figure1_pool_usage, figure2_ttft, figure3_matched, table1
+from capsim.reports.figures import (
+    figure1_pool_usage,
+    figure2_ttft,
+    figure3_matched,
+    figure4_trees,
+    table1,
+)
 from capsim.sweep.knee import knee_table
 from capsim.sweep.store import atomic_write_bytes
 
@@ -27,6 +33,7 @@ FIGURES: tuple[tuple[str, str], ...] = (
     ("figure1_pool_usage", "Figure 1: peak KV/state pool usage vs offered load"),
     ("figure2_ttft", "Figure 2: p99 TTFT vs concurrency"),
     ("figure3_matched", "Figure 3: matched points, memory-bound vs headroom"),
+    ("figure4_trees", "Figure 4: draft-tree study (store-all N+1 slots vs TreeWY 1)"),
 )
 
 CSS = """
@@ -115,6 +122,7 @@ def build_report(result_dir: Path | str, out_dir: Path | str | None = None) -> P
         "figure1_pool_usage": figure1_pool_usage(points),
         "figure2_ttft": figure2_ttft(points),
         "figure3_matched": figure3_matched(matched),
+        "figure4_trees": figure4_trees(points),
     }
     images: dict[str, bytes] = {}
     for name, fig in figs.items():

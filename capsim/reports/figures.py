@@ -252,6 +252,64 @@ TABLE1_COLS: tuple[tuple[str, str], ...] = (
 )
 
 
+TREE_METRICS: tuple[tuple[str, str, bool], ...] = (
+    ("peak_running", "peak admitted requests", False),
+    ("output_throughput_tok_per_s", "output throughput (tok/s)", False),
+    ("ttft_p99_s", "p99 TTFT (s)", True),
+    ("peak_kv_usage", "peak pool usage (fraction)", False),
+)
+
+
+def _tree_points(points: pd.DataFrame) -> pd.DataFrame:
+    """Draft-tree study: every fixed-concurrency point whose shape is given as widths."""
+    conc = points[points["load_mode"] == "concurrency"]
+    return conc[conc["tree"] != "chain"]
+
+
+def figure4_trees(points: pd.DataFrame) -> Figure:
+    """Tree study: admitted requests, throughput, p99 TTFT and pool usage vs concurrency,
+    one line per tree shape; solid = TreeWY (reconstruct), dashed = store-all."""
+    df = _tree_points(points)
+    if df.empty:
+        return _empty("Figure 4")
+    shapes = sorted(df["tree"].unique(), key=lambda t: (len(str(t)), str(t)))
+    cmap = ("#1b9e77", "#d95f02", "#7570b3", "#e7298a", "#66a61e", "#e6ab02")
+    fig = Figure(figsize=(4.2 * len(TREE_METRICS), 3.6))
+    axes = fig.subplots(1, len(TREE_METRICS), squeeze=False)[0]
+    for ax, (col, label, log) in zip(axes, TREE_METRICS, strict=True):
+        for k, shape in enumerate(shapes):
+            for mode, style in (("reconstruct", "o-"), ("storeall", "s--")):
+                sel = df[(df["tree"] == shape) & (df["commit"] == mode)].sort_values("load")
+                if sel.empty:
+                    continue
+                ax.plot(
+                    sel["load"],
+                    sel[col],
+                    style,
+                    color=cmap[k % len(cmap)],
+                    label=f"{shape} {MODE_LABEL.get(mode, mode)}",
+                    markersize=4,
+                )
+        if col == "peak_running":
+            loads = np.sort(df["load"].unique())
+            ax.plot(loads, loads, ":", color="grey", label="offered concurrency")
+        _load_x(ax, df["load"].to_numpy())
+        if log:
+            _log_y(ax)
+        ax.set_xlabel("offered concurrency (requests)")
+        ax.set_ylabel(label)
+        ax.grid(alpha=0.3)
+    axes[0].legend(fontsize=6, loc="upper left")
+    model, gmu = _panels(df)[0]
+    fig.suptitle(
+        f"Figure 4: draft-tree study, {_short(model)} gmu {gmu:g}, "
+        f"{', '.join(sorted(df['workload'].unique()))} (solid TreeWY, dashed store-all)"
+        + step_time_suffix(points)
+    )
+    fig.tight_layout()
+    return fig
+
+
 def table1(matched: pd.DataFrame) -> pd.DataFrame:
     """Geometric means over the fixed-concurrency chain points at each model's tightest gmu.
 

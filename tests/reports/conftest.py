@@ -39,6 +39,12 @@ def results_dir(tmp_path_factory) -> Path:
                     WorkloadLoads(name="burstgpt-standin", mode="rate", loads=(4, 64)),
                 ),
             ),
+            Block(
+                name="trees",
+                deployments=(Deployment(model="qwen3.5-35b-a3b", gpu="B200", tp=1, gmu=(0.9,)),),
+                workloads=(WorkloadLoads(name="spec-bench", loads=(8, 64, 256)),),
+                trees=((1, 1, 1), (2, 2, 2)),
+            ),
         ),
         num_requests=30,
     )

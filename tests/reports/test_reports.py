@@ -18,6 +18,7 @@ from capsim.reports.figures import (
     figure1_pool_usage,
     figure2_ttft,
     figure3_matched,
+    figure4_trees,
     table1,
 )
 from capsim.sweep.matched import geomean
@@ -79,13 +80,28 @@ def test_figure3_and_table1(results_dir):
     assert row["p99 TTFT (SA/TW)"] == pytest.approx(geomean(m["ttft_p99_ratio"]))
 
 
+def test_figure4_tree_study(results_dir):
+    points = _points(results_dir)
+    fig = figure4_trees(points)
+    assert len(fig.axes) == 4
+    labels = [t.get_text() for t in fig.axes[0].get_legend().get_texts()]
+    for shape in ("1x1x1", "2x2x2"):
+        assert any(label.startswith(shape) for label in labels), labels
+    assert "offered concurrency" in labels
+    assert all(ax.get_xlabel() == "offered concurrency (requests)" for ax in fig.axes)
+    # chain-only results have no tree study: an explicit empty figure, not an error
+    empty = figure4_trees(points[points["tree"] == "chain"])
+    assert "no data" in empty.texts[0].get_text()
+
+
 def test_html_is_self_contained(results_dir, tmp_path):
     html_path = build_report(results_dir, tmp_path / "rep")
     text = html_path.read_text()
-    for name in ("figure1_pool_usage", "figure2_ttft", "figure3_matched"):
+    names = ("figure1_pool_usage", "figure2_ttft", "figure3_matched", "figure4_trees")
+    for name in names:
         assert (tmp_path / "rep" / f"{name}.png").exists()
     images = re.findall(r"src='data:image/png;base64,([A-Za-z0-9+/=]+)'", text)
-    assert len(images) == 3
+    assert len(images) == len(names)
     assert all(base64.b64decode(b)[:8] == b"\x89PNG\r\n\x1a\n" for b in images)
     # nothing is fetched: no other src/href
     assert not re.search(r"(src|href)=['\"](?!data:)", text)
