@@ -25,11 +25,3 @@ def dtype_bytes(name: str, *, field_name: str = "dtype") -> int:
 def cdiv(a: int, b: int) -> int:
     """Ceiling division of non-negative integers."""
     return -(-a // b)
-
-
-def us_to_s(value_us: float) -> float:
-    return value_us * 1e-6
-
-
-def s_to_ms(value_s: float) -> float:
-    return value_s * 1e3

@@ -35,9 +35,9 @@ def expected_tokens_per_step(spec: SpecDecodeConfig) -> float:
 
 
 class AcceptanceDraws:
-    """Pre-drawn accepted-draft counts: ``draw(i, n)`` is request i's n-th verify step."""
+    """Pre-drawn accepted-draft counts: ``draw_many(i, n)`` gives request i's n-th verify."""
 
-    __slots__ = ("_draws", "_lists", "_offsets")
+    __slots__ = ("_draws", "_offsets")
 
     def __init__(
         self, spec: SpecDecodeConfig, output_tok: np.ndarray, rng: np.random.Generator
@@ -47,35 +47,16 @@ class AcceptanceDraws:
         # more than that; a request that still runs out (or is recomputed after a
         # preemption) wraps around its own sequence, deterministically.
         out = np.asarray(output_tok, dtype=np.int64)
-        mean_tok = 1.0 + float(np.cumprod(q).sum()) if q.size else 1.0
+        mean_tok = expected_tokens_per_step(spec)
         steps = np.minimum(out, np.ceil(out / mean_tok * 1.25).astype(np.int64) + 8)
         self._offsets = np.concatenate([[0], np.cumsum(steps)])
         total = int(self._offsets[-1])
         if q.size == 0 or total == 0:
             self._draws = np.zeros(total, dtype=np.int16)
-            self._lists = self._split()
             return
         u = rng.random((total, q.size), dtype=np.float32)
         ok = u < q.astype(np.float32)[None, :]
         self._draws = np.cumprod(ok, axis=1).sum(axis=1).astype(np.int16)
-        self._lists = self._split()
-
-    def _split(self) -> list[list[int]]:
-        """Per-request Python lists: the engine's hot path indexes them directly."""
-        flat = self._draws.tolist()
-        o = self._offsets.tolist()
-        return [flat[o[i] : o[i + 1]] for i in range(len(o) - 1)]
-
-    def draw(self, index: int, step: int) -> int:
-        """Accepted drafts of request ``index`` at its ``step``-th verify (0-based).
-        Past the pre-drawn steps (possible only after a preemption) the sequence wraps."""
-        seq = self._lists[index]
-        if step < len(seq):
-            return seq[step]
-        return seq[step % len(seq)] if seq else 0
-
-    def mean_tokens_per_step(self) -> float:
-        return float(self._draws.mean()) + 1.0 if self._draws.size else 1.0
 
     def mean_tokens_over_used(self, used_steps: np.ndarray) -> float:
         """Mean tokens per verify step (bonus included) over the draws requests used."""
@@ -93,7 +74,8 @@ class AcceptanceDraws:
         return 1.0 + accepted / total_steps
 
     def draw_many(self, indices: np.ndarray, steps: np.ndarray) -> np.ndarray:
-        """Vector form of :meth:`draw` (wraps past the pre-drawn steps the same way)."""
+        """Accepted drafts of requests ``indices`` at their ``steps``-th verify (0-based);
+        past the pre-drawn steps a request wraps around its own sequence."""
         start = self._offsets[indices]
         n = self._offsets[indices + 1] - start
         safe_n = np.maximum(n, 1)

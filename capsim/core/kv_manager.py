@@ -81,14 +81,6 @@ class KVCacheManager:
     def attn_blocks_for(self, num_tok: int) -> int:
         return self._attn_groups * cdiv(min(num_tok, self._max_len), self._bs)
 
-    def num_blocks_to_allocate(self, req: Request, num_new_tok: int, lookahead_tok: int) -> int:
-        """New blocks needed to hold ``computed + new + lookahead`` tokens."""
-        need = self.attn_blocks_for(req.num_computed_tok + num_new_tok + lookahead_tok)
-        extra = max(need - req.num_attn_blocks, 0)
-        if req.num_gdn_blocks == 0:
-            extra += self.gdn_blocks_per_request
-        return extra
-
     def full_sequence_fits(self, req: Request) -> bool:
         """Admission gate (``scheduler_reserve_full_isl``): the whole current sequence
         (prompt + outputs so far, not max_tokens) plus the GDN slots plus the watermark

@@ -92,10 +92,6 @@ class MemoryPlan:
         """Requests of ``context_tok`` tokens the pool holds at once (analytical capacity)."""
         return self.usable_blocks // self.blocks_per_request(context_tok)
 
-    def gdn_state_fraction(self, context_tok: int) -> float:
-        """Share of a request's blocks that are GDN state slots."""
-        return self.gdn_blocks_per_request / self.blocks_per_request(context_tok)
-
 
 def block_size_and_page(
     model: ModelSpec, engine: EngineConfig, spec: SpecDecodeConfig

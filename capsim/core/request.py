@@ -89,7 +89,8 @@ def _counter(name: str) -> property:
 
 
 class Request:
-    """Handle of one request. Timestamps are ``None`` until they happen."""
+    """Handle of one request. Timestamps are ``None`` until they happen (token times are
+    kept by the engine, per workload index)."""
 
     __slots__ = (
         "_own",
@@ -98,8 +99,6 @@ class Request:
         "arrival_s",
         "finish_s",
         "first_scheduled_s",
-        "first_token_s",
-        "last_emit_s",
         "req_id",
     )
 
@@ -123,8 +122,6 @@ class Request:
         self._slot = -1
         self.arrival_s = arrival_s
         self.first_scheduled_s: float | None = None
-        self.first_token_s: float | None = None
-        self.last_emit_s: float | None = None
         self.finish_s: float | None = None
 
     prompt_tok = _counter("prompt_tok")

@@ -27,8 +27,6 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-import numpy as np
-
 from capsim.config import SpecDecodeConfig
 from capsim.core.weights import (
     attention_layer_params,
@@ -194,14 +192,3 @@ class RooflineStepTime:
             "step_overhead_s": self.params.step_overhead_s,
             "note": "analytical floor; efficiencies from H200 copy/GEMM measurements",
         }
-
-
-def empty_shape() -> BatchShape:
-    z = np.zeros(0, dtype=np.int64)
-    return BatchShape(
-        num_decode_req=0,
-        query_tok_per_decode=1,
-        decode_context_tok=z,
-        prefill_new_tok=z,
-        prefill_computed_tok=z,
-    )
