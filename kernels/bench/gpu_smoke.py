@@ -3,7 +3,8 @@
     python -m capsim_kernels.bench.gpu_smoke     # exit 0: all within tolerance
 
 Runs ``run.run_checks`` (float64 references, SPEC.md tolerances) for the 35B TP1 head
-shape, fp32 and bf16 state, on the T=4 chain and the (3,3,3) tree (W=40), so a device
+shape, fp32 and bf16 state, on the T=4 chain and the (2,2,2) tree (the single-launch
+kernel at HALF = 8 and 16) and the (3,3,3) tree (W=40, two launches), so a device
 run can fall back to other kernels before spending its time budget on timing.
 """
 
@@ -16,7 +17,9 @@ from .shapes import MODEL_SHAPES, WINDOWS
 
 
 def main() -> int:
-    windows = [w for w in WINDOWS if w.label in ("chain", "3,3,3") and w.num_nodes in (4, 40)]
+    windows = [
+        w for w in WINDOWS if (w.label, w.num_nodes) in (("chain", 4), ("2,2,2", 15), ("3,3,3", 40))
+    ]
     try:
         checks = run_checks(shapes=MODEL_SHAPES[:1], windows=windows)
     except Exception as e:  # compile or launch failure: report and fail the gate

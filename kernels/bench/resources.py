@@ -63,6 +63,7 @@ def kernel_configs(w: int, state: str, block_v: int | None = None):
     """(name, kernel, signature, constexprs, num_warps) as ``launch_window`` and
     ``treewy_commit`` launch them for window w at the 35B TP1 head shape, B = 256."""
     from ..gdn_verify import treewy as tw
+    from ..gdn_verify import treewy_small as ts
     from ..gdn_verify._jit import pad_window
 
     bw, log2_bw = pad_window(w)
@@ -82,14 +83,33 @@ def kernel_configs(w: int, state: str, block_v: int | None = None):
         ("deferred", {"STORE_VT": True, "COMMIT": False, "PENDING": True}),
     ):
         consts = heads | flags | {
-            "V": 128, "BV": bv, "WP": w, "BWP": bw, "BKC": tw.STREAM_BLOCK_K,
+            "V": 128, "BV": bv, "WP": w, "BWP": bw,
+            "BKC": tw.STREAM_BLOCK_K_BY_BW.get(bw, tw.STREAM_BLOCK_K),
             "BIG_PREC": tw.BIG_DOT_PRECISION, "SMALL_PREC": tw.SMALL_DOT_PRECISION,
         }  # fmt: skip
         out.append((name, tw.treewy_stream_kernel, sig, consts, tw.stream_warps(bw)))
     sig, _ = _signature(tw.treewy_commit_kernel, state)
-    bv = block_v or tw.pick_block_v(256 * 32, 128, bw, widest=tw.COMMIT_BLOCK_V)
-    consts = heads | {"V": 128, "BV": bv, "BKC": tw.STREAM_BLOCK_K, "PREC": tw.SMALL_DOT_PRECISION}
-    out.append(("commit", tw.treewy_commit_kernel, sig, consts, tw.stream_warps(bw)))
+    cfg = tw.COMMIT_CONFIG.get(bw, tw.COMMIT_CONFIG[0])
+    bv = block_v or tw.pick_block_v(256 * 32, 128, bw, widest=cfg["block_v"])
+    consts = heads | {"V": 128, "BV": bv, "PREC": tw.SMALL_DOT_PRECISION}
+    out.append(("commit", tw.treewy_commit_kernel, sig, consts, cfg["num_warps"]))
+    if w <= ts.SMALL_MAX_W:
+        sig, _ = _signature(ts.treewy_small_kernel, state)
+        half = 8 if w <= 8 else 16
+        cfg = ts.SMALL_CONFIG[half]
+        bv = block_v or ts.small_block_v(256 * 32, 128, cfg["block_v"])
+        for name, flags in (
+            ("1l-verify", {"STORE_VT": True, "COMMIT": False, "PENDING": False}),
+            ("1l-fused", {"STORE_VT": False, "COMMIT": True, "PENDING": False}),
+            ("1l-defer", {"STORE_VT": True, "COMMIT": False, "PENDING": True}),
+        ):
+            consts = {k: heads[k] for k in ("H", "HV", "W", "K", "BK")} | flags | {
+                "V": 128, "HALF": half, "LOG2_HALF": half.bit_length() - 1, "P": 2 * half,
+                "BV": bv, "WP": w, "BWP": bw, "BIG_PREC": ts.BIG_PRECISION,
+                "SMALL_PREC": ts.SMALL_PRECISION, "SOLVE_PREC": ts.SOLVE_PRECISION,
+                "NATIVE_DOT": True, "EARLY_S": cfg["early_s"],
+            }  # fmt: skip
+            out.append((name, ts.treewy_small_kernel, sig, consts, cfg["num_warps"]))
     return out
 
 

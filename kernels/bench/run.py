@@ -406,6 +406,131 @@ def run_window(shapes, batches, csv_path: Path, notes: list[str]) -> list[dict]:
     return rows
 
 
+SWEEP_COLUMNS = (
+    "part", "config", "kernel", "model_shape", "state_dtype", "T", "tree", "B",
+    "p20_us", "p50_us", "p80_us",
+)  # fmt: skip
+# round 4 candidates: (dv tile, warps, state tile loaded before the window math)
+SMALL_CANDIDATES = ((32, 4, True), (32, 4, False), (16, 4, True), (32, 8, True), (64, 8, True))
+COMMIT_CANDIDATES = ((32, 4), (64, 4), (32, 8), (64, 8), (128, 8))
+STREAM_BKC_CANDIDATES = (32, 64, 128)
+
+
+F32, BF16 = STATE_DTYPES
+
+
+def _sweep_cells(part: str) -> list[tuple[str, str, str]]:
+    """(kernel, state dtype, window label) timed for one part of the sweep, at B = 256."""
+    return {
+        "small8": [("treewy_verify", F32, "chain4"), ("deferred", F32, "chain4"),
+                   ("treewy_verify", BF16, "chain4")],
+        "small16": [("treewy_verify", F32, "2,2,2"), ("deferred", F32, "2,2,2"),
+                    ("treewy_verify", BF16, "2,2,2")],
+        "commit16": [("treewy_commit", F32, "chain4"), ("treewy_commit", BF16, "2,2,2")],
+        "commit64": [("treewy_commit", F32, "3,3,3"), ("treewy_commit", BF16, "3,3,3")],
+        "stream64": [("treewy_verify", F32, "3,3,3")],
+        "two-launch": [("treewy_verify", F32, "chain4"), ("deferred", F32, "chain4"),
+                       ("treewy_verify", F32, "2,2,2")],
+    }[part]  # fmt: skip
+
+
+def run_sweep(shape: ModelShape, csv_path: Path, notes: list[str], batch: int = 256) -> dict:
+    """Time the round-4 kernel configurations side by side, apply the fastest per part
+    (sum of p50 over the part's cells) and return the choice. Rows go to sweep.csv
+    (SWEEP_COLUMNS; a diagnostic, never read by the calibration). The two-launch path of
+    rounds 2-3 is timed once for the side-by-side record."""
+    import torch
+    from capsim_kernels.gdn_verify import treewy as tw
+    from capsim_kernels.gdn_verify import treewy_small as ts
+
+    trees = {"chain4": WINDOWS[0], "2,2,2": WINDOWS[2], "3,3,3": WINDOWS[4]}
+    small = [{"block_v": bv, "num_warps": nw, "early_s": e} for bv, nw, e in SMALL_CANDIDATES]
+    commit = [{"block_v": bv, "num_warps": nw} for bv, nw in COMMIT_CANDIDATES]
+    # part -> (how a configuration is applied, the candidates)
+    setters: dict[str, tuple[Callable[[dict], None], list[dict]]] = {
+        "small8": (lambda c: ts.SMALL_CONFIG.__setitem__(8, c), small),
+        "small16": (lambda c: ts.SMALL_CONFIG.__setitem__(16, c), small),
+        "commit16": (lambda c: tw.COMMIT_CONFIG.__setitem__(0, c), commit),
+        "commit64": (lambda c: tw.COMMIT_CONFIG.__setitem__(64, c), commit),
+        "stream64": (
+            lambda c: tw.STREAM_BLOCK_K_BY_BW.__setitem__(64, c["bkc"]),
+            [{"bkc": bkc} for bkc in STREAM_BKC_CANDIDATES],
+        ),
+    }
+    defaults = {
+        "small8": dict(ts.SMALL_CONFIG[8]),
+        "small16": dict(ts.SMALL_CONFIG[16]),
+        "commit16": dict(tw.COMMIT_CONFIG[0]),
+        "commit64": dict(tw.COMMIT_CONFIG[64]),
+        "stream64": {"bkc": tw.STREAM_BLOCK_K_BY_BW.get(64, tw.STREAM_BLOCK_K)},
+    }
+    cells: dict[tuple[str, str], Cell] = {}
+
+    def cell(sd: str, label: str) -> Cell:
+        if (sd, label) not in cells:
+            tree = trees[label]
+            cells[sd, label] = Cell(shape, sd, batch, tree, seed=batch * 1000 + tree.num_nodes)
+        return cells[sd, label]
+
+    rows: list[dict] = []
+
+    def measure(part: str, cfg: dict) -> float:
+        total = 0.0
+        for kernel, sd, label in _sweep_cells(part):
+            c = cell(sd, label)
+            try:
+                p20, p50, p80 = time_graph_us(kernel_fn(kernel, c, None, None, None))
+            except Exception as e:
+                notes.append(f"sweep {part} {cfg} {kernel} {sd} {label}: {e!r}"[:400])
+                print("FAILED", notes[-1], flush=True)
+                return float("inf")
+            total += p50
+            row = {
+                "part": part, "config": json.dumps(cfg, sort_keys=True), "kernel": kernel,
+                "model_shape": shape.name, "state_dtype": sd, "T": c.tree.num_nodes,
+                "tree": c.tree.label, "B": batch, "p20_us": round(p20, 2),
+                "p50_us": round(p50, 2), "p80_us": round(p80, 2),
+            }  # fmt: skip
+            rows.append(row)
+            print("sweep", json.dumps(row), flush=True)
+        return total
+
+    choice: dict = {}
+    for part, (apply, options) in setters.items():
+        best_cfg, best_us = defaults[part], float("inf")
+        for cfg in options:
+            apply(cfg)
+            total = measure(part, cfg)
+            if total < best_us:
+                best_cfg, best_us = cfg, total
+        apply(best_cfg)
+        choice[part] = best_cfg | {"sum_p50_us": round(best_us, 2)}
+        print("sweep choice", part, json.dumps(choice[part]), flush=True)
+        write_csv(csv_path, rows, SWEEP_COLUMNS)
+    previous, tw.SMALL_SINGLE_LAUNCH = tw.SMALL_SINGLE_LAUNCH, False
+    try:
+        measure("two-launch", {"single_launch": False})
+    finally:
+        tw.SMALL_SINGLE_LAUNCH = previous
+    write_csv(csv_path, rows, SWEEP_COLUMNS)
+    cells.clear()
+    torch.cuda.empty_cache()
+    choice["defaults"] = defaults
+    return choice
+
+
+def restore_sweep_defaults(defaults: dict) -> None:
+    """Undo ``run_sweep``'s choice (its checks failed)."""
+    from capsim_kernels.gdn_verify import treewy as tw
+    from capsim_kernels.gdn_verify import treewy_small as ts
+
+    ts.SMALL_CONFIG[8] = defaults["small8"]
+    ts.SMALL_CONFIG[16] = defaults["small16"]
+    tw.COMMIT_CONFIG[0] = defaults["commit16"]
+    tw.COMMIT_CONFIG[64] = defaults["commit64"]
+    tw.STREAM_BLOCK_K_BY_BW[64] = defaults["stream64"]["bkc"]
+
+
 def pick_window_config(rows: list[dict]) -> dict | None:
     """Apply the fastest (solve, num_warps) of the W = 40 window kernel at the largest B
     (the (3,3,3) tree, first shape) to the rest of the run; returns the choice."""
@@ -585,6 +710,16 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--window", action="store_true", help="also time the window kernel alone (window.csv)"
     )
+    parser.add_argument(
+        "--two-launch",
+        action="store_true",
+        help="every window on the two-launch path of rounds 2-3 (no single-launch kernel)",
+    )
+    parser.add_argument(
+        "--sweep",
+        action="store_true",
+        help="time the round-4 kernel configurations first (sweep.csv) and use the fastest",
+    )
     args = parser.parse_args(argv)
     if args.render is not None:
         with open(args.render) as f:
@@ -597,6 +732,10 @@ def main(argv: list[str] | None = None) -> int:
     import torch
 
     deadline_s = time.monotonic() + args.budget_s
+    if args.two_launch:
+        from capsim_kernels.gdn_verify import treewy as tw
+
+        tw.SMALL_SINGLE_LAUNCH = False
     if not torch.cuda.is_available():
         print("no CUDA device: nothing to measure", file=sys.stderr)
         return 2
@@ -638,6 +777,21 @@ def main(argv: list[str] | None = None) -> int:
         except Exception as e:  # a diagnostic: never lose the grid over it
             notes.append(f"window timing failed: {e!r}"[:400])
             print("WINDOW FAILED", repr(e)[:400], flush=True)
+        atomic_write(args.out / "meta.json", json.dumps(meta, indent=1))
+    if args.sweep:
+        try:
+            choice = run_sweep(shapes[0], args.out / "sweep.csv", notes)
+            meta["sweep_choice"] = choice
+            if not args.no_checks:
+                rechecks = run_checks(shapes=shapes[:1])
+                meta["checks_sweep_choice"] = rechecks
+                if not all(c["ok"] for c in rechecks):
+                    restore_sweep_defaults(choice["defaults"])
+                    notes.append("sweep choice failed its checks: defaults kept")
+                    print(notes[-1], flush=True)
+        except Exception as e:  # a diagnostic: never lose the grid over it
+            notes.append(f"sweep failed: {e!r}"[:400])
+            print("SWEEP FAILED", repr(e)[:400], flush=True)
         atomic_write(args.out / "meta.json", json.dumps(meta, indent=1))
     rows = run_grid(
         copy_gbps, args.out / "gdn_verify.csv", args.quick, notes, deadline_s, shapes=shapes

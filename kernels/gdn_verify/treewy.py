@@ -43,6 +43,7 @@ from ._jit import (
     unit_lower_inverse_blocked,
     unit_lower_inverse_t,
 )
+from .treewy_small import SMALL_MAX_W, launch_small
 
 __all__ = ["treewy_commit", "treewy_verify"]
 
@@ -57,6 +58,8 @@ PREP_DOT_PRECISION = "tf32"
 # key-dimension chunk of the per-head window kernel and of the streaming kernels
 PREP_BLOCK_K = 32
 STREAM_BLOCK_K = 32
+# per padded window override of STREAM_BLOCK_K (the GPU run's sweep may set 64: 128)
+STREAM_BLOCK_K_BY_BW: dict[int, int] = {}
 # BW = 64 at 4 warps: 237 registers, no spill, two programs per SM (8 warps: 174, 16:
 # 128 + 176 B spill, one per SM). Measured (round 3, window kernel alone, W = 40, B = 256):
 # 571 us at 4 warps vs 1058 at 8 and 2044 at 16 (round 2's serial solve at 16: 2597)
@@ -64,7 +67,12 @@ PREP_WARPS_BY_BW = {64: 4}
 # 32 < BW <= 64: blocked (I + N)^-1 (15 serial steps on 16 x 16 tiles, then block products)
 # instead of W - 1 serial steps on the [BW, BW] tile (round 2)
 PREP_SOLVE_BLOCKED = True
-COMMIT_BLOCK_V = 64
+# commit kernel (dv tile, warps) by padded window (0: any other); round 4 loads the whole
+# state tile, so the GPU run's sweep (bench/run.py --sweep) may replace these
+COMMIT_CONFIG = {0: {"block_v": 64, "num_warps": 4}, 64: {"block_v": 64, "num_warps": 8}}
+# W <= SMALL_MAX_W: one launch per variant (treewy_small.py, round 4); False restores the
+# two-launch path of rounds 2-3 for every window (kept for side-by-side timing)
+SMALL_SINGLE_LAUNCH = True
 
 
 @triton.jit
@@ -313,49 +321,42 @@ def treewy_commit_kernel(
     V: tl.constexpr,
     BW: tl.constexpr,
     BK: tl.constexpr,
-    BKC: tl.constexpr,
     BV: tl.constexpr,
     PREC: tl.constexpr,
 ):
-    """S_a = gamma_a S_0 + sum over the path of exp(L_a - L_i) vt_i k_i^T / |k_i|."""
+    """S_a = gamma_a S_0 + sum over the path of exp(L_a - L_i) vt_i k_i^T / |k_i|.
+
+    Round 4: the whole [BV, dk] state tile is loaded first (no key chunks), so its DRAM
+    latency overlaps the parent walk and the key loads; one product, one store.
+    """
     i_v, i_bh = tl.program_id(0), tl.program_id(1)
     i_b, i_h = i_bh // HV, i_bh % HV
     i_hk = i_h // (HV // H)
     o_w = tl.arange(0, BW)
+    o_k = tl.arange(0, BK)
     o_v = i_v * BV + tl.arange(0, BV)
-    m_v = o_v < V
+    m_v, m_k = o_v < V, o_k < K
+    m_vk = m_v[:, None] & m_k[None, :]
 
     i_slot = tl.load(state_slot + i_b).to(tl.int64)
-    p_s = state + ((i_slot * HV + i_h) * V + o_v[:, None]) * K
-    o_row = ((i_b * W + o_w[:, None]).to(tl.int64) * H + i_hk) * K
+    p_s = state + ((i_slot * HV + i_h) * V + o_v[:, None]) * K + o_k[None, :]
+    b_s = tl.load(p_s, mask=m_vk, other=0.0).to(tl.float32)
 
     i_a = tl.load(accepted + i_b)
     b_coef, b_la = path_scale(parent, g + i_b * W * HV + i_h, i_a, W, BW, HV)
     m_path = b_coef != 0.0
-    b_k2 = tl.zeros([BW], dtype=tl.float32)
-    for i_kc in tl.static_range(0, BK, BKC):
-        o_k = i_kc + tl.arange(0, BKC)
-        b_k = tl.load(
-            k + o_row + o_k[None, :], mask=m_path[:, None] & (o_k < K)[None, :], other=0.0
-        ).to(tl.float32)
-        b_k2 += tl.sum(b_k * b_k, 1)
+    o_row = ((i_b * W + o_w).to(tl.int64) * H + i_hk) * K
+    b_k = tl.load(
+        k + o_row[:, None] + o_k[None, :], mask=m_path[:, None] & m_k[None, :], other=0.0
+    ).to(tl.float32)
     b_vt = tl.load(
-        vt + ((i_b * W + o_w[:, None]).to(tl.int64) * HV + i_h) * V + o_v[None, :],
+        vt + ((i_b * W + o_w).to(tl.int64) * HV + i_h)[:, None] * V + o_v[None, :],
         mask=m_path[:, None] & m_v[None, :],
         other=0.0,
     )
-    b_vt = b_vt * (b_coef * tl.rsqrt(b_k2 + 1e-6))[:, None]
-    b_ga = tl.exp(b_la)
-    for i_kc in tl.static_range(0, BK, BKC):
-        o_k = i_kc + tl.arange(0, BKC)
-        m_k = o_k < K
-        m_vk = m_v[:, None] & m_k[None, :]
-        b_s = tl.load(p_s + o_k[None, :], mask=m_vk, other=0.0).to(tl.float32)
-        b_k = tl.load(k + o_row + o_k[None, :], mask=m_path[:, None] & m_k[None, :], other=0.0).to(
-            tl.float32
-        )
-        b_sa = b_ga * b_s + tl.dot(tl.trans(b_vt), b_k, input_precision=PREC)
-        tl.store(p_s + o_k[None, :], b_sa.to(p_s.dtype.element_ty), mask=m_vk)
+    b_vt = b_vt * (b_coef * tl.rsqrt(tl.sum(b_k * b_k, 1) + 1e-6))[:, None]
+    b_sa = tl.exp(b_la) * b_s + tl.dot(tl.trans(b_vt), b_k, input_precision=PREC)
+    tl.store(p_s, b_sa.to(p_s.dtype.element_ty), mask=m_vk)
 
 
 def check_inputs(q, k, v, log_gate, beta, state_pool, parent) -> tuple[int, int, int, int, int]:
@@ -480,6 +481,13 @@ def launch_window(
     o = torch.empty_like(v) if out is None else out
     if store_vt and vt is None:
         vt = torch.empty(v.shape, dtype=torch.float32, device=v.device)
+    if SMALL_SINGLE_LAUNCH and w <= SMALL_MAX_W:
+        launch_small(
+            q, k, v, log_gate, beta, state_pool, state_slot, parent,
+            num_heads=(hk, hv), scale=scale, o=o, vt=vt if store_vt else None,
+            accepted=accepted, pending=pending, k_out=k_out, g_out=g_out,
+        )  # fmt: skip
+        return o, vt
     if pending is not None:
         pk, pvt, pg, pparent, paccepted = pending
         wp = pk.shape[1]
@@ -518,7 +526,7 @@ def launch_window(
         V=dv,
         BW=bw,
         BK=bk,
-        BKC=min(bk, STREAM_BLOCK_K),
+        BKC=min(bk, STREAM_BLOCK_K_BY_BW.get(bw, STREAM_BLOCK_K)),
         BV=bv,
         WP=wp,
         BWP=bwp,
@@ -598,7 +606,8 @@ def treewy_commit(
         raise ValueError(f"parent must be int32 [W={w}], got {parent.dtype} {parent.shape}")
     bw, _ = pad_window(w)
     bk = triton.next_power_of_2(dk)
-    bv = pick_block_v(bsz * hv, dv, bw, widest=COMMIT_BLOCK_V)
+    cfg = COMMIT_CONFIG.get(bw, COMMIT_CONFIG[0])
+    bv = pick_block_v(bsz * hv, dv, bw, widest=cfg["block_v"])
     grid = (triton.cdiv(dv, bv), bsz * hv)
     treewy_commit_kernel[grid](
         state_pool,
@@ -615,8 +624,7 @@ def treewy_commit(
         V=dv,
         BW=bw,
         BK=bk,
-        BKC=min(bk, STREAM_BLOCK_K),
         BV=bv,
         PREC=SMALL_DOT_PRECISION,
-        num_warps=stream_warps(bw),
+        num_warps=cfg["num_warps"],
     )
