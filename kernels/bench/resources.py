@@ -67,7 +67,8 @@ def kernel_configs(w: int, state: str, block_v: int | None = None):
     from ..gdn_verify._jit import pad_window
 
     bw, log2_bw = pad_window(w)
-    bv = block_v or tw.pick_block_v(256 * 32, 128, bw)
+    scfg = tw.stream_config(bw)
+    bv = block_v or tw.pick_block_v(256 * 32, 128, bw, widest=scfg["block_v"])
     heads = {"H": 16, "HV": 32, "W": w, "K": 128, "BW": bw, "BK": 128}
     out = []
     sig, _ = _signature(tw.treewy_prep_kernel, state)
@@ -83,17 +84,18 @@ def kernel_configs(w: int, state: str, block_v: int | None = None):
         ("deferred", {"STORE_VT": True, "COMMIT": False, "PENDING": True}),
     ):
         consts = heads | flags | {
-            "V": 128, "BV": bv, "WP": w, "BWP": bw,
-            "BKC": tw.STREAM_BLOCK_K_BY_BW.get(bw, tw.STREAM_BLOCK_K),
+            "V": 128, "BV": bv, "WP": w, "BWP": bw, "BKC": scfg["bkc"],
             "BIG_PREC": tw.BIG_DOT_PRECISION, "SMALL_PREC": tw.SMALL_DOT_PRECISION,
         }  # fmt: skip
-        out.append((name, tw.treewy_stream_kernel, sig, consts, tw.stream_warps(bw)))
+        out.append((name, tw.treewy_stream_kernel, sig, consts, scfg["num_warps"]))
     sig, _ = _signature(tw.treewy_commit_kernel, state)
-    cfg = tw.COMMIT_CONFIG.get(bw, tw.COMMIT_CONFIG[0])
+    import torch
+
+    cfg = tw.commit_config(bw, getattr(torch, state))
     bv = block_v or tw.pick_block_v(256 * 32, 128, bw, widest=cfg["block_v"])
-    consts = heads | {"V": 128, "BV": bv, "PREC": tw.SMALL_DOT_PRECISION}
+    consts = heads | {"V": 128, "BV": bv, "BKC": cfg["bkc"], "PREC": tw.SMALL_DOT_PRECISION}
     out.append(("commit", tw.treewy_commit_kernel, sig, consts, cfg["num_warps"]))
-    if w <= ts.SMALL_MAX_W:
+    if w <= ts.KERNEL_MAX_W:
         sig, _ = _signature(ts.treewy_small_kernel, state)
         half = 8 if w <= 8 else 16
         cfg = ts.SMALL_CONFIG[half]

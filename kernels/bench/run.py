@@ -410,60 +410,81 @@ SWEEP_COLUMNS = (
     "part", "config", "kernel", "model_shape", "state_dtype", "T", "tree", "B",
     "p20_us", "p50_us", "p80_us",
 )  # fmt: skip
-# round 4 candidates: (dv tile, warps, state tile loaded before the window math)
-SMALL_CANDIDATES = ((32, 4, True), (32, 4, False), (16, 4, True), (32, 8, True), (64, 8, True))
-COMMIT_CANDIDATES = ((32, 4), (64, 4), (32, 8), (64, 8), (128, 8))
-STREAM_BKC_CANDIDATES = (32, 64, 128)
-
-
+# round 4 candidates (bench --sweep): dv tile, warps, key chunk (or state tile first)
+SMALL_CANDIDATES = ((32, 4, True), (32, 4, False), (64, 4, True), (64, 8, True))
+STREAM16_CANDIDATES = (
+    (32, 4, 32), (32, 4, 128), (64, 4, 64), (64, 8, 128), (32, 2, 64), (16, 2, 128), (64, 4, 32),
+)  # fmt: skip
+STREAM64_CANDIDATES = (
+    (32, 8, 64), (32, 4, 64), (64, 8, 64), (32, 8, 32), (64, 8, 128), (32, 4, 128),
+)  # fmt: skip
+COMMIT_CANDIDATES = ((64, 4, 128), (32, 4, 128), (64, 8, 32), (64, 4, 32), (128, 8, 128))
+PREP16_WARPS = (1, 2, 4)
 F32, BF16 = STATE_DTYPES
+SWEEP_CELLS = {
+    "prep16": [("treewy_verify", F32, "chain4"), ("treewy_verify", F32, "2,2,2")],
+    "stream16": [("treewy_verify", F32, "chain4"), ("treewy_verify", F32, "2,2,2"),
+                 ("deferred", F32, "chain4")],
+    "stream64": [("treewy_verify", F32, "3,3,3"), ("deferred", F32, "3,3,3")],
+    "commit16-float32": [("treewy_commit", F32, "chain4"), ("treewy_commit", F32, "2,2,2")],
+    "commit16-bfloat16": [("treewy_commit", BF16, "chain4"), ("treewy_commit", BF16, "2,2,2")],
+    "commit64-float32": [("treewy_commit", F32, "3,3,3")],
+    "commit64-bfloat16": [("treewy_commit", BF16, "3,3,3")],
+    "small8": [("fused_chain", F32, "chain4"), ("fused_chain", BF16, "chain4")],
+}  # fmt: skip
 
 
-def _sweep_cells(part: str) -> list[tuple[str, str, str]]:
-    """(kernel, state dtype, window label) timed for one part of the sweep, at B = 256."""
-    return {
-        "small8": [("treewy_verify", F32, "chain4"), ("deferred", F32, "chain4"),
-                   ("treewy_verify", BF16, "chain4")],
-        "small16": [("treewy_verify", F32, "2,2,2"), ("deferred", F32, "2,2,2"),
-                    ("treewy_verify", BF16, "2,2,2")],
-        "commit16": [("treewy_commit", F32, "chain4"), ("treewy_commit", BF16, "2,2,2")],
-        "commit64": [("treewy_commit", F32, "3,3,3"), ("treewy_commit", BF16, "3,3,3")],
-        "stream64": [("treewy_verify", F32, "3,3,3")],
-        "two-launch": [("treewy_verify", F32, "chain4"), ("deferred", F32, "chain4"),
-                       ("treewy_verify", F32, "2,2,2")],
-    }[part]  # fmt: skip
-
-
-def run_sweep(shape: ModelShape, csv_path: Path, notes: list[str], batch: int = 256) -> dict:
-    """Time the round-4 kernel configurations side by side, apply the fastest per part
-    (sum of p50 over the part's cells) and return the choice. Rows go to sweep.csv
-    (SWEEP_COLUMNS; a diagnostic, never read by the calibration). The two-launch path of
-    rounds 2-3 is timed once for the side-by-side record."""
-    import torch
+def sweep_parts() -> dict[str, tuple[Callable[[dict], None], list[dict], dict]]:
+    """part -> (how a configuration is applied, the candidates, the current default)."""
     from capsim_kernels.gdn_verify import treewy as tw
     from capsim_kernels.gdn_verify import treewy_small as ts
 
-    trees = {"chain4": WINDOWS[0], "2,2,2": WINDOWS[2], "3,3,3": WINDOWS[4]}
-    small = [{"block_v": bv, "num_warps": nw, "early_s": e} for bv, nw, e in SMALL_CANDIDATES]
-    commit = [{"block_v": bv, "num_warps": nw} for bv, nw in COMMIT_CANDIDATES]
-    # part -> (how a configuration is applied, the candidates)
-    setters: dict[str, tuple[Callable[[dict], None], list[dict]]] = {
-        "small8": (lambda c: ts.SMALL_CONFIG.__setitem__(8, c), small),
-        "small16": (lambda c: ts.SMALL_CONFIG.__setitem__(16, c), small),
-        "commit16": (lambda c: tw.COMMIT_CONFIG.__setitem__(0, c), commit),
-        "commit64": (lambda c: tw.COMMIT_CONFIG.__setitem__(64, c), commit),
+    def named(cands, names=("block_v", "num_warps", "bkc")):
+        return [dict(zip(names, c, strict=True)) for c in cands]
+
+    def setter(table, key):
+        return lambda cfg: table.__setitem__(key, cfg)
+
+    parts = {
+        "prep16": (
+            lambda cfg: tw.PREP_WARPS_BY_BW.__setitem__(16, cfg["num_warps"]),
+            [{"num_warps": nw} for nw in PREP16_WARPS],
+            {"num_warps": tw.PREP_WARPS_BY_BW[16]},
+        ),
+        "stream16": (
+            setter(tw.STREAM_CONFIG, 16),
+            named(STREAM16_CANDIDATES),
+            dict(tw.STREAM_CONFIG[16]),
+        ),
         "stream64": (
-            lambda c: tw.STREAM_BLOCK_K_BY_BW.__setitem__(64, c["bkc"]),
-            [{"bkc": bkc} for bkc in STREAM_BKC_CANDIDATES],
+            setter(tw.STREAM_CONFIG, 64),
+            named(STREAM64_CANDIDATES),
+            dict(tw.STREAM_CONFIG[64]),
+        ),
+        "small8": (
+            setter(ts.SMALL_CONFIG, 8),
+            named(SMALL_CANDIDATES, ("block_v", "num_warps", "early_s")),
+            dict(ts.SMALL_CONFIG[8]),
         ),
     }
-    defaults = {
-        "small8": dict(ts.SMALL_CONFIG[8]),
-        "small16": dict(ts.SMALL_CONFIG[16]),
-        "commit16": dict(tw.COMMIT_CONFIG[0]),
-        "commit64": dict(tw.COMMIT_CONFIG[64]),
-        "stream64": {"bkc": tw.STREAM_BLOCK_K_BY_BW.get(64, tw.STREAM_BLOCK_K)},
-    }
+    for bw in (16, 64):
+        for sd in STATE_DTYPES:
+            parts[f"commit{bw}-{sd}"] = (
+                setter(tw.COMMIT_CONFIG, (bw, sd)),
+                named(COMMIT_CANDIDATES),
+                dict(tw.COMMIT_CONFIG[bw, sd]),
+            )
+    return parts
+
+
+def run_sweep(shape: ModelShape, csv_path: Path, notes: list[str], batch: int = 256) -> dict:
+    """Time the kernel configurations side by side, apply the fastest per part (sum of
+    p50 over the part's cells, SWEEP_CELLS) and return the choice with the defaults it
+    replaced. Rows go to sweep.csv (SWEEP_COLUMNS; a diagnostic, never read by the
+    calibration)."""
+    import torch
+
+    trees = {"chain4": WINDOWS[0], "2,2,2": WINDOWS[2], "3,3,3": WINDOWS[4]}
     cells: dict[tuple[str, str], Cell] = {}
 
     def cell(sd: str, label: str) -> Cell:
@@ -476,7 +497,7 @@ def run_sweep(shape: ModelShape, csv_path: Path, notes: list[str], batch: int = 
 
     def measure(part: str, cfg: dict) -> float:
         total = 0.0
-        for kernel, sd, label in _sweep_cells(part):
+        for kernel, sd, label in SWEEP_CELLS[part]:
             c = cell(sd, label)
             try:
                 p20, p50, p80 = time_graph_us(kernel_fn(kernel, c, None, None, None))
@@ -495,9 +516,10 @@ def run_sweep(shape: ModelShape, csv_path: Path, notes: list[str], batch: int = 
             print("sweep", json.dumps(row), flush=True)
         return total
 
-    choice: dict = {}
-    for part, (apply, options) in setters.items():
-        best_cfg, best_us = defaults[part], float("inf")
+    choice: dict = {"defaults": {}}
+    for part, (apply, options, default) in sweep_parts().items():
+        choice["defaults"][part] = default
+        best_cfg, best_us = default, float("inf")
         for cfg in options:
             apply(cfg)
             total = measure(part, cfg)
@@ -507,28 +529,16 @@ def run_sweep(shape: ModelShape, csv_path: Path, notes: list[str], batch: int = 
         choice[part] = best_cfg | {"sum_p50_us": round(best_us, 2)}
         print("sweep choice", part, json.dumps(choice[part]), flush=True)
         write_csv(csv_path, rows, SWEEP_COLUMNS)
-    previous, tw.SMALL_SINGLE_LAUNCH = tw.SMALL_SINGLE_LAUNCH, False
-    try:
-        measure("two-launch", {"single_launch": False})
-    finally:
-        tw.SMALL_SINGLE_LAUNCH = previous
-    write_csv(csv_path, rows, SWEEP_COLUMNS)
     cells.clear()
     torch.cuda.empty_cache()
-    choice["defaults"] = defaults
     return choice
 
 
 def restore_sweep_defaults(defaults: dict) -> None:
     """Undo ``run_sweep``'s choice (its checks failed)."""
-    from capsim_kernels.gdn_verify import treewy as tw
-    from capsim_kernels.gdn_verify import treewy_small as ts
-
-    ts.SMALL_CONFIG[8] = defaults["small8"]
-    ts.SMALL_CONFIG[16] = defaults["small16"]
-    tw.COMMIT_CONFIG[0] = defaults["commit16"]
-    tw.COMMIT_CONFIG[64] = defaults["commit64"]
-    tw.STREAM_BLOCK_K_BY_BW[64] = defaults["stream64"]["bkc"]
+    parts = sweep_parts()
+    for part, default in defaults.items():
+        parts[part][0](default)
 
 
 def pick_window_config(rows: list[dict]) -> dict | None:

@@ -55,24 +55,54 @@ __all__ = ["treewy_commit", "treewy_verify"]
 BIG_DOT_PRECISION = "tf32"
 SMALL_DOT_PRECISION = "tf32"
 PREP_DOT_PRECISION = "tf32"
-# key-dimension chunk of the per-head window kernel and of the streaming kernels
+# key-dimension chunk of the per-head window kernel
 PREP_BLOCK_K = 32
-STREAM_BLOCK_K = 32
-# per padded window override of STREAM_BLOCK_K (the GPU run's sweep may set 64: 128)
-STREAM_BLOCK_K_BY_BW: dict[int, int] = {}
 # BW = 64 at 4 warps: 237 registers, no spill, two programs per SM (8 warps: 174, 16:
 # 128 + 176 B spill, one per SM). Measured (round 3, window kernel alone, W = 40, B = 256):
 # 571 us at 4 warps vs 1058 at 8 and 2044 at 16 (round 2's serial solve at 16: 2597)
-PREP_WARPS_BY_BW = {64: 4}
+PREP_WARPS_BY_BW = {16: 4, 32: 4, 64: 4}
 # 32 < BW <= 64: blocked (I + N)^-1 (15 serial steps on 16 x 16 tiles, then block products)
 # instead of W - 1 serial steps on the [BW, BW] tile (round 2)
 PREP_SOLVE_BLOCKED = True
-# commit kernel (dv tile, warps) by padded window (0: any other); round 4 loads the whole
-# state tile, so the GPU run's sweep (bench/run.py --sweep) may replace these
-COMMIT_CONFIG = {0: {"block_v": 64, "num_warps": 4}, 64: {"block_v": 64, "num_warps": 8}}
-# W <= SMALL_MAX_W: one launch per variant (treewy_small.py, round 4); False restores the
-# two-launch path of rounds 2-3 for every window (kept for side-by-side timing)
+# Launch configurations by padded window BW: widest dv tile (halved at small B, see
+# pick_block_v), warps, key chunk (bkc = dk: the whole state tile at once, loaded first).
+# Chosen by the GPU run's side-by-side sweep (bench/run.py --sweep, kernels/BENCHMARKS.md).
+STREAM_CONFIG = {
+    16: {"block_v": 32, "num_warps": 4, "bkc": 32},
+    32: {"block_v": 32, "num_warps": 4, "bkc": 32},
+    64: {"block_v": 32, "num_warps": 8, "bkc": 64},
+}
+# commit by (BW, state dtype)
+COMMIT_CONFIG = {
+    (16, "float32"): {"block_v": 64, "num_warps": 4, "bkc": 128},
+    (16, "bfloat16"): {"block_v": 64, "num_warps": 4, "bkc": 128},
+    (32, "float32"): {"block_v": 64, "num_warps": 4, "bkc": 128},
+    (32, "bfloat16"): {"block_v": 64, "num_warps": 4, "bkc": 128},
+    (64, "float32"): {"block_v": 64, "num_warps": 8, "bkc": 32},
+    (64, "bfloat16"): {"block_v": 32, "num_warps": 4, "bkc": 128},
+}
+# Single-launch kernel (treewy_small.py) for W <= SMALL_MAX_W: always for the fused
+# variant, and for verify / deferred while B * Hv < SMALL_MAX_HEADS (round 4, T = 4:
+# 1.54x faster at B * Hv = 32, 0.95x at 1024; at W = 15 it lost at every B, 0.35-0.69x).
+# SMALL_SINGLE_LAUNCH = False gives the two-launch path of rounds 2-3 for every window.
 SMALL_SINGLE_LAUNCH = True
+SMALL_MAX_HEADS = 512
+
+
+def use_single_launch(num_nodes: int, num_heads_total: int, fused: bool) -> bool:
+    """Whether a window takes the single-launch kernel (see SMALL_MAX_HEADS)."""
+    if not SMALL_SINGLE_LAUNCH or num_nodes > SMALL_MAX_W:
+        return False
+    return fused or num_heads_total < SMALL_MAX_HEADS
+
+
+def stream_config(bw: int) -> dict:
+    return STREAM_CONFIG.get(bw, STREAM_CONFIG[64])
+
+
+def commit_config(bw: int, state_dtype: torch.dtype) -> dict:
+    name = "float32" if state_dtype == torch.float32 else "bfloat16"
+    return COMMIT_CONFIG.get((bw, name), COMMIT_CONFIG[64, name])
 
 
 @triton.jit
@@ -321,42 +351,67 @@ def treewy_commit_kernel(
     V: tl.constexpr,
     BW: tl.constexpr,
     BK: tl.constexpr,
+    BKC: tl.constexpr,
     BV: tl.constexpr,
     PREC: tl.constexpr,
 ):
     """S_a = gamma_a S_0 + sum over the path of exp(L_a - L_i) vt_i k_i^T / |k_i|.
 
-    Round 4: the whole [BV, dk] state tile is loaded first (no key chunks), so its DRAM
-    latency overlaps the parent walk and the key loads; one product, one store.
+    BKC = BK (round 4): the whole [BV, dk] state tile is loaded first, so its DRAM latency
+    overlaps the parent walk and the key loads; one product, one store. BKC < BK (rounds
+    2-3): key norms first, then the state BKC keys at a time (fewer registers).
     """
     i_v, i_bh = tl.program_id(0), tl.program_id(1)
     i_b, i_h = i_bh // HV, i_bh % HV
     i_hk = i_h // (HV // H)
     o_w = tl.arange(0, BW)
-    o_k = tl.arange(0, BK)
     o_v = i_v * BV + tl.arange(0, BV)
-    m_v, m_k = o_v < V, o_k < K
-    m_vk = m_v[:, None] & m_k[None, :]
-
+    m_v = o_v < V
     i_slot = tl.load(state_slot + i_b).to(tl.int64)
-    p_s = state + ((i_slot * HV + i_h) * V + o_v[:, None]) * K + o_k[None, :]
-    b_s = tl.load(p_s, mask=m_vk, other=0.0).to(tl.float32)
-
-    i_a = tl.load(accepted + i_b)
-    b_coef, b_la = path_scale(parent, g + i_b * W * HV + i_h, i_a, W, BW, HV)
-    m_path = b_coef != 0.0
+    p_s = state + ((i_slot * HV + i_h) * V + o_v[:, None]) * K
     o_row = ((i_b * W + o_w).to(tl.int64) * H + i_hk) * K
-    b_k = tl.load(
-        k + o_row[:, None] + o_k[None, :], mask=m_path[:, None] & m_k[None, :], other=0.0
-    ).to(tl.float32)
-    b_vt = tl.load(
-        vt + ((i_b * W + o_w).to(tl.int64) * HV + i_h)[:, None] * V + o_v[None, :],
-        mask=m_path[:, None] & m_v[None, :],
-        other=0.0,
-    )
-    b_vt = b_vt * (b_coef * tl.rsqrt(tl.sum(b_k * b_k, 1) + 1e-6))[:, None]
-    b_sa = tl.exp(b_la) * b_s + tl.dot(tl.trans(b_vt), b_k, input_precision=PREC)
-    tl.store(p_s, b_sa.to(p_s.dtype.element_ty), mask=m_vk)
+    p_vt = vt + ((i_b * W + o_w).to(tl.int64) * HV + i_h)[:, None] * V + o_v[None, :]
+    i_a = tl.load(accepted + i_b)
+
+    if BKC == BK:
+        o_k = tl.arange(0, BK)
+        m_k = o_k < K
+        m_vk = m_v[:, None] & m_k[None, :]
+        b_s = tl.load(p_s + o_k[None, :], mask=m_vk, other=0.0).to(tl.float32)
+        b_coef, b_la = path_scale(parent, g + i_b * W * HV + i_h, i_a, W, BW, HV)
+        m_path = b_coef != 0.0
+        b_k = tl.load(
+            k + o_row[:, None] + o_k[None, :], mask=m_path[:, None] & m_k[None, :], other=0.0
+        ).to(tl.float32)
+        b_vt = tl.load(p_vt, mask=m_path[:, None] & m_v[None, :], other=0.0)
+        b_vt = b_vt * (b_coef * tl.rsqrt(tl.sum(b_k * b_k, 1) + 1e-6))[:, None]
+        b_sa = tl.exp(b_la) * b_s + tl.dot(tl.trans(b_vt), b_k, input_precision=PREC)
+        tl.store(p_s + o_k[None, :], b_sa.to(p_s.dtype.element_ty), mask=m_vk)
+    else:
+        b_coef, b_la = path_scale(parent, g + i_b * W * HV + i_h, i_a, W, BW, HV)
+        m_path = b_coef != 0.0
+        b_k2 = tl.zeros([BW], dtype=tl.float32)
+        for i_kc in tl.static_range(0, BK, BKC):
+            o_k = i_kc + tl.arange(0, BKC)
+            b_k = tl.load(
+                k + o_row[:, None] + o_k[None, :],
+                mask=m_path[:, None] & (o_k < K)[None, :],
+                other=0.0,
+            ).to(tl.float32)
+            b_k2 += tl.sum(b_k * b_k, 1)
+        b_vt = tl.load(p_vt, mask=m_path[:, None] & m_v[None, :], other=0.0)
+        b_vt = b_vt * (b_coef * tl.rsqrt(b_k2 + 1e-6))[:, None]
+        b_ga = tl.exp(b_la)
+        for i_kc in tl.static_range(0, BK, BKC):
+            o_k = i_kc + tl.arange(0, BKC)
+            m_k = o_k < K
+            m_vk = m_v[:, None] & m_k[None, :]
+            b_s = tl.load(p_s + o_k[None, :], mask=m_vk, other=0.0).to(tl.float32)
+            b_k = tl.load(
+                k + o_row[:, None] + o_k[None, :], mask=m_path[:, None] & m_k[None, :], other=0.0
+            ).to(tl.float32)
+            b_sa = b_ga * b_s + tl.dot(tl.trans(b_vt), b_k, input_precision=PREC)
+            tl.store(p_s + o_k[None, :], b_sa.to(p_s.dtype.element_ty), mask=m_vk)
 
 
 def check_inputs(q, k, v, log_gate, beta, state_pool, parent) -> tuple[int, int, int, int, int]:
@@ -402,11 +457,6 @@ def pick_block_v(num_programs_per_tile: int, dv: int, bw: int, widest: int = 32)
 def prep_warps(bw: int) -> int:
     """Warps of the per-head window kernel."""
     return PREP_WARPS_BY_BW.get(bw, 4)
-
-
-def stream_warps(bw: int) -> int:
-    """Warps of the streaming kernels: 8 once the [BW, BW] matrices are 64 x 64."""
-    return 4 if bw <= 32 else 8
 
 
 def launch_prep(
@@ -477,11 +527,12 @@ def launch_window(
         scale = dk**-0.5
     bw, _ = pad_window(w)
     bk = triton.next_power_of_2(dk)
-    bv = pick_block_v(bsz * hv, dv, bw)
+    cfg = stream_config(bw)
+    bv = pick_block_v(bsz * hv, dv, bw, widest=cfg["block_v"])
     o = torch.empty_like(v) if out is None else out
     if store_vt and vt is None:
         vt = torch.empty(v.shape, dtype=torch.float32, device=v.device)
-    if SMALL_SINGLE_LAUNCH and w <= SMALL_MAX_W:
+    if use_single_launch(w, bsz * hv, fused=accepted is not None):
         launch_small(
             q, k, v, log_gate, beta, state_pool, state_slot, parent,
             num_heads=(hk, hv), scale=scale, o=o, vt=vt if store_vt else None,
@@ -526,7 +577,7 @@ def launch_window(
         V=dv,
         BW=bw,
         BK=bk,
-        BKC=min(bk, STREAM_BLOCK_K_BY_BW.get(bw, STREAM_BLOCK_K)),
+        BKC=min(bk, cfg["bkc"]),
         BV=bv,
         WP=wp,
         BWP=bwp,
@@ -535,7 +586,7 @@ def launch_window(
         PENDING=pending is not None,
         BIG_PREC=BIG_DOT_PRECISION,
         SMALL_PREC=SMALL_DOT_PRECISION,
-        num_warps=stream_warps(bw),
+        num_warps=cfg["num_warps"],
     )
     return o, vt
 
@@ -606,7 +657,7 @@ def treewy_commit(
         raise ValueError(f"parent must be int32 [W={w}], got {parent.dtype} {parent.shape}")
     bw, _ = pad_window(w)
     bk = triton.next_power_of_2(dk)
-    cfg = COMMIT_CONFIG.get(bw, COMMIT_CONFIG[0])
+    cfg = commit_config(bw, state_pool.dtype)
     bv = pick_block_v(bsz * hv, dv, bw, widest=cfg["block_v"])
     grid = (triton.cdiv(dv, bv), bsz * hv)
     treewy_commit_kernel[grid](
@@ -624,6 +675,7 @@ def treewy_commit(
         V=dv,
         BW=bw,
         BK=bk,
+        BKC=min(bk, cfg["bkc"]),
         BV=bv,
         PREC=SMALL_DOT_PRECISION,
         num_warps=cfg["num_warps"],

@@ -47,8 +47,12 @@ from ._jit import pad_window, path_scale
 
 __all__ = ["SMALL_MAX_W", "launch_small", "small_block_v"]
 
-# windows up to this size take the single launch (HALF = 16 at most: 32 packed rows)
-SMALL_MAX_W = 16
+# windows up to this size may take the single launch (treewy.use_single_launch decides);
+# the kernel takes HALF = 16 too (tested), but at W = 15 it was 0.35-0.69x the two-launch
+# path on the H200 at every B (round 4: [32, 32] window math per dv tile, 255 registers
+# with spills), so only HALF = 8 is used
+SMALL_MAX_W = 8
+KERNEL_MAX_W = 16
 # [2*HALF, 2*HALF] solve products: fp32-grade accuracy on tensor cores
 SOLVE_PRECISION = "tf32x3"
 # K S^T / Q S^T with an fp32 state and the small [P, P] x [P, BV] products: tf32 as in
@@ -59,7 +63,7 @@ SMALL_PRECISION = "tf32"
 # sweep (bench/run.py --sweep) may replace them
 SMALL_CONFIG = {
     8: {"block_v": 32, "num_warps": 4, "early_s": True},
-    16: {"block_v": 32, "num_warps": 4, "early_s": True},
+    16: {"block_v": 64, "num_warps": 8, "early_s": True},
 }
 
 
@@ -274,8 +278,8 @@ def launch_small(
     hk, hv = num_heads
     bsz, w, _, dk = q.shape
     dv = v.shape[3]
-    if w > SMALL_MAX_W:
-        raise ValueError(f"the single-launch kernel takes W <= {SMALL_MAX_W}, got W={w}")
+    if w > KERNEL_MAX_W:
+        raise ValueError(f"the single-launch kernel takes W <= {KERNEL_MAX_W}, got W={w}")
     half = 8 if w <= 8 else 16
     cfg = SMALL_CONFIG[half] if config is None else config
     bk = triton.next_power_of_2(dk)

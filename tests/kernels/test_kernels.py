@@ -304,6 +304,9 @@ def test_single_launch_matches_two_launch_path(tree, config, device, monkeypatch
     if config is not None:
         half = 8 if tree.num_nodes <= 8 else 16
         monkeypatch.setitem(ts.SMALL_CONFIG, half, config)
+    # every window up to the kernel's limit, at any batch, through the single launch
+    monkeypatch.setattr(tw, "SMALL_MAX_W", ts.KERNEL_MAX_W)
+    monkeypatch.setattr(tw, "SMALL_MAX_HEADS", 1 << 30)
 
     win = make_window(parent=tree.parent, batch=2, device=device, seed=11)
     win2 = make_window(parent=tree.parent, batch=2, device=device, seed=12)
@@ -336,12 +339,17 @@ def test_single_launch_matches_two_launch_path(tree, config, device, monkeypatch
         assert_close(name, ref.double(), used, 2e-2 if a.dtype == BF16 else fp32_tol(device))
 
 
-def test_single_launch_worst_case_conditioning(device):
+def test_single_launch_worst_case_conditioning(device, monkeypatch):
     """W = 16 (the largest single-launch window), parallel keys, beta = 1, gates = 1: N is
     all ones below the diagonal, the case where the product form (I - N)(I + N^2)... has
     its largest intermediate entries (C(15, 7) = 6435). Without the refinement step the
     interpreter measured 1.04e-4 relative on S_15 (fails the 1e-4 fp32 tolerance); with it
     1.4e-7, the serial substitution's error."""
+    from capsim_kernels.gdn_verify import treewy as tw
+    from capsim_kernels.gdn_verify import treewy_small as ts
+
+    monkeypatch.setattr(tw, "SMALL_MAX_W", ts.KERNEL_MAX_W)
+    monkeypatch.setattr(tw, "SMALL_MAX_HEADS", 1 << 30)
     tree = TreeSpec.chain(16)
     win = make_window(
         parent=tree.parent, batch=1, gate_range=(1.0, 1.0), beta_range=(1.0, 1.0),
@@ -359,3 +367,41 @@ def test_single_launch_worst_case_conditioning(device):
     acc = torch.tensor([15], dtype=torch.int32, device=device)
     treewy_commit(win.pool, win.slot, k, vt, win.log_gate, win.parent, acc)
     assert_close("S_15", states[:, 15], win.pool[win.slot.long()], fp32_tol(device))
+
+
+def test_single_launch_policy():
+    """W <= 8: fused always single-launch, verify/deferred only below SMALL_MAX_HEADS
+    (B * Hv); W > 8: never (the measured round-4 crossovers, treewy.py)."""
+    from capsim_kernels.gdn_verify.treewy import SMALL_MAX_HEADS, use_single_launch
+
+    assert use_single_launch(4, 32, fused=False)
+    assert not use_single_launch(4, SMALL_MAX_HEADS, fused=False)
+    assert use_single_launch(4, 8192, fused=True)
+    assert use_single_launch(8, 32, fused=False)
+    assert not use_single_launch(9, 32, fused=True)
+    assert not use_single_launch(15, 32, fused=False)
+
+
+@pytest.mark.parametrize("bkc", [16, 64])
+@pytest.mark.parametrize("tree", [TreeSpec((1, 1, 1)), TreeSpec.chain(20)], ids=ids)
+def test_commit_whole_tile_and_key_chunks_agree(tree, bkc, device, monkeypatch):
+    """The commit kernel's two paths (whole state tile loaded first, bkc = dk; or dk/bkc key
+    chunks) rebuild the same state as the float64 commit."""
+    from capsim_kernels.gdn_verify import treewy as tw
+    from capsim_kernels.gdn_verify._jit import pad_window
+
+    win = make_window(parent=tree.parent, batch=2, dk=64, dv=32, device=device, seed=8)
+    bw, _ = pad_window(tree.num_nodes)
+    monkeypatch.setitem(
+        tw.COMMIT_CONFIG, (bw, "float32"), {"block_v": 32, "num_warps": 4, "bkc": bkc}
+    )
+    _, states = recurrence_reference(
+        win.q, win.k, win.v, win.log_gate, win.beta, win.state0, tree.parent
+    )
+    _, vt = treewy_verify(
+        win.q, win.k, win.v, win.log_gate, win.beta, win.pool, win.slot, win.parent
+    )
+    acc = torch.tensor([tree.num_nodes - 1, 1], dtype=torch.int32, device=device)
+    treewy_commit(win.pool, win.slot, win.k, vt, win.log_gate, win.parent, acc)
+    want = states[torch.arange(2), acc.long().cpu()]
+    assert_close("S_a", want, win.pool[win.slot.long()], fp32_tol(device))
