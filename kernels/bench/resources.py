@@ -67,8 +67,6 @@ def kernel_configs(w: int, state: str, block_v: int | None = None):
     from ..gdn_verify._jit import pad_window
 
     bw, log2_bw = pad_window(w)
-    scfg = tw.stream_config(bw)
-    bv = block_v or tw.pick_block_v(256 * 32, 128, bw, widest=scfg["block_v"])
     heads = {"H": 16, "HV": 32, "W": w, "K": 128, "BW": bw, "BK": 128}
     out = []
     sig, _ = _signature(tw.treewy_prep_kernel, state)
@@ -83,6 +81,8 @@ def kernel_configs(w: int, state: str, block_v: int | None = None):
         ("fused", {"STORE_VT": False, "COMMIT": True, "PENDING": False}),
         ("deferred", {"STORE_VT": True, "COMMIT": False, "PENDING": True}),
     ):
+        scfg = tw.stream_config(bw, "deferred" if flags["PENDING"] else "verify")
+        bv = block_v or tw.pick_block_v(256 * 32, 128, bw, widest=scfg["block_v"])
         consts = heads | flags | {
             "V": 128, "BV": bv, "WP": w, "BWP": bw, "BKC": scfg["bkc"],
             "BIG_PREC": tw.BIG_DOT_PRECISION, "SMALL_PREC": tw.SMALL_DOT_PRECISION,
@@ -98,7 +98,7 @@ def kernel_configs(w: int, state: str, block_v: int | None = None):
     if w <= ts.KERNEL_MAX_W:
         sig, _ = _signature(ts.treewy_small_kernel, state)
         half = 8 if w <= 8 else 16
-        cfg = ts.SMALL_CONFIG[half]
+        cfg = ts.SMALL_CONFIG[half, "verify"]
         bv = block_v or ts.small_block_v(256 * 32, 128, cfg["block_v"])
         for name, flags in (
             ("1l-verify", {"STORE_VT": True, "COMMIT": False, "PENDING": False}),

@@ -410,27 +410,31 @@ SWEEP_COLUMNS = (
     "part", "config", "kernel", "model_shape", "state_dtype", "T", "tree", "B",
     "p20_us", "p50_us", "p80_us",
 )  # fmt: skip
-# round 4 candidates (bench --sweep): dv tile, warps, key chunk (or state tile first)
-SMALL_CANDIDATES = ((32, 4, True), (32, 4, False), (64, 4, True), (64, 8, True))
-STREAM16_CANDIDATES = (
-    (32, 4, 32), (32, 4, 128), (64, 4, 64), (64, 8, 128), (32, 2, 64), (16, 2, 128), (64, 4, 32),
-)  # fmt: skip
-STREAM64_CANDIDATES = (
-    (32, 8, 64), (32, 4, 64), (64, 8, 64), (32, 8, 32), (64, 8, 128), (32, 4, 128),
-)  # fmt: skip
-COMMIT_CANDIDATES = ((64, 4, 128), (32, 4, 128), (64, 8, 32), (64, 4, 32), (128, 8, 128))
-PREP16_WARPS = (1, 2, 4)
+# Round 4 sweep candidates (bench --sweep): (dv tile, warps, key chunk). The first
+# sweep (call 1 of round 4: small-kernel configs, commit whole-tile) and the second
+# (window kernel warps at BW = 16, stream / commit configs) are in BENCHMARKS.md with
+# their sweep.csv; their winners are the defaults in treewy.py, and this is the third.
+STREAM16_VERIFY = ((64, 4, 64), (32, 4, 128), (32, 2, 128), (64, 2, 64), (64, 4, 128), (32, 2, 64))
+STREAM16_DEFERRED = ((64, 4, 64), (64, 4, 128), (64, 2, 64), (32, 4, 64), (64, 2, 128))
+STREAM64_VERIFY = ((32, 4, 64), (32, 2, 64), (32, 4, 128), (16, 2, 128), (64, 4, 64))
+STREAM64_DEFERRED = ((32, 4, 64), (32, 4, 128), (32, 2, 64), (64, 4, 64))
+COMMIT16_F32 = ((64, 4, 32), (32, 4, 32), (64, 2, 32), (128, 4, 32), (64, 4, 64))
+# (dv tile, warps, state loaded before the window math)
+SMALL_VERIFY = ((32, 4, False), (16, 2, False), (32, 2, False), (16, 1, False))
+SMALL_FUSED = ((32, 4, False), (16, 2, False), (32, 2, False))
+PREP64_WARPS = (2, 4)
 F32, BF16 = STATE_DTYPES
 SWEEP_CELLS = {
-    "prep16": [("treewy_verify", F32, "chain4"), ("treewy_verify", F32, "2,2,2")],
-    "stream16": [("treewy_verify", F32, "chain4"), ("treewy_verify", F32, "2,2,2"),
-                 ("deferred", F32, "chain4")],
-    "stream64": [("treewy_verify", F32, "3,3,3"), ("deferred", F32, "3,3,3")],
-    "commit16-float32": [("treewy_commit", F32, "chain4"), ("treewy_commit", F32, "2,2,2")],
-    "commit16-bfloat16": [("treewy_commit", BF16, "chain4"), ("treewy_commit", BF16, "2,2,2")],
-    "commit64-float32": [("treewy_commit", F32, "3,3,3")],
-    "commit64-bfloat16": [("treewy_commit", BF16, "3,3,3")],
-    "small8": [("fused_chain", F32, "chain4"), ("fused_chain", BF16, "chain4")],
+    "prep64": [("treewy_verify", F32, "3,3,3")],
+    "stream16-verify": [("treewy_verify", F32, "chain4"), ("treewy_verify", F32, "2,2,2"),
+                        ("treewy_verify", BF16, "chain4")],
+    "stream16-deferred": [("deferred", F32, "chain4"), ("deferred", F32, "2,2,2"),
+                          ("deferred", BF16, "chain4")],
+    "stream64-verify": [("treewy_verify", F32, "3,3,3"), ("treewy_verify", BF16, "3,3,3")],
+    "stream64-deferred": [("deferred", F32, "3,3,3")],
+    "commit16-float32": [("treewy_commit", F32, "chain4")],
+    "path8": [("treewy_verify", F32, "chain4"), ("deferred", F32, "chain4")],
+    "small8-fused": [("fused_chain", F32, "chain4"), ("fused_chain", BF16, "chain4")],
 }  # fmt: skip
 
 
@@ -442,39 +446,45 @@ def sweep_parts() -> dict[str, tuple[Callable[[dict], None], list[dict], dict]]:
     def named(cands, names=("block_v", "num_warps", "bkc")):
         return [dict(zip(names, c, strict=True)) for c in cands]
 
+    def small(cands):
+        return named(cands, ("block_v", "num_warps", "early_s"))
+
     def setter(table, key):
         return lambda cfg: table.__setitem__(key, cfg)
 
-    parts = {
-        "prep16": (
-            lambda cfg: tw.PREP_WARPS_BY_BW.__setitem__(16, cfg["num_warps"]),
-            [{"num_warps": nw} for nw in PREP16_WARPS],
-            {"num_warps": tw.PREP_WARPS_BY_BW[16]},
+    def table_part(table, key, cands):
+        return (setter(table, key), cands, dict(table[key]))
+
+    def set_path8(cfg: dict) -> None:
+        """Single launch for W <= 8 at any B (with cfg), or only below 512 heads."""
+        tw.SMALL_MAX_HEADS = 1 << 30 if cfg["single"] else 512
+        if cfg["single"]:
+            ts.SMALL_CONFIG[8, "verify"] = {k: v for k, v in cfg.items() if k != "single"}
+
+    path8_default = {"single": tw.SMALL_MAX_HEADS > 512, **ts.SMALL_CONFIG[8, "verify"]}
+    return {
+        "prep64": (
+            lambda cfg: tw.PREP_WARPS_BY_BW.__setitem__(64, cfg["num_warps"]),
+            [{"num_warps": nw} for nw in PREP64_WARPS],
+            {"num_warps": tw.PREP_WARPS_BY_BW[64]},
         ),
-        "stream16": (
-            setter(tw.STREAM_CONFIG, 16),
-            named(STREAM16_CANDIDATES),
-            dict(tw.STREAM_CONFIG[16]),
+        "stream16-verify": table_part(tw.STREAM_CONFIG, (16, "verify"), named(STREAM16_VERIFY)),
+        "stream16-deferred": table_part(
+            tw.STREAM_CONFIG, (16, "deferred"), named(STREAM16_DEFERRED)
         ),
-        "stream64": (
-            setter(tw.STREAM_CONFIG, 64),
-            named(STREAM64_CANDIDATES),
-            dict(tw.STREAM_CONFIG[64]),
+        "stream64-verify": table_part(tw.STREAM_CONFIG, (64, "verify"), named(STREAM64_VERIFY)),
+        "stream64-deferred": table_part(
+            tw.STREAM_CONFIG, (64, "deferred"), named(STREAM64_DEFERRED)
         ),
-        "small8": (
-            setter(ts.SMALL_CONFIG, 8),
-            named(SMALL_CANDIDATES, ("block_v", "num_warps", "early_s")),
-            dict(ts.SMALL_CONFIG[8]),
+        "commit16-float32": table_part(tw.COMMIT_CONFIG, (16, "float32"), named(COMMIT16_F32)),
+        "path8": (
+            set_path8,
+            [{"single": False, **path8_default}]
+            + [{"single": True, **c} for c in small(SMALL_VERIFY)],
+            dict(path8_default),
         ),
+        "small8-fused": table_part(ts.SMALL_CONFIG, (8, "fused"), small(SMALL_FUSED)),
     }
-    for bw in (16, 64):
-        for sd in STATE_DTYPES:
-            parts[f"commit{bw}-{sd}"] = (
-                setter(tw.COMMIT_CONFIG, (bw, sd)),
-                named(COMMIT_CANDIDATES),
-                dict(tw.COMMIT_CONFIG[bw, sd]),
-            )
-    return parts
 
 
 def run_sweep(shape: ModelShape, csv_path: Path, notes: list[str], batch: int = 256) -> dict:

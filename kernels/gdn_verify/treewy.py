@@ -57,29 +57,35 @@ SMALL_DOT_PRECISION = "tf32"
 PREP_DOT_PRECISION = "tf32"
 # key-dimension chunk of the per-head window kernel
 PREP_BLOCK_K = 32
-# BW = 64 at 4 warps: 237 registers, no spill, two programs per SM (8 warps: 174, 16:
-# 128 + 176 B spill, one per SM). Measured (round 3, window kernel alone, W = 40, B = 256):
-# 571 us at 4 warps vs 1058 at 8 and 2044 at 16 (round 2's serial solve at 16: 2597)
-PREP_WARPS_BY_BW = {16: 4, 32: 4, 64: 4}
+# Warps of the window kernel by BW. BW = 64 at 4 warps: 237 registers, no spill (round
+# 3, window kernel alone, W = 40, B = 256: 571 us at 4 warps vs 1058 at 8 and 2044 at 16).
+# BW = 16 at 1 warp (round 4 sweep, verify at B = 256, fp32: T = 4 297 us at 1 warp, 314
+# at 2, 353 at 4; T = 15 387 / 411 / 473).
+PREP_WARPS_BY_BW = {16: 1, 32: 4, 64: 4}
 # 32 < BW <= 64: blocked (I + N)^-1 (15 serial steps on 16 x 16 tiles, then block products)
 # instead of W - 1 serial steps on the [BW, BW] tile (round 2)
 PREP_SOLVE_BLOCKED = True
-# Launch configurations by padded window BW: widest dv tile (halved at small B, see
-# pick_block_v), warps, key chunk (bkc = dk: the whole state tile at once, loaded first).
-# Chosen by the GPU run's side-by-side sweep (bench/run.py --sweep, kernels/BENCHMARKS.md).
+# Launch configurations: widest dv tile (halved at small B, see pick_block_v), warps, key
+# chunk (bkc = dk: the whole state tile at once). Chosen by the round-4 side-by-side sweep
+# on the H200 (bench/run.py --sweep; results/h200/sweep.csv, kernels/BENCHMARKS.md): fewer
+# warps won everywhere. Streaming kernel by (BW, variant); "deferred" has the pending path.
 STREAM_CONFIG = {
-    16: {"block_v": 32, "num_warps": 4, "bkc": 32},
-    32: {"block_v": 32, "num_warps": 4, "bkc": 32},
-    64: {"block_v": 32, "num_warps": 8, "bkc": 64},
+    (16, "verify"): {"block_v": 64, "num_warps": 4, "bkc": 64},
+    (16, "deferred"): {"block_v": 64, "num_warps": 4, "bkc": 64},
+    (32, "verify"): {"block_v": 32, "num_warps": 4, "bkc": 32},
+    (32, "deferred"): {"block_v": 32, "num_warps": 4, "bkc": 32},
+    (64, "verify"): {"block_v": 32, "num_warps": 4, "bkc": 64},
+    (64, "deferred"): {"block_v": 32, "num_warps": 4, "bkc": 64},
 }
-# commit by (BW, state dtype)
+# commit by (BW, state dtype); the round-3 "bf16 commit anomaly" (1577 us at W = 40) was
+# the 8-warp configuration: 288 us at 4 warps
 COMMIT_CONFIG = {
-    (16, "float32"): {"block_v": 64, "num_warps": 4, "bkc": 128},
-    (16, "bfloat16"): {"block_v": 64, "num_warps": 4, "bkc": 128},
-    (32, "float32"): {"block_v": 64, "num_warps": 4, "bkc": 128},
-    (32, "bfloat16"): {"block_v": 64, "num_warps": 4, "bkc": 128},
-    (64, "float32"): {"block_v": 64, "num_warps": 8, "bkc": 32},
-    (64, "bfloat16"): {"block_v": 32, "num_warps": 4, "bkc": 128},
+    (16, "float32"): {"block_v": 64, "num_warps": 4, "bkc": 32},
+    (16, "bfloat16"): {"block_v": 128, "num_warps": 8, "bkc": 128},
+    (32, "float32"): {"block_v": 64, "num_warps": 4, "bkc": 32},
+    (32, "bfloat16"): {"block_v": 64, "num_warps": 4, "bkc": 32},
+    (64, "float32"): {"block_v": 64, "num_warps": 4, "bkc": 32},
+    (64, "bfloat16"): {"block_v": 64, "num_warps": 4, "bkc": 32},
 }
 # Single-launch kernel (treewy_small.py) for W <= SMALL_MAX_W: always for the fused
 # variant, and for verify / deferred while B * Hv < SMALL_MAX_HEADS (round 4, T = 4:
@@ -96,8 +102,9 @@ def use_single_launch(num_nodes: int, num_heads_total: int, fused: bool) -> bool
     return fused or num_heads_total < SMALL_MAX_HEADS
 
 
-def stream_config(bw: int) -> dict:
-    return STREAM_CONFIG.get(bw, STREAM_CONFIG[64])
+def stream_config(bw: int, variant: str = "verify") -> dict:
+    """variant: "verify" (also fused) or "deferred"."""
+    return STREAM_CONFIG.get((bw, variant), STREAM_CONFIG[64, variant])
 
 
 def commit_config(bw: int, state_dtype: torch.dtype) -> dict:
@@ -527,7 +534,7 @@ def launch_window(
         scale = dk**-0.5
     bw, _ = pad_window(w)
     bk = triton.next_power_of_2(dk)
-    cfg = stream_config(bw)
+    cfg = stream_config(bw, "deferred" if pending is not None else "verify")
     bv = pick_block_v(bsz * hv, dv, bw, widest=cfg["block_v"])
     o = torch.empty_like(v) if out is None else out
     if store_vt and vt is None:

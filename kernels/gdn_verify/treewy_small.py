@@ -59,11 +59,14 @@ SOLVE_PRECISION = "tf32x3"
 # treewy.py (raw bf16 q/k are exact in tf32; the state rounds at ~5e-4)
 BIG_PRECISION = "tf32"
 SMALL_PRECISION = "tf32"
-# by HALF: dv tile, warps, state load before the window math; the GPU run's config
-# sweep (bench/run.py --sweep) may replace them
+# by (HALF, variant; deferred uses "verify"): dv tile, warps, state load before the window
+# math. Round 4 sweep, fused T = 4 B = 256 fp32: 525 us with the state loaded after the
+# window math vs 786 before it (bf16 440 vs 494)
 SMALL_CONFIG = {
-    8: {"block_v": 32, "num_warps": 4, "early_s": True},
-    16: {"block_v": 64, "num_warps": 8, "early_s": True},
+    (8, "verify"): {"block_v": 32, "num_warps": 4, "early_s": False},
+    (8, "fused"): {"block_v": 32, "num_warps": 4, "early_s": False},
+    (16, "verify"): {"block_v": 64, "num_warps": 8, "early_s": True},
+    (16, "fused"): {"block_v": 64, "num_warps": 8, "early_s": True},
 }
 
 
@@ -281,7 +284,8 @@ def launch_small(
     if w > KERNEL_MAX_W:
         raise ValueError(f"the single-launch kernel takes W <= {KERNEL_MAX_W}, got W={w}")
     half = 8 if w <= 8 else 16
-    cfg = SMALL_CONFIG[half] if config is None else config
+    variant = "fused" if accepted is not None else "verify"
+    cfg = SMALL_CONFIG[half, variant] if config is None else config
     bk = triton.next_power_of_2(dk)
     bv = small_block_v(bsz * hv, dv, cfg["block_v"])
     if pending is not None:

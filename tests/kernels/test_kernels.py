@@ -303,7 +303,8 @@ def test_single_launch_matches_two_launch_path(tree, config, device, monkeypatch
 
     if config is not None:
         half = 8 if tree.num_nodes <= 8 else 16
-        monkeypatch.setitem(ts.SMALL_CONFIG, half, config)
+        monkeypatch.setitem(ts.SMALL_CONFIG, (half, "verify"), config)
+        monkeypatch.setitem(ts.SMALL_CONFIG, (half, "fused"), config)
     # every window up to the kernel's limit, at any batch, through the single launch
     monkeypatch.setattr(tw, "SMALL_MAX_W", ts.KERNEL_MAX_W)
     monkeypatch.setattr(tw, "SMALL_MAX_HEADS", 1 << 30)
