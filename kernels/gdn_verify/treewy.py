@@ -57,39 +57,45 @@ SMALL_DOT_PRECISION = "tf32"
 PREP_DOT_PRECISION = "tf32"
 # key-dimension chunk of the per-head window kernel
 PREP_BLOCK_K = 32
-# Warps of the window kernel by BW. BW = 64 at 4 warps: 237 registers, no spill (round
-# 3, window kernel alone, W = 40, B = 256: 571 us at 4 warps vs 1058 at 8 and 2044 at 16).
-# BW = 16 at 1 warp (round 4 sweep, verify at B = 256, fp32: T = 4 297 us at 1 warp, 314
-# at 2, 353 at 4; T = 15 387 / 411 / 473).
-PREP_WARPS_BY_BW = {16: 1, 32: 4, 64: 4}
+# Warps of the window kernel by BW (round 4 sweeps, verify at B = 256, fp32): BW = 16 at
+# 1 warp (T = 4: 297 us at 1 warp, 314 at 2, 353 at 4; T = 15: 387 / 411 / 473); BW = 64
+# at 2 warps (W = 40: 1104 us vs 1124 at 4; round 3: 4 warps beat 8 and 16 by 1.9-3.6x).
+# Below SMALL_MAX_HEADS (B * Hv) BW = 64 keeps 4 warps: at B = 1 the 2-warp window kernel
+# was slower (W = 40 verify+commit 56.0 us vs 30.6 us with 4 warps, round 4 runs 3 and 2).
+PREP_WARPS_BY_BW = {16: 1, 32: 4, 64: 2}
+PREP_WARPS_FEW_HEADS_BY_BW = {64: 4}
 # 32 < BW <= 64: blocked (I + N)^-1 (15 serial steps on 16 x 16 tiles, then block products)
 # instead of W - 1 serial steps on the [BW, BW] tile (round 2)
 PREP_SOLVE_BLOCKED = True
 # Launch configurations: widest dv tile (halved at small B, see pick_block_v), warps, key
-# chunk (bkc = dk: the whole state tile at once). Chosen by the round-4 side-by-side sweep
-# on the H200 (bench/run.py --sweep; results/h200/sweep.csv, kernels/BENCHMARKS.md): fewer
-# warps won everywhere. Streaming kernel by (BW, variant); "deferred" has the pending path.
+# chunk (bkc = dk: the whole state tile at once). Chosen by the round-4 side-by-side sweeps
+# on the H200 (bench/run.py --sweep; results/h200/round4_sweep*.csv, kernels/BENCHMARKS.md):
+# fewer warps won almost everywhere. Streaming kernel by (BW, variant); "deferred" has the
+# pending path.
 STREAM_CONFIG = {
-    (16, "verify"): {"block_v": 64, "num_warps": 4, "bkc": 64},
-    (16, "deferred"): {"block_v": 64, "num_warps": 4, "bkc": 64},
-    (32, "verify"): {"block_v": 32, "num_warps": 4, "bkc": 32},
-    (32, "deferred"): {"block_v": 32, "num_warps": 4, "bkc": 32},
-    (64, "verify"): {"block_v": 32, "num_warps": 4, "bkc": 64},
-    (64, "deferred"): {"block_v": 32, "num_warps": 4, "bkc": 64},
+    (16, "verify"): {"block_v": 32, "num_warps": 2, "bkc": 128},
+    (16, "deferred"): {"block_v": 64, "num_warps": 2, "bkc": 64},
+    (32, "verify"): {"block_v": 32, "num_warps": 2, "bkc": 128},
+    (32, "deferred"): {"block_v": 64, "num_warps": 2, "bkc": 64},
+    (64, "verify"): {"block_v": 64, "num_warps": 4, "bkc": 64},
+    (64, "deferred"): {"block_v": 64, "num_warps": 4, "bkc": 64},
 }
 # commit by (BW, state dtype); the round-3 "bf16 commit anomaly" (1577 us at W = 40) was
-# the 8-warp configuration: 288 us at 4 warps
+# the 8-warp configuration: 288 us at 4 warps. (BW = 32 is not in the measured grid: it
+# takes the BW = 16 choice.)
 COMMIT_CONFIG = {
-    (16, "float32"): {"block_v": 64, "num_warps": 4, "bkc": 32},
+    (16, "float32"): {"block_v": 64, "num_warps": 4, "bkc": 64},
     (16, "bfloat16"): {"block_v": 128, "num_warps": 8, "bkc": 128},
-    (32, "float32"): {"block_v": 64, "num_warps": 4, "bkc": 32},
-    (32, "bfloat16"): {"block_v": 64, "num_warps": 4, "bkc": 32},
+    (32, "float32"): {"block_v": 64, "num_warps": 4, "bkc": 64},
+    (32, "bfloat16"): {"block_v": 128, "num_warps": 8, "bkc": 128},
     (64, "float32"): {"block_v": 64, "num_warps": 4, "bkc": 32},
     (64, "bfloat16"): {"block_v": 64, "num_warps": 4, "bkc": 32},
 }
 # Single-launch kernel (treewy_small.py) for W <= SMALL_MAX_W: always for the fused
 # variant, and for verify / deferred while B * Hv < SMALL_MAX_HEADS (round 4, T = 4:
-# 1.54x faster at B * Hv = 32, 0.95x at 1024; at W = 15 it lost at every B, 0.35-0.69x).
+# 1.54x faster at B * Hv = 32, 0.95x at 1024; at B = 256 the third sweep's best
+# single-launch config took 255 us against 252 for two launches, deferred 596 vs 413; at
+# W = 15 it lost at every B, 0.35-0.69x).
 # SMALL_SINGLE_LAUNCH = False gives the two-launch path of rounds 2-3 for every window.
 SMALL_SINGLE_LAUNCH = True
 SMALL_MAX_HEADS = 512
@@ -461,8 +467,10 @@ def pick_block_v(num_programs_per_tile: int, dv: int, bw: int, widest: int = 32)
     return bv
 
 
-def prep_warps(bw: int) -> int:
-    """Warps of the per-head window kernel."""
+def prep_warps(bw: int, num_heads_total: int = 1 << 30) -> int:
+    """Warps of the per-head window kernel for B * Hv = ``num_heads_total`` programs."""
+    if num_heads_total < SMALL_MAX_HEADS and bw in PREP_WARPS_FEW_HEADS_BY_BW:
+        return PREP_WARPS_FEW_HEADS_BY_BW[bw]
     return PREP_WARPS_BY_BW.get(bw, 4)
 
 
@@ -502,7 +510,7 @@ def launch_prep(
         BKC=min(bk, PREP_BLOCK_K),
         PREC=PREP_DOT_PRECISION,
         BLOCKED=PREP_SOLVE_BLOCKED if blocked is None else blocked,
-        num_warps=prep_warps(bw) if num_warps is None else num_warps,
+        num_warps=prep_warps(bw, bsz * hv) if num_warps is None else num_warps,
     )
     return mats, cols
 
