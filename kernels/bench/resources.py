@@ -82,7 +82,7 @@ def kernel_configs(w: int, state: str, block_v: int | None = None):
         ("deferred", {"STORE_VT": True, "COMMIT": False, "PENDING": True}),
     ):
         scfg = tw.stream_config(bw, "deferred" if flags["PENDING"] else "verify")
-        bv = block_v or tw.pick_block_v(256 * 32, 128, bw, widest=scfg["block_v"])
+        bv = block_v or tw.pick_block_v(256 * 32, 128, widest=scfg["block_v"])
         consts = heads | flags | {
             "V": 128, "BV": bv, "WP": w, "BWP": bw, "BKC": scfg["bkc"],
             "BIG_PREC": tw.BIG_DOT_PRECISION, "SMALL_PREC": tw.SMALL_DOT_PRECISION,
@@ -92,14 +92,14 @@ def kernel_configs(w: int, state: str, block_v: int | None = None):
     import torch
 
     cfg = tw.commit_config(bw, getattr(torch, state))
-    bv = block_v or tw.pick_block_v(256 * 32, 128, bw, widest=cfg["block_v"])
+    bv = block_v or tw.pick_block_v(256 * 32, 128, widest=cfg["block_v"])
     consts = heads | {"V": 128, "BV": bv, "BKC": cfg["bkc"], "PREC": tw.SMALL_DOT_PRECISION}
     out.append(("commit", tw.treewy_commit_kernel, sig, consts, cfg["num_warps"]))
     if w <= ts.KERNEL_MAX_W:
         sig, _ = _signature(ts.treewy_small_kernel, state)
         half = 8 if w <= 8 else 16
         cfg = ts.SMALL_CONFIG[half, "verify"]
-        bv = block_v or ts.small_block_v(256 * 32, 128, cfg["block_v"])
+        bv = block_v or tw.pick_block_v(256 * 32, 128, widest=cfg["block_v"])
         for name, flags in (
             ("1l-verify", {"STORE_VT": True, "COMMIT": False, "PENDING": False}),
             ("1l-fused", {"STORE_VT": False, "COMMIT": True, "PENDING": False}),

@@ -3,11 +3,15 @@
     python -m capsim_kernels.bench.run --out DIR [--commit SHA] [--quick]
     python -m capsim_kernels.bench.run --render DIR/gdn_verify.csv   # markdown table
     python -m capsim_kernels.bench.run --out DIR --shapes qwen3.5-35b-a3b-tp1 --window
+    python -m capsim_kernels.bench.run --out DIR --sweep    # launch configs first
 
 ``--shapes`` measures (and checks) a subset of the model shapes; ``--window`` first times
 the per-head window kernel (``treewy_prep_kernel``) alone into DIR/window.csv (its own
 schema, WINDOW_COLUMNS; the calibration never reads it), with the round-2 serial solve
-and other warp counts at W > 32 side by side.
+and other warp counts at W > 32 side by side. ``--sweep`` first times the candidate
+launch configurations (SWEEP_CELLS, sweep_parts) side by side into DIR/sweep.csv, applies
+the fastest per part, re-checks against float64, then runs the grid; ``--two-launch``
+turns the single-launch kernel off.
 
 Writes DIR/gdn_verify.csv (one row per measured cell, the calibration schema below) and
 DIR/meta.json (GPU, driver, versions, commit, date, command, copy bandwidth, correctness

@@ -33,6 +33,15 @@ def ancestor_mask(p_parent, W: tl.constexpr, BW: tl.constexpr, LOG2_BW: tl.const
     return b_s > 0.5
 
 
+def pick_block_v(num_heads_total: int, dv: int, widest: int = 32) -> int:
+    """dv tile of the streaming, commit and single-launch kernels: ``widest`` rows, halved
+    (down to 16) while B * Hv heads times the dv tiles leave fewer than ~512 programs."""
+    bv = min(widest, triton.next_power_of_2(dv))
+    while bv > 16 and num_heads_total * triton.cdiv(dv, bv) < 512:
+        bv //= 2
+    return bv
+
+
 def pad_window(num_nodes: int) -> tuple[int, int]:
     """(BW, log2 BW): the window padded to a power of two, at least 16."""
     bw = max(16, triton.next_power_of_2(num_nodes))

@@ -40,6 +40,7 @@ from ._jit import (
     ancestor_mask,
     pad_window,
     path_scale,
+    pick_block_v,
     unit_lower_inverse_blocked,
     unit_lower_inverse_t,
 )
@@ -457,16 +458,6 @@ def check_inputs(q, k, v, log_gate, beta, state_pool, parent) -> tuple[int, int,
     return bsz, w, hk, hv, dv
 
 
-def pick_block_v(num_programs_per_tile: int, dv: int, bw: int, widest: int = 32) -> int:
-    """dv tile of the streaming kernels: ``widest`` rows (32 for verify: 92-139 registers
-    at 4/8 warps; 64 for the commit: 96-126), halved while that leaves fewer than ~512
-    programs."""
-    bv = min(widest, triton.next_power_of_2(dv))
-    while bv > 16 and num_programs_per_tile * triton.cdiv(dv, bv) < 512:
-        bv //= 2
-    return bv
-
-
 def prep_warps(bw: int, num_heads_total: int = 1 << 30) -> int:
     """Warps of the per-head window kernel for B * Hv = ``num_heads_total`` programs."""
     if num_heads_total < SMALL_MAX_HEADS and bw in PREP_WARPS_FEW_HEADS_BY_BW:
@@ -543,7 +534,7 @@ def launch_window(
     bw, _ = pad_window(w)
     bk = triton.next_power_of_2(dk)
     cfg = stream_config(bw, "deferred" if pending is not None else "verify")
-    bv = pick_block_v(bsz * hv, dv, bw, widest=cfg["block_v"])
+    bv = pick_block_v(bsz * hv, dv, widest=cfg["block_v"])
     o = torch.empty_like(v) if out is None else out
     if store_vt and vt is None:
         vt = torch.empty(v.shape, dtype=torch.float32, device=v.device)
@@ -673,7 +664,7 @@ def treewy_commit(
     bw, _ = pad_window(w)
     bk = triton.next_power_of_2(dk)
     cfg = commit_config(bw, state_pool.dtype)
-    bv = pick_block_v(bsz * hv, dv, bw, widest=cfg["block_v"])
+    bv = pick_block_v(bsz * hv, dv, widest=cfg["block_v"])
     grid = (triton.cdiv(dv, bv), bsz * hv)
     treewy_commit_kernel[grid](
         state_pool,

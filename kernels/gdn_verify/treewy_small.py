@@ -43,9 +43,9 @@ import torch
 import triton
 import triton.language as tl
 
-from ._jit import pad_window, path_scale
+from ._jit import pad_window, path_scale, pick_block_v
 
-__all__ = ["SMALL_MAX_W", "launch_small", "small_block_v"]
+__all__ = ["SMALL_MAX_W", "launch_small"]
 
 # windows up to this size may take the single launch (treewy.use_single_launch decides);
 # the kernel takes HALF = 16 too (tested), but at W = 15 it was 0.35-0.69x the two-launch
@@ -249,14 +249,6 @@ def treewy_small_kernel(
         tl.store(p_s, b_sa.to(p_s.dtype.element_ty), mask=m_vk)
 
 
-def small_block_v(num_heads_total: int, dv: int, widest: int) -> int:
-    """dv tile: ``widest`` rows, halved (down to 16) while that leaves < ~512 programs."""
-    bv = min(widest, triton.next_power_of_2(dv))
-    while bv > 16 and num_heads_total * triton.cdiv(dv, bv) < 512:
-        bv //= 2
-    return bv
-
-
 def launch_small(
     q: torch.Tensor,
     k: torch.Tensor,
@@ -287,7 +279,7 @@ def launch_small(
     variant = "fused" if accepted is not None else "verify"
     cfg = SMALL_CONFIG[half, variant] if config is None else config
     bk = triton.next_power_of_2(dk)
-    bv = small_block_v(bsz * hv, dv, cfg["block_v"])
+    bv = pick_block_v(bsz * hv, dv, widest=cfg["block_v"])
     if pending is not None:
         pk, pvt, pg, pparent, paccepted = pending
         wp = pk.shape[1]
