@@ -67,6 +67,22 @@ def merge_runs(paths: list[Path]) -> list[dict]:
     return [r for group in merged.values() for r in group]
 
 
+def require_checks_ok(results_dir: Path) -> None:
+    """Refuse GDN kernel timings whose float64 checks failed (or cannot be read): the
+    benchmark records ``checks_ok`` in meta.json next to gdn_verify.csv."""
+    if not (results_dir / "gdn_verify.csv").is_file():
+        return
+    meta_path = results_dir / "meta.json"
+    if not meta_path.is_file():
+        raise ValueError(f"{meta_path}: missing, so checks_ok of gdn_verify.csv is unknown")
+    ok = json.loads(meta_path.read_text()).get("checks_ok")
+    if ok is not True:
+        raise ValueError(
+            f"{meta_path}: checks_ok={ok!r}: the kernels failed their float64 checks; "
+            "refusing to build calibration tables from these timings"
+        )
+
+
 def build(
     results_dir: Path,
     data_dir: Path = DATA_DIR,
@@ -77,6 +93,7 @@ def build(
 ) -> dict:
     """Write ``<gpu>_*`` tables and manifest into ``data_dir``; returns the manifest."""
     results_dir, data_dir = Path(results_dir), Path(data_dir)
+    require_checks_ok(results_dir)
     runs = sorted(results_dir.glob("model_step_run*.csv"))
     if not runs:
         raise ValueError(f"results_dir={results_dir}: no model_step_run*.csv")

@@ -1,6 +1,6 @@
 """Compile the verify kernels for sm_90 on any machine (no GPU) and print their resources.
 
-    python -m capsim_kernels.bench.resources [float32|bfloat16]   # state dtype
+    python -m capsim_kernels.bench.resources [float32|bfloat16] [fp32|tf32]  # state, math
 
 Registers, stack (spill) bytes and shared memory per program, read with the cuobjdump
 bundled in Triton's package. Costs no device time: use it before a GPU run to check
@@ -25,6 +25,8 @@ def _signature(fn, state: str) -> tuple[dict, list[str]]:
             consts.append(p.name)
         elif p.name == "scale":
             sig[p.name] = "fp32"
+        elif p.name == "BH0":
+            sig[p.name] = "i32"
         elif p.name == "state":
             sig[p.name] = "*fp32" if state == "float32" else "*bf16"
         else:
@@ -59,19 +61,23 @@ def _report(fn, signature: dict, constexprs: dict, num_warps: int) -> dict:
     }
 
 
-def kernel_configs(w: int, state: str, block_v: int | None = None):
+def kernel_configs(w: int, state: str, block_v: int | None = None, state_math=None):
     """(name, kernel, signature, constexprs, num_warps) as ``launch_window`` and
     ``treewy_commit`` launch them for window w at the 35B TP1 head shape, B = 256."""
+    import torch
+
     from ..gdn_verify import treewy as tw
     from ..gdn_verify import treewy_small as ts
-    from ..gdn_verify._jit import pad_window
+    from ..gdn_verify._jit import dot_precision, pad_window
+
+    prec = dot_precision(getattr(torch, state), torch.bfloat16, state_math, "cuda")
 
     bw, log2_bw = pad_window(w)
     heads = {"H": 16, "HV": 32, "W": w, "K": 128, "BW": bw, "BK": 128}
     out = []
     sig, _ = _signature(tw.treewy_prep_kernel, state)
     consts = heads | {
-        "LOG2_BW": log2_bw, "BKC": tw.PREP_BLOCK_K, "PREC": tw.PREP_DOT_PRECISION,
+        "LOG2_BW": log2_bw, "BKC": tw.PREP_BLOCK_K, "PREC": prec.gram,
         "BLOCKED": tw.PREP_SOLVE_BLOCKED,
     }  # fmt: skip
     out.append(("prep", tw.treewy_prep_kernel, sig, consts, tw.prep_warps(bw)))
@@ -85,15 +91,15 @@ def kernel_configs(w: int, state: str, block_v: int | None = None):
         bv = block_v or tw.pick_block_v(256 * 32, 128, widest=scfg["block_v"])
         consts = heads | flags | {
             "V": 128, "BV": bv, "WP": w, "BWP": bw, "BKC": scfg["bkc"],
-            "BIG_PREC": tw.BIG_DOT_PRECISION, "SMALL_PREC": tw.SMALL_DOT_PRECISION,
+            "STATE_PREC": prec.state, "SMALL_PREC": prec.small, "NATIVE": True,
         }  # fmt: skip
         out.append((name, tw.treewy_stream_kernel, sig, consts, scfg["num_warps"]))
     sig, _ = _signature(tw.treewy_commit_kernel, state)
-    import torch
 
     cfg = tw.commit_config(bw, getattr(torch, state))
     bv = block_v or tw.pick_block_v(256 * 32, 128, widest=cfg["block_v"])
-    consts = heads | {"V": 128, "BV": bv, "BKC": cfg["bkc"], "PREC": tw.SMALL_DOT_PRECISION}
+    consts = heads | {"V": 128, "BV": bv, "BKC": cfg["bkc"], "PREC": prec.state,
+                       "NATIVE": True}
     out.append(("commit", tw.treewy_commit_kernel, sig, consts, cfg["num_warps"]))
     if w <= ts.KERNEL_MAX_W:
         sig, _ = _signature(ts.treewy_small_kernel, state)
@@ -107,9 +113,9 @@ def kernel_configs(w: int, state: str, block_v: int | None = None):
         ):
             consts = {k: heads[k] for k in ("H", "HV", "W", "K", "BK")} | flags | {
                 "V": 128, "HALF": half, "LOG2_HALF": half.bit_length() - 1, "P": 2 * half,
-                "BV": bv, "WP": w, "BWP": bw, "BIG_PREC": ts.BIG_PRECISION,
-                "SMALL_PREC": ts.SMALL_PRECISION, "SOLVE_PREC": ts.SOLVE_PRECISION,
-                "NATIVE_DOT": True, "EARLY_S": cfg["early_s"],
+                "BV": bv, "WP": w, "BWP": bw, "STATE_PREC": prec.state,
+                "SMALL_PREC": prec.small, "SOLVE_PREC": ts.SOLVE_PRECISION,
+                "GRAM_PREC": prec.gram, "NATIVE_DOT": True, "EARLY_S": cfg["early_s"],
             }  # fmt: skip
             out.append((name, ts.treewy_small_kernel, sig, consts, cfg["num_warps"]))
     return out
@@ -119,9 +125,14 @@ def main() -> None:
     import sys
 
     state = sys.argv[1] if len(sys.argv) > 1 else "float32"
+    math = sys.argv[2] if len(sys.argv) > 2 else None
     for w in (4, 15, 40):
-        for name, fn, sig, consts, nw in kernel_configs(w, state):
-            print(f"{name:9s} W={w:2d} {state} state: {_report(fn, sig, consts, nw)}", flush=True)
+        for name, fn, sig, consts, nw in kernel_configs(w, state, state_math=math):
+            print(
+                f"{name:9s} W={w:2d} {state} state ({math or 'default'} math): "
+                f"{_report(fn, sig, consts, nw)}",
+                flush=True,
+            )
 
 
 if __name__ == "__main__":

@@ -7,10 +7,110 @@ their own only ancestor, carry zero inputs and are never stored.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
+import torch
 import triton
 import triton.language as tl
 
 L2_EPS = 1e-6
+# CUDA grids take at most 65,535 programs on axes 1 and 2: launches split along axis 1
+MAX_GRID_Y = 65535
+STATE_MATH_MODES = ("fp32", "tf32")
+
+
+@dataclass(frozen=True, slots=True)
+class DotPrecision:
+    """``tl.dot`` input precisions of the TreeWY kernels (the accuracy contract).
+
+    state: products with the state or the pseudo-values on one side (K S^T, Q S^T, the
+    commit's Vt^T K); small: the [W, W] x [W, dv] products (both operands fp32); gram:
+    products of raw q/k rows (K K^T, Q K^T). "bf16x3" splits the fp32 operand into three
+    bf16 pieces (24 mantissa bits) against an operand that is exact in bf16 (raw bf16
+    q/k): three exact bf16 tensor-core products with fp32 sums, fp32-grade. "tf32x3" is
+    Triton's three-product split of both operands, "tf32" one product on operands rounded
+    to 10 mantissa bits (~5e-4 relative per product).
+    """
+
+    state: str
+    small: str
+    gram: str
+    native: bool  # bf16 tensor-core products run natively (False in the CPU interpreter)
+
+
+def dot_precision(
+    state_dtype: torch.dtype, qk_dtype: torch.dtype, state_math: str | None, device_type: str
+) -> DotPrecision:
+    """The contract per state dtype: an fp32 state gets fp32-grade products (``"fp32"``,
+    the default); ``state_math="tf32"`` is the opt-in tf32 mode (the round-1 to round-4
+    kernels). A bf16 state defaults to "tf32": its products are exact or below the
+    state's own bf16 rounding (2^-9)."""
+    if state_math is None:
+        state_math = "fp32" if state_dtype == torch.float32 else "tf32"
+    if state_math not in STATE_MATH_MODES:
+        raise ValueError(f"state_math must be one of {STATE_MATH_MODES}, got {state_math!r}")
+    native = device_type == "cuda"
+    exact_tf32 = qk_dtype in (torch.bfloat16, torch.float16)  # <= 10 mantissa bits
+    if state_math == "tf32":
+        return DotPrecision("tf32", "tf32", "tf32" if exact_tf32 else "tf32x3", native)
+    state = "bf16x3" if qk_dtype == torch.bfloat16 else "tf32x3"
+    return DotPrecision(state, "tf32x3", "tf32" if exact_tf32 else "tf32x3", native)
+
+
+def grid_chunks(num_programs: int, max_y: int = MAX_GRID_Y) -> list[tuple[int, int]]:
+    """(offset, count) pieces of a grid axis of ``num_programs`` programs, each <= max_y."""
+    if num_programs < 1:
+        raise ValueError(f"num_programs must be >= 1, got {num_programs}")
+    return [(o, min(max_y, num_programs - o)) for o in range(0, num_programs, max_y)]
+
+
+@triton.jit
+def _split3(x):
+    """fp32 x = hi + mid + lo, three bf16 pieces (each residual is exact in fp32)."""
+    hi = x.to(tl.bfloat16)
+    r = x - hi.to(tl.float32)
+    mid = r.to(tl.bfloat16)
+    lo = (r - mid.to(tl.float32)).to(tl.bfloat16)
+    return hi, mid, lo
+
+
+@triton.jit
+def xdot(a, b, acc, PREC: tl.constexpr, EXACT_A: tl.constexpr, NATIVE: tl.constexpr):
+    """acc + a @ b in fp32 at precision PREC (DotPrecision).
+
+    "bf16x3": the operand that is not exact in bf16 (b if EXACT_A, else a) is split into
+    three bf16 pieces; the three products are exact (bf16 x bf16 in fp32) and summed in
+    fp32, smallest first. Off the GPU (NATIVE False) the pieces are multiplied as fp32
+    ("ieee"), the same numbers: the interpreter's bf16 products are wrong.
+    """
+    if PREC == "bf16x3":
+        if EXACT_A:
+            x = a.to(tl.bfloat16)
+            p1, p2, p3 = _split3(b.to(tl.float32))
+            if NATIVE:
+                acc = tl.dot(x, p3, acc)
+                acc = tl.dot(x, p2, acc)
+                acc = tl.dot(x, p1, acc)
+            else:
+                xf = x.to(tl.float32)
+                acc = tl.dot(xf, p3.to(tl.float32), acc, input_precision="ieee")
+                acc = tl.dot(xf, p2.to(tl.float32), acc, input_precision="ieee")
+                acc = tl.dot(xf, p1.to(tl.float32), acc, input_precision="ieee")
+        else:
+            y = b.to(tl.bfloat16)
+            p1, p2, p3 = _split3(a.to(tl.float32))
+            if NATIVE:
+                acc = tl.dot(p3, y, acc)
+                acc = tl.dot(p2, y, acc)
+                acc = tl.dot(p1, y, acc)
+            else:
+                yf = y.to(tl.float32)
+                acc = tl.dot(p3.to(tl.float32), yf, acc, input_precision="ieee")
+                acc = tl.dot(p2.to(tl.float32), yf, acc, input_precision="ieee")
+                acc = tl.dot(p1.to(tl.float32), yf, acc, input_precision="ieee")
+    else:
+        acc = tl.dot(a.to(tl.float32), b.to(tl.float32), acc, input_precision=PREC)
+    return acc
 
 
 @triton.jit
@@ -62,9 +162,14 @@ def path_scale(p_parent, p_g, i_a, W: tl.constexpr, BW: tl.constexpr, STRIDE_G):
     ok = (i_a >= 0) & (i_a < W)
     i_cur = tl.where(ok, i_a, -1)
     n_path = tl.where(o_w == i_cur, 1, 0)
-    while i_cur > 0:
-        i_cur = tl.load(p_parent + i_cur)
+    # at most W - 1 steps, each to a smaller index in [0, W): a malformed parent array
+    # (rejected on the host, tree.validate_parent) cannot make this loop run forever
+    n_step = 0
+    while (i_cur > 0) & (n_step < W):
+        i_nxt = tl.load(p_parent + i_cur)
+        i_cur = tl.where((i_nxt >= 0) & (i_nxt < i_cur), i_nxt, -1)
         n_path += tl.where(o_w == i_cur, 1, 0)
+        n_step += 1
     m_path = n_path > 0
     b_g = tl.load(p_g + o_w * STRIDE_G, mask=m_path & (o_w < W), other=0.0).to(tl.float32)
     b_lg = tl.cumsum(b_g, 0)

@@ -19,9 +19,23 @@ import torch
 import triton
 import triton.language as tl
 
+from ._jit import grid_chunks
 from .treewy import check_inputs
 
-__all__ = ["storeall_verify"]
+__all__ = ["STOREALL_CONFIG", "storeall_config", "storeall_verify"]
+
+# Launch configuration (dv tile, warps, stages) by state dtype; the caller may pass its own
+# (bench --sweep times candidates). Round 1-4 default: a 32-row dv tile, halved while
+# fewer than 1024 programs (default only), 4 warps, Triton's 3 stages.
+STOREALL_CONFIG = {
+    "float32": {"block_v": 32, "num_warps": 4, "num_stages": 3},
+    "bfloat16": {"block_v": 32, "num_warps": 4, "num_stages": 3},
+}
+
+
+def storeall_config(state_dtype: torch.dtype) -> dict:
+    """A copy of the default launch configuration for ``state_dtype``."""
+    return dict(STOREALL_CONFIG["float32" if state_dtype == torch.float32 else "bfloat16"])
 
 
 @triton.jit
@@ -45,8 +59,9 @@ def storeall_verify_kernel(
     BK: tl.constexpr,
     BV: tl.constexpr,
     IS_CHAIN: tl.constexpr,
+    BH0,
 ):
-    i_v, i_bh = tl.program_id(0), tl.program_id(1)
+    i_v, i_bh = tl.program_id(0), tl.program_id(1) + BH0
     i_b, i_h = i_bh // HV, i_bh % HV
     i_hk = i_h // (HV // H)
     o_k = tl.arange(0, BK)
@@ -105,6 +120,7 @@ def storeall_verify(
     *,
     is_chain: bool | None = None,
     out: torch.Tensor | None = None,
+    config: dict | None = None,
 ) -> torch.Tensor:
     """Outputs of a draft window; the state after every node goes to ``slots[b, t]``.
 
@@ -112,6 +128,7 @@ def storeall_verify(
     [B, W] int32 (one output slot per node; must differ from init_slot and each other).
     ``is_chain`` selects the chain kernel; when None it is read from ``parent``, which
     synchronises with the host (pass it explicitly under CUDA-graph capture).
+    ``config``: {"block_v", "num_warps", "num_stages"} (default ``storeall_config``).
     Returns o [B, W, Hv, dv] in v's dtype.
     """
     bsz, w, hk, hv, dv = check_inputs(q, k, v, log_gate, beta, state_pool, parent)
@@ -125,14 +142,22 @@ def storeall_verify(
     if scale is None:
         scale = dk**-0.5
     bk = triton.next_power_of_2(dk)
+    cfg = storeall_config(state_pool.dtype) if config is None else config
     # dv tile: 32 rows x full dk keeps the fp32 tile at 32 registers per thread (4 warps);
     # shrink it when there are too few programs to fill the GPU.
-    bv = min(32, triton.next_power_of_2(dv))
-    while bv > 16 and bsz * hv * triton.cdiv(dv, bv) < 1024:
+    bv = min(cfg["block_v"], triton.next_power_of_2(dv))
+    while config is None and bv > 16 and bsz * hv * triton.cdiv(dv, bv) < 1024:
         bv //= 2
     o = torch.empty_like(v) if out is None else out
-    grid = (triton.cdiv(dv, bv), bsz * hv)
-    storeall_verify_kernel[grid](
+    for bh0, count in grid_chunks(bsz * hv):
+        _launch(bh0, count, bv, cfg, q, k, v, log_gate, beta, state_pool, init_slot, slots,
+                parent, o, scale, hk, hv, w, dk, dv, bk, is_chain)  # fmt: skip
+    return o
+
+
+def _launch(bh0, count, bv, cfg, q, k, v, log_gate, beta, state_pool, init_slot, slots,
+            parent, o, scale, hk, hv, w, dk, dv, bk, is_chain) -> None:  # fmt: skip
+    storeall_verify_kernel[(triton.cdiv(dv, bv), count)](
         q,
         k,
         v,
@@ -152,6 +177,7 @@ def storeall_verify(
         BK=bk,
         BV=bv,
         IS_CHAIN=is_chain,
-        num_warps=4,
+        BH0=bh0,
+        num_warps=cfg["num_warps"],
+        num_stages=cfg["num_stages"],
     )
-    return o

@@ -38,24 +38,25 @@ import triton.language as tl
 
 from ._jit import (
     ancestor_mask,
+    dot_precision,
+    grid_chunks,
     pad_window,
     path_scale,
     pick_block_v,
     unit_lower_inverse_blocked,
     unit_lower_inverse_t,
+    xdot,
 )
+from .tree import validate_parent
 from .treewy_small import SMALL_MAX_W, launch_small
 
 __all__ = ["treewy_commit", "treewy_verify"]
 
-# NOTE: S_0 q and S_0 k are the big products (~21 GFLOP at B=256, W=40): they run on
-# tensor cores in tf32 (raw bf16 q/k are exact in tf32; S rounds at ~5e-4). The small
-# [W, W] x [W, BV] products and the commit's update are plain tf32 too (first GPU run:
-# pseudo-values 4e-5 and fp32 states 3.9e-5 against 5e-3 tolerances). The per-head
-# K K^T and Q K^T take raw bf16 operands, so tf32 is exact there (fp32 accumulation).
-BIG_DOT_PRECISION = "tf32"
-SMALL_DOT_PRECISION = "tf32"
-PREP_DOT_PRECISION = "tf32"
+# Accuracy contract (round 5, _jit.dot_precision): with an fp32 state, S_0 q, S_0 k and
+# the commit's Vt^T K run as three exact bf16 products against the raw bf16 q/k
+# ("bf16x3"), the [W, W] x [W, BV] products in "tf32x3"; ``state_math="tf32"`` is the
+# opt-in tf32 mode of rounds 1-4 (fp32 states 5e-4 to 1e-3 off float64, round-4 run 4).
+# The per-head K K^T and Q K^T take raw bf16 operands, exact in tf32 (fp32 sums).
 # key-dimension chunk of the per-head window kernel
 PREP_BLOCK_K = 32
 # Warps of the window kernel by BW (round 4 sweeps, verify at B = 256, fp32): BW = 16 at
@@ -243,8 +244,10 @@ def treewy_stream_kernel(
     STORE_VT: tl.constexpr,
     COMMIT: tl.constexpr,
     PENDING: tl.constexpr,
-    BIG_PREC: tl.constexpr,
+    STATE_PREC: tl.constexpr,
     SMALL_PREC: tl.constexpr,
+    NATIVE: tl.constexpr,
+    BH0,
 ):
     """One (request, value head, dv tile): the state-sized work only, BKC keys at a time.
 
@@ -252,7 +255,7 @@ def treewy_stream_kernel(
     optionally the pending path applied first (deferred) or the accepted node's state
     written after (fused).
     """
-    i_v, i_bh = tl.program_id(0), tl.program_id(1)
+    i_v, i_bh = tl.program_id(0), tl.program_id(1) + BH0
     i_b, i_h = i_bh // HV, i_bh % HV
     i_hk = i_h // (HV // H)
     o_w = tl.arange(0, BW)
@@ -303,19 +306,19 @@ def treewy_stream_kernel(
         if PENDING:
             b_pk = tl.load(
                 pk + o_prow + o_k[None, :], mask=m_ppath[:, None] & m_k[None, :], other=0.0
-            ).to(tl.float32)
-            b_s = tl.exp(b_pla) * b_s + tl.dot(tl.trans(b_pvt), b_pk, input_precision=SMALL_PREC)
+            )
+            b_s = xdot(tl.trans(b_pvt), b_pk, tl.exp(b_pla) * b_s, STATE_PREC, False, NATIVE)
             b_s_st = b_s.to(p_s.dtype.element_ty)
             tl.store(p_s + o_k[None, :], b_s_st, mask=m_vk)
             b_s = b_s_st.to(tl.float32)
             m_kout = ((o_w + i_writer * BW) < W)[:, None] & m_k[None, :]
             tl.store(k_out + o_row + o_k[None, :], b_kraw, mask=m_kout)
         b_q = tl.load(q + o_row + o_k[None, :], mask=m_w[:, None] & m_k[None, :], other=0.0)
-        b_kf = b_kraw.to(tl.float32)
         if COMMIT:
+            b_kf = b_kraw.to(tl.float32)
             b_k2 += tl.sum(b_kf * b_kf, 1)
-        b_sk += tl.dot(b_kf, tl.trans(b_s), input_precision=BIG_PREC)
-        b_sq += tl.dot(b_q.to(tl.float32), tl.trans(b_s), input_precision=BIG_PREC)
+        b_sk = xdot(b_kraw, tl.trans(b_s), b_sk, STATE_PREC, True, NATIVE)
+        b_sq = xdot(b_q, tl.trans(b_s), b_sq, STATE_PREC, True, NATIVE)
 
     o_ww = i_bh.to(tl.int64) * W * W + o_w[:, None] * W + o_w[None, :]
     m_ww = m_w[:, None] & m_w[None, :]
@@ -343,9 +346,7 @@ def treewy_stream_kernel(
             m_vk = m_v[:, None] & m_k[None, :]
             b_s = tl.load(p_s + o_k[None, :], mask=m_vk, other=0.0).to(tl.float32)
             b_kc = tl.load(k + o_row + o_k[None, :], mask=m_w[:, None] & m_k[None, :], other=0.0)
-            b_sa = b_s * tl.exp(b_la) + tl.dot(
-                tl.trans(b_vt), b_kc.to(tl.float32), input_precision=SMALL_PREC
-            )
+            b_sa = xdot(tl.trans(b_vt), b_kc, b_s * tl.exp(b_la), STATE_PREC, False, NATIVE)
             tl.store(p_s + o_k[None, :], b_sa.to(p_s.dtype.element_ty), mask=m_vk)
 
 
@@ -368,6 +369,8 @@ def treewy_commit_kernel(
     BKC: tl.constexpr,
     BV: tl.constexpr,
     PREC: tl.constexpr,
+    NATIVE: tl.constexpr,
+    BH0,
 ):
     """S_a = gamma_a S_0 + sum over the path of exp(L_a - L_i) vt_i k_i^T / |k_i|.
 
@@ -375,7 +378,7 @@ def treewy_commit_kernel(
     overlaps the parent walk and the key loads; one product, one store. BKC < BK (rounds
     2-3): key norms first, then the state BKC keys at a time (fewer registers).
     """
-    i_v, i_bh = tl.program_id(0), tl.program_id(1)
+    i_v, i_bh = tl.program_id(0), tl.program_id(1) + BH0
     i_b, i_h = i_bh // HV, i_bh % HV
     i_hk = i_h // (HV // H)
     o_w = tl.arange(0, BW)
@@ -396,10 +399,11 @@ def treewy_commit_kernel(
         m_path = b_coef != 0.0
         b_k = tl.load(
             k + o_row[:, None] + o_k[None, :], mask=m_path[:, None] & m_k[None, :], other=0.0
-        ).to(tl.float32)
+        )
+        b_kf = b_k.to(tl.float32)
         b_vt = tl.load(p_vt, mask=m_path[:, None] & m_v[None, :], other=0.0)
-        b_vt = b_vt * (b_coef * tl.rsqrt(tl.sum(b_k * b_k, 1) + 1e-6))[:, None]
-        b_sa = tl.exp(b_la) * b_s + tl.dot(tl.trans(b_vt), b_k, input_precision=PREC)
+        b_vt = b_vt * (b_coef * tl.rsqrt(tl.sum(b_kf * b_kf, 1) + 1e-6))[:, None]
+        b_sa = xdot(tl.trans(b_vt), b_k, tl.exp(b_la) * b_s, PREC, False, NATIVE)
         tl.store(p_s + o_k[None, :], b_sa.to(p_s.dtype.element_ty), mask=m_vk)
     else:
         b_coef, b_la = path_scale(parent, g + i_b * W * HV + i_h, i_a, W, BW, HV)
@@ -423,8 +427,8 @@ def treewy_commit_kernel(
             b_s = tl.load(p_s + o_k[None, :], mask=m_vk, other=0.0).to(tl.float32)
             b_k = tl.load(
                 k + o_row[:, None] + o_k[None, :], mask=m_path[:, None] & m_k[None, :], other=0.0
-            ).to(tl.float32)
-            b_sa = b_ga * b_s + tl.dot(tl.trans(b_vt), b_k, input_precision=PREC)
+            )
+            b_sa = xdot(tl.trans(b_vt), b_k, b_ga * b_s, PREC, False, NATIVE)
             tl.store(p_s + o_k[None, :], b_sa.to(p_s.dtype.element_ty), mask=m_vk)
 
 
@@ -450,12 +454,35 @@ def check_inputs(q, k, v, log_gate, beta, state_pool, parent) -> tuple[int, int,
         )
     if state_pool.dtype not in (torch.float32, torch.bfloat16):
         raise ValueError(f"state_pool dtype must be float32 or bfloat16, got {state_pool.dtype}")
-    if parent.shape != (w,) or parent.dtype != torch.int32:
-        raise ValueError(f"parent must be int32 [W={w}], got {parent.dtype} {tuple(parent.shape)}")
+    check_parent(parent, w)
     for name, t in (("q", q), ("k", k), ("v", v), ("state_pool", state_pool)):
         if not t.is_contiguous():
             raise ValueError(f"{name} must be contiguous")
     return bsz, w, hk, hv, dv
+
+
+def check_parent(parent: torch.Tensor, num_nodes: int) -> None:
+    """parent must be an int32 [W] DFS-preorder tree (tree.validate_parent: no cycles, no
+    parent >= its index, none out of range), checked on the host before any launch.
+    Under CUDA-graph capture the values cannot be read (the check is skipped; the
+    kernels' parent walks stop after W steps whatever the values)."""
+    if parent.shape != (num_nodes,) or parent.dtype != torch.int32:
+        raise ValueError(
+            f"parent must be int32 [W={num_nodes}], got {parent.dtype} {tuple(parent.shape)}"
+        )
+    if parent.is_cuda and torch.cuda.is_current_stream_capturing():
+        return
+    try:
+        validate_parent(parent.tolist())
+    except ValueError as e:
+        raise ValueError(f"parent: {e}") from None
+
+
+def launch_split(kernel, num_v_tiles: int, num_heads_total: int, *args, **kwargs) -> None:
+    """``kernel[(num_v_tiles, B * Hv)]``, split along axis 1 into pieces of at most
+    MAX_GRID_Y programs (each told its first head by ``BH0``)."""
+    for bh0, count in grid_chunks(num_heads_total):
+        kernel[(num_v_tiles, count)](*args, BH0=bh0, **kwargs)
 
 
 def prep_warps(bw: int, num_heads_total: int = 1 << 30) -> int:
@@ -466,7 +493,8 @@ def prep_warps(bw: int, num_heads_total: int = 1 << 30) -> int:
 
 
 def launch_prep(
-    q, k, log_gate, beta, parent, *, scale, num_heads, num_warps=None, blocked=None
+    q, k, log_gate, beta, parent, *, scale, num_heads, num_warps=None, blocked=None,
+    gram_precision: str = "tf32",
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """Launch the per-head window kernel alone (also timed alone by ``bench/run.py``).
 
@@ -499,7 +527,7 @@ def launch_prep(
         LOG2_BW=log2_bw,
         BK=bk,
         BKC=min(bk, PREP_BLOCK_K),
-        PREC=PREP_DOT_PRECISION,
+        PREC=gram_precision,
         BLOCKED=PREP_SOLVE_BLOCKED if blocked is None else blocked,
         num_warps=prep_warps(bw, bsz * hv) if num_warps is None else num_warps,
     )
@@ -524,10 +552,14 @@ def launch_window(
     g_out=None,
     vt=None,
     out=None,
+    state_math=None,
 ):
     """Launch the per-head window kernel, then the streaming kernel; returns (o, vt or
     None). Shared by all variants."""
     bsz, w, hk, hv, dv = check_inputs(q, k, v, log_gate, beta, state_pool, parent)
+    if pending is not None:
+        check_parent(pending[3], pending[0].shape[1])
+    prec = dot_precision(state_pool.dtype, q.dtype, state_math, q.device.type)
     dk = q.shape[3]
     if scale is None:
         scale = dk**-0.5
@@ -542,7 +574,7 @@ def launch_window(
         launch_small(
             q, k, v, log_gate, beta, state_pool, state_slot, parent,
             num_heads=(hk, hv), scale=scale, o=o, vt=vt if store_vt else None,
-            accepted=accepted, pending=pending, k_out=k_out, g_out=g_out,
+            accepted=accepted, pending=pending, k_out=k_out, g_out=g_out, prec=prec,
         )  # fmt: skip
         return o, vt
     if pending is not None:
@@ -552,9 +584,13 @@ def launch_window(
     else:
         pk, pvt, pg, pparent, paccepted = k, o, log_gate, parent, state_slot
         wp, bwp = w, bw
-    mats, cols = launch_prep(q, k, log_gate, beta, parent, scale=scale, num_heads=(hk, hv))
-    grid = (triton.cdiv(dv, bv), bsz * hv)
-    treewy_stream_kernel[grid](
+    mats, cols = launch_prep(
+        q, k, log_gate, beta, parent, scale=scale, num_heads=(hk, hv), gram_precision=prec.gram
+    )
+    launch_split(
+        treewy_stream_kernel,
+        triton.cdiv(dv, bv),
+        bsz * hv,
         q,
         k,
         v,
@@ -590,8 +626,9 @@ def launch_window(
         STORE_VT=store_vt,
         COMMIT=accepted is not None,
         PENDING=pending is not None,
-        BIG_PREC=BIG_DOT_PRECISION,
-        SMALL_PREC=SMALL_DOT_PRECISION,
+        STATE_PREC=prec.state,
+        SMALL_PREC=prec.small,
+        NATIVE=prec.native,
         num_warps=cfg["num_warps"],
     )
     return o, vt
@@ -610,6 +647,7 @@ def treewy_verify(
     *,
     out: torch.Tensor | None = None,
     vt: torch.Tensor | None = None,
+    state_math: str | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """Outputs and pseudo-values of a draft window, reading S_0 = state_pool[state_slot[b]].
 
@@ -617,7 +655,9 @@ def treewy_verify(
     [B, W, Hv] fp32; state_pool [num_slots, Hv, dv, dk] fp32 or bf16 (not modified);
     state_slot [B] int32; parent [W] int32 (DFS preorder, parent[0] = -1).
     Returns o [B, W, Hv, dv] in v's dtype and vt [B, W, Hv, dv] fp32 (written into
-    ``out`` / ``vt`` when given). CUDA-graph capturable (no host synchronisation).
+    ``out`` / ``vt`` when given). CUDA-graph capturable (no host synchronisation; the
+    parent array is validated on the host outside capture). ``state_math``: None (the
+    contract of _jit.dot_precision: fp32-grade for an fp32 state) or "fp32" / "tf32".
     """
     return launch_window(
         q,
@@ -632,6 +672,7 @@ def treewy_verify(
         store_vt=True,
         out=out,
         vt=vt,
+        state_math=state_math,
     )
 
 
@@ -643,11 +684,13 @@ def treewy_commit(
     log_gate: torch.Tensor,
     parent: torch.Tensor,
     accepted: torch.Tensor,
+    *,
+    state_math: str | None = None,
 ) -> None:
     """Rebuild the accepted node's state in place: state_pool[state_slot[b]] <- S_a.
 
     ``accepted`` [B] int32 holds node indices in [0, W). k, vt and log_gate are the
-    verify call's. CUDA-graph capturable.
+    verify call's; ``state_math`` as for ``treewy_verify``. CUDA-graph capturable.
     """
     bsz, w, hk, dk = k.shape
     hv, dv = vt.shape[2], vt.shape[3]
@@ -659,14 +702,16 @@ def treewy_commit(
         raise ValueError(f"state_pool must be [*, {hv}, {dv}, {dk}], got {state_pool.shape}")
     if accepted.shape != (bsz,) or accepted.dtype != torch.int32:
         raise ValueError(f"accepted must be int32 [B={bsz}], got {accepted.dtype} {accepted.shape}")
-    if parent.shape != (w,) or parent.dtype != torch.int32:
-        raise ValueError(f"parent must be int32 [W={w}], got {parent.dtype} {parent.shape}")
+    check_parent(parent, w)
+    prec = dot_precision(state_pool.dtype, k.dtype, state_math, k.device.type)
     bw, _ = pad_window(w)
     bk = triton.next_power_of_2(dk)
     cfg = commit_config(bw, state_pool.dtype)
     bv = pick_block_v(bsz * hv, dv, widest=cfg["block_v"])
-    grid = (triton.cdiv(dv, bv), bsz * hv)
-    treewy_commit_kernel[grid](
+    launch_split(
+        treewy_commit_kernel,
+        triton.cdiv(dv, bv),
+        bsz * hv,
         state_pool,
         state_slot,
         k,
@@ -683,6 +728,7 @@ def treewy_commit(
         BK=bk,
         BKC=min(bk, cfg["bkc"]),
         BV=bv,
-        PREC=SMALL_DOT_PRECISION,
+        PREC=prec.state,
+        NATIVE=prec.native,
         num_warps=cfg["num_warps"],
     )

@@ -86,8 +86,10 @@ def treewy_fused_verify_commit(
     scale: float | None = None,
     *,
     out: torch.Tensor | None = None,
+    state_math: str | None = None,
 ) -> torch.Tensor:
-    """Outputs of the window; state_pool[state_slot[b]] becomes the state of accepted[b]."""
+    """Outputs of the window; state_pool[state_slot[b]] becomes the state of accepted[b].
+    ``state_math`` as for ``treewy_verify``."""
     if accepted.shape != (q.shape[0],) or accepted.dtype != torch.int32:
         raise ValueError(f"accepted must be int32 [B={q.shape[0]}], got {accepted.shape}")
     o, _ = launch_window(
@@ -103,6 +105,7 @@ def treewy_fused_verify_commit(
         store_vt=False,
         accepted=accepted,
         out=out,
+        state_math=state_math,
     )
     return o
 
@@ -121,6 +124,7 @@ def treewy_deferred_verify(
     scale: float | None = None,
     *,
     out: torch.Tensor | None = None,
+    state_math: str | None = None,
 ) -> torch.Tensor:
     """Apply ``pending_in`` to the pool, then verify this window; fill ``pending_out``.
 
@@ -155,5 +159,6 @@ def treewy_deferred_verify(
         g_out=pending_out.log_gate,
         vt=pending_out.vt,
         out=out,
+        state_math=state_math,
     )
     return o

@@ -43,7 +43,7 @@ import torch
 import triton
 import triton.language as tl
 
-from ._jit import pad_window, path_scale, pick_block_v
+from ._jit import DotPrecision, grid_chunks, pad_window, path_scale, pick_block_v, xdot
 
 __all__ = ["SMALL_MAX_W", "launch_small"]
 
@@ -55,10 +55,8 @@ SMALL_MAX_W = 8
 KERNEL_MAX_W = 16
 # [2*HALF, 2*HALF] solve products: fp32-grade accuracy on tensor cores
 SOLVE_PRECISION = "tf32x3"
-# K S^T / Q S^T with an fp32 state and the small [P, P] x [P, BV] products: tf32 as in
-# treewy.py (raw bf16 q/k are exact in tf32; the state rounds at ~5e-4)
-BIG_PRECISION = "tf32"
-SMALL_PRECISION = "tf32"
+# K S^T / Q S^T, the commit and the small [P, P] x [P, BV] products: the caller's
+# _jit.DotPrecision (treewy.launch_window), as in the two-launch kernels
 # by (HALF, variant; deferred uses "verify"): dv tile, warps, state load before the window
 # math. Round 4 sweeps, fused T = 4 B = 256 fp32: 525 us with the state loaded after the
 # window math vs 786 before it (bf16 440 vs 494); 2 warps: 516 (bf16 311)
@@ -106,14 +104,16 @@ def treewy_small_kernel(
     STORE_VT: tl.constexpr,
     COMMIT: tl.constexpr,
     PENDING: tl.constexpr,
-    BIG_PREC: tl.constexpr,
+    STATE_PREC: tl.constexpr,
     SMALL_PREC: tl.constexpr,
     SOLVE_PREC: tl.constexpr,
+    GRAM_PREC: tl.constexpr,
     NATIVE_DOT: tl.constexpr,
     EARLY_S: tl.constexpr,
+    BH0,
 ):
     """One (request, value head, dv tile) of a window of W <= HALF nodes, P = 2 * HALF."""
-    i_v, i_bh = tl.program_id(0), tl.program_id(1)
+    i_v, i_bh = tl.program_id(0), tl.program_id(1) + BH0
     i_b, i_h = i_bh // HV, i_bh % HV
     i_hk = i_h // (HV // H)
     o_k = tl.arange(0, BK)
@@ -144,10 +144,12 @@ def treewy_small_kernel(
     b_beta = tl.load(beta + o_gr, mask=is_k & m_node, other=0.0).to(tl.float32)
     b_par = tl.load(parent + node, mask=m_node, other=-1)
     # 3. the window's [P, P] quantities (recomputed per dv tile: tiny next to the state)
-    if NATIVE_DOT:  # bf16 q/k: exact products, fp32 sums
+    if NATIVE_DOT and b_x.dtype == tl.bfloat16:  # bf16 q/k: exact products, fp32 sums
         b_gram = tl.dot(b_x, tl.trans(b_x))
     else:
-        b_gram = tl.dot(b_x.to(tl.float32), tl.trans(b_x.to(tl.float32)), input_precision="tf32")
+        b_gram = tl.dot(
+            b_x.to(tl.float32), tl.trans(b_x.to(tl.float32)), input_precision=GRAM_PREC
+        )
     eye = o_p[:, None] == o_p[None, :]
     b_rn = tl.rsqrt(tl.sum(tl.where(eye, b_gram, 0.0), 1) + 1e-6)  # 1/|x_r|
     colk = is_k[None, :]
@@ -191,16 +193,18 @@ def treewy_small_kernel(
         o_prow = ((i_b * WP + o_pw).to(tl.int64) * H + i_hk) * K
         b_pk = tl.load(
             pk + o_prow[:, None] + o_k[None, :], mask=m_ppath[:, None] & m_k[None, :], other=0.0
-        ).to(tl.float32)
+        )
+        b_pkf = b_pk.to(tl.float32)
         b_pvt = tl.load(
             pvt + ((i_b * WP + o_pw).to(tl.int64) * HV + i_h)[:, None] * V + o_v[None, :],
             mask=m_ppath[:, None] & m_v[None, :],
             other=0.0,
         )
-        b_pvt = b_pvt * (b_pcoef * tl.rsqrt(tl.sum(b_pk * b_pk, 1) + 1e-6))[:, None]
-        b_s = tl.exp(b_pla) * b_s.to(tl.float32) + tl.dot(
-            tl.trans(b_pvt), b_pk, input_precision=SMALL_PREC
-        )
+        b_pvt = b_pvt * (b_pcoef * tl.rsqrt(tl.sum(b_pkf * b_pkf, 1) + 1e-6))[:, None]
+        b_s = xdot(
+            tl.trans(b_pvt), b_pk, tl.exp(b_pla) * b_s.to(tl.float32), STATE_PREC, False,
+            NATIVE_DOT,
+        )  # fmt: skip
         b_s = b_s.to(p_s.dtype.element_ty)
         tl.store(p_s, b_s, mask=m_vk)
         # hand this window's keys (one writer per key head) and gates to the next step
@@ -217,7 +221,10 @@ def treewy_small_kernel(
     if NATIVE_DOT and b_s.dtype == b_x.dtype:  # bf16 state, bf16 q/k: exact products
         b_xs = tl.dot(b_x, tl.trans(b_s))  # [P, BV]: K S^T over Q S^T
     else:
-        b_xs = tl.dot(b_x.to(tl.float32), tl.trans(b_s.to(tl.float32)), input_precision=BIG_PREC)
+        b_xs = xdot(
+            b_x, tl.trans(b_s.to(tl.float32)), tl.zeros([P, BV], dtype=tl.float32), STATE_PREC,
+            True, NATIVE_DOT,
+        )  # fmt: skip
     b_gam = tl.exp(b_lg)
     b_rhs = tl.where(is_k[:, None], b_beta[:, None] * (b_v - (b_gam * b_rn)[:, None] * b_xs), 0.0)
     b_vt = tl.dot(b_t, b_rhs, input_precision=SMALL_PREC)  # rows >= HALF are zero
@@ -243,9 +250,10 @@ def treewy_small_kernel(
         b_vta = b_vt * (b_coef * b_rn)[:, None]
         # keys again from L1/L2 rather than keeping the packed tile live this long
         b_kc = tl.load(p_xk, mask=(is_k & m_node)[:, None] & m_k[None, :], other=0.0)
-        b_sa = tl.exp(b_la) * b_s.to(tl.float32) + tl.dot(
-            tl.trans(b_vta), b_kc.to(tl.float32), input_precision=SMALL_PREC
-        )
+        b_sa = xdot(
+            tl.trans(b_vta), b_kc, tl.exp(b_la) * b_s.to(tl.float32), STATE_PREC, False,
+            NATIVE_DOT,
+        )  # fmt: skip
         tl.store(p_s, b_sa.to(p_s.dtype.element_ty), mask=m_vk)
 
 
@@ -268,8 +276,10 @@ def launch_small(
     k_out: torch.Tensor | None = None,
     g_out: torch.Tensor | None = None,
     config: dict | None = None,
+    prec: DotPrecision,
 ) -> None:
-    """Launch the single-launch kernel (inputs already validated by treewy.check_inputs)."""
+    """Launch the single-launch kernel (inputs already validated by treewy.check_inputs);
+    ``prec`` from _jit.dot_precision."""
     hk, hv = num_heads
     bsz, w, _, dk = q.shape
     dv = v.shape[3]
@@ -287,46 +297,49 @@ def launch_small(
     else:
         pk, pvt, pg, pparent, paccepted = k, o, log_gate, parent, state_slot
         wp, bwp = w, 16
-    grid = (triton.cdiv(dv, bv), bsz * hv)
-    treewy_small_kernel[grid](
-        q,
-        k,
-        v,
-        log_gate,
-        beta,
-        state_pool,
-        state_slot,
-        parent,
-        o,
-        vt if vt is not None else o,
-        accepted if accepted is not None else state_slot,
-        pk,
-        pvt,
-        pg,
-        pparent,
-        paccepted,
-        k_out if k_out is not None else k,
-        g_out if g_out is not None else log_gate,
-        scale,
-        H=hk,
-        HV=hv,
-        W=w,
-        K=dk,
-        V=dv,
-        HALF=half,
-        LOG2_HALF=half.bit_length() - 1,
-        P=2 * half,
-        BK=bk,
-        BV=bv,
-        WP=wp,
-        BWP=bwp,
-        STORE_VT=vt is not None,
-        COMMIT=accepted is not None,
-        PENDING=pending is not None,
-        BIG_PREC=BIG_PRECISION,
-        SMALL_PREC=SMALL_PRECISION,
-        SOLVE_PREC=SOLVE_PRECISION,
-        NATIVE_DOT=q.device.type == "cuda",
-        EARLY_S=cfg["early_s"],
-        num_warps=cfg["num_warps"],
-    )
+    has_pending = pending is not None
+    for bh0, count in grid_chunks(bsz * hv):
+        treewy_small_kernel[(triton.cdiv(dv, bv), count)](
+            q,
+            k,
+            v,
+            log_gate,
+            beta,
+            state_pool,
+            state_slot,
+            parent,
+            o,
+            vt if vt is not None else o,
+            accepted if accepted is not None else state_slot,
+            pk,
+            pvt,
+            pg,
+            pparent,
+            paccepted,
+            k_out if k_out is not None else k,
+            g_out if g_out is not None else log_gate,
+            scale,
+            H=hk,
+            HV=hv,
+            W=w,
+            K=dk,
+            V=dv,
+            HALF=half,
+            LOG2_HALF=half.bit_length() - 1,
+            P=2 * half,
+            BK=bk,
+            BV=bv,
+            WP=wp,
+            BWP=bwp,
+            STORE_VT=vt is not None,
+            COMMIT=accepted is not None,
+            PENDING=has_pending,
+            STATE_PREC=prec.state,
+            SMALL_PREC=prec.small,
+            SOLVE_PREC=SOLVE_PRECISION,
+            GRAM_PREC=prec.gram,
+            NATIVE_DOT=prec.native,
+            EARLY_S=cfg["early_s"],
+            BH0=bh0,
+            num_warps=cfg["num_warps"],
+        )
