@@ -99,7 +99,7 @@ def test_bf16_state_within_bf16_rounding():
 
 def test_default_math_per_state_dtype():
     f32 = dot_precision(torch.float32, torch.bfloat16, None, "cuda")
-    assert "tf32" != f32.state and f32.small == "tf32x3"
+    assert f32.state != "tf32" and f32.small == "tf32x3"
     assert dot_precision(torch.bfloat16, torch.bfloat16, None, "cuda").state == "tf32"
     assert dot_precision(torch.float32, torch.float32, None, "cuda").state == "tf32x3"
     with pytest.raises(ValueError, match="state_math"):
