@@ -98,8 +98,7 @@ def kernel_configs(w: int, state: str, block_v: int | None = None, state_math=No
 
     cfg = tw.commit_config(bw, getattr(torch, state))
     bv = block_v or tw.pick_block_v(256 * 32, 128, widest=cfg["block_v"])
-    consts = heads | {"V": 128, "BV": bv, "BKC": cfg["bkc"], "PREC": prec.state,
-                       "NATIVE": True}
+    consts = heads | {"V": 128, "BV": bv, "BKC": cfg["bkc"], "PREC": prec.state, "NATIVE": True}
     out.append(("commit", tw.treewy_commit_kernel, sig, consts, cfg["num_warps"]))
     if w <= ts.KERNEL_MAX_W:
         sig, _ = _signature(ts.treewy_small_kernel, state)

@@ -70,7 +70,11 @@ WINDOW_COLUMNS = (
 # relative errors against float64 (round 5): committed fp32 states within the accuracy
 # contract (1e-6, _jit.DotPrecision); pseudo-values are fp32 intermediates (1e-5); bf16
 # states and outputs within bf16 rounding over a window
-CHECK_TOL = {"bf16_out": 1e-2, "fp32_state": 1e-6, "fp32_vt": 1e-5, "bf16_state": 1.5e-2}
+# fla's kernels are reference points, not held to capsim's contract: its chunk kernel runs
+# its products in bf16/tf32 (fp32 state 3.2e-3 off float64, round 5 run 1), so fla rows
+# are checked at the bf16 class ("third_party")
+CHECK_TOL = {"bf16_out": 1e-2, "fp32_state": 1e-6, "fp32_vt": 1e-5, "bf16_state": 1.5e-2,
+             "third_party": 1.5e-2}  # fmt: skip
 # which timed kernels each check covers (a kernel with a failed or missing check is not
 # timed)
 CHECK_KERNELS = {
@@ -88,6 +92,8 @@ CHECK_KERNELS = {
 def check_tolerance(key: str, state_dtype: str) -> float:
     if key.endswith("_o"):
         return CHECK_TOL["bf16_out"]
+    if key.startswith("fla_"):
+        return CHECK_TOL["third_party"]
     if state_dtype != "float32":
         return CHECK_TOL["bf16_state"]
     return CHECK_TOL["fp32_vt"] if key.endswith("_vt") else CHECK_TOL["fp32_state"]
@@ -341,8 +347,7 @@ def run_checks(
                 worst = {
                     key: val
                     for key, val in res.items()
-                    if isinstance(val, float)
-                    and not val <= check_tolerance(key, sd)
+                    if isinstance(val, float) and not val <= check_tolerance(key, sd)
                 }
                 res["ok"] = not worst
                 out.append(res)

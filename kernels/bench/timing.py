@@ -58,5 +58,3 @@ def time_graph_us(fn: Callable[[], object]) -> tuple[float, float, float]:
     q = triton.testing.do_bench(graph.replay, warmup=5, rep=25, quantiles=[0.2, 0.5, 0.8])
     del graph
     return tuple(1e3 * x for x in q)
-
-

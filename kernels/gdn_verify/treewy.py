@@ -493,7 +493,16 @@ def prep_warps(bw: int, num_heads_total: int = 1 << 30) -> int:
 
 
 def launch_prep(
-    q, k, log_gate, beta, parent, *, scale, num_heads, num_warps=None, blocked=None,
+    q,
+    k,
+    log_gate,
+    beta,
+    parent,
+    *,
+    scale,
+    num_heads,
+    num_warps=None,
+    blocked=None,
     gram_precision: str = "tf32",
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """Launch the per-head window kernel alone (also timed alone by ``bench/run.py``).

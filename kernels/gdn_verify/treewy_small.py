@@ -147,9 +147,7 @@ def treewy_small_kernel(
     if NATIVE_DOT and b_x.dtype == tl.bfloat16:  # bf16 q/k: exact products, fp32 sums
         b_gram = tl.dot(b_x, tl.trans(b_x))
     else:
-        b_gram = tl.dot(
-            b_x.to(tl.float32), tl.trans(b_x.to(tl.float32)), input_precision=GRAM_PREC
-        )
+        b_gram = tl.dot(b_x.to(tl.float32), tl.trans(b_x.to(tl.float32)), input_precision=GRAM_PREC)
     eye = o_p[:, None] == o_p[None, :]
     b_rn = tl.rsqrt(tl.sum(tl.where(eye, b_gram, 0.0), 1) + 1e-6)  # 1/|x_r|
     colk = is_k[None, :]

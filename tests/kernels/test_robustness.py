@@ -86,3 +86,22 @@ def test_calibration_refuses_failed_checks(tmp_path):
     (src / "meta.json").write_text(json.dumps({"checks_ok": False, "checks": [{"ok": False}]}))
     with pytest.raises(ValueError, match="checks_ok"):
         build(src, tmp_path / "data")
+
+
+def test_benchmark_refuses_kernels_whose_check_failed():
+    from capsim_kernels.bench.run import checked_kernels
+
+    check = {
+        "model_shape": "m", "state_dtype": "float32", "tree": "chain", "storeall_o": 1e-3,
+        "storeall_states": 7e-8, "treewy_o": 1e-3, "treewy_vt": 9e-8,
+        "treewy_commit_state": 1.1e-7, "fused_o": 1e-3, "fused_state": 1e-7,
+        "deferred_state": 1e-7, "deferred_o": 1e-3,
+    }  # fmt: skip
+    ok = checked_kernels([check])["m", "float32", "chain"]
+    assert {"storeall", "treewy_verify_commit", "deferred", "fused_chain"} <= ok
+    assert "fla_chunk" not in ok  # never checked: never timed
+    check["treewy_commit_state"] = 2e-6  # above the fp32 contract
+    check["deferred_state"] = float("nan")
+    bad = checked_kernels([check])["m", "float32", "chain"]
+    assert "treewy_verify_commit" not in bad and "treewy_commit" not in bad
+    assert "deferred" not in bad and "treewy_verify" in bad
