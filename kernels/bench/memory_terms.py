@@ -1037,6 +1037,7 @@ def main(argv: list[str] | None = None) -> int:
     }
     meta_path = args.out / "meta.json"
     _write_json(meta_path, meta)
+    torch.set_grad_enabled(False)  # vLLM runs the model without autograd
 
     def time_left() -> bool:
         return time.time() - t_start < args.budget_s
@@ -1207,6 +1208,10 @@ def main(argv: list[str] | None = None) -> int:
                         "(q/k expanded to value heads)",
                         source=f"PyPI fla-core 0.6.0; {src_here} (peak - inputs - held outputs)",
                     )
+    if probe.cuda:  # device memory used outside torch's allocator (context, cuBLAS, modules)
+        probe.clean()
+        free, total = torch.cuda.mem_get_info()
+        meta["non_torch_bytes_at_end"] = total - free - probe.reserved()
     meta["wall_s"] = round(time.time() - t_start, 1)
     _write_json(meta_path, meta)
     print(f"done in {meta['wall_s']} s; {len(errors)} errors", flush=True)
