@@ -421,29 +421,30 @@ SWEEP_COLUMNS = (
     "part", "config", "kernel", "model_shape", "state_dtype", "T", "tree", "B",
     "p20_us", "p50_us", "p80_us",
 )  # fmt: skip
-# Round 4 sweep candidates (bench --sweep): (dv tile, warps, key chunk). The first
-# sweep (call 1 of round 4: small-kernel configs, commit whole-tile) and the second
-# (window kernel warps at BW = 16, stream / commit configs) are in BENCHMARKS.md with
-# their sweep.csv; their winners are the defaults in treewy.py, and this is the third.
-STREAM16_VERIFY = ((64, 4, 64), (32, 4, 128), (32, 2, 128), (64, 2, 64), (64, 4, 128), (32, 2, 64))
-STREAM16_DEFERRED = ((64, 4, 64), (64, 4, 128), (64, 2, 64), (32, 4, 64), (64, 2, 128))
-STREAM64_VERIFY = ((32, 4, 64), (32, 2, 64), (32, 4, 128), (16, 2, 128), (64, 4, 64))
-STREAM64_DEFERRED = ((32, 4, 64), (32, 4, 128), (32, 2, 64), (64, 4, 64))
-COMMIT16_F32 = ((64, 4, 32), (32, 4, 32), (64, 2, 32), (128, 4, 32), (64, 4, 64))
+# Sweep candidates (bench --sweep): (dv tile, warps, key chunk). Round 4's three sweeps
+# (tf32 math) are in BENCHMARKS.md with their sweep.csv; this is round 5's, for the fp32
+# contract's kernels (the bf16x3 split raised the stream kernel at W = 4 from 136 to 179
+# registers at (32, 2, 128); at a 64-key chunk it compiles to 108, bench/resources.py).
+# The first entry of each list is the current default.
+STREAM16_VERIFY = ((32, 2, 128), (32, 2, 64), (32, 4, 64), (16, 2, 64), (64, 4, 64), (32, 2, 32))
+STREAM16_DEFERRED = ((64, 2, 64), (32, 2, 64), (32, 4, 64), (64, 4, 32), (32, 2, 32))
+STREAM64_VERIFY = ((64, 4, 64), (32, 4, 64), (32, 2, 64), (64, 4, 32), (32, 4, 32))
+STREAM64_DEFERRED = ((64, 4, 64), (32, 4, 64), (64, 4, 32), (32, 4, 32))
+COMMIT16_F32 = ((64, 4, 64), (64, 4, 32), (32, 4, 64), (32, 2, 64), (64, 8, 64))
+COMMIT64_F32 = ((64, 4, 32), (32, 4, 32), (64, 4, 64), (32, 2, 32), (64, 8, 32))
 # (dv tile, warps, state loaded before the window math)
 SMALL_VERIFY = ((32, 4, False), (16, 2, False), (32, 2, False), (16, 1, False))
-SMALL_FUSED = ((32, 4, False), (16, 2, False), (32, 2, False))
-PREP64_WARPS = (2, 4)
+SMALL_FUSED = ((32, 2, False), (16, 2, False), (32, 4, False))
 F32, BF16 = STATE_DTYPES
 SWEEP_CELLS = {
-    "prep64": [("treewy_verify", F32, "3,3,3")],
     "stream16-verify": [("treewy_verify", F32, "chain4"), ("treewy_verify", F32, "2,2,2"),
                         ("treewy_verify", BF16, "chain4")],
     "stream16-deferred": [("deferred", F32, "chain4"), ("deferred", F32, "2,2,2"),
                           ("deferred", BF16, "chain4")],
     "stream64-verify": [("treewy_verify", F32, "3,3,3"), ("treewy_verify", BF16, "3,3,3")],
     "stream64-deferred": [("deferred", F32, "3,3,3")],
-    "commit16-float32": [("treewy_commit", F32, "chain4")],
+    "commit16-float32": [("treewy_commit", F32, "chain4"), ("treewy_commit", F32, "2,2,2")],
+    "commit64-float32": [("treewy_commit", F32, "3,3,3")],
     "path8": [("treewy_verify", F32, "chain4"), ("deferred", F32, "chain4")],
     "small8-fused": [("fused_chain", F32, "chain4"), ("fused_chain", BF16, "chain4")],
 }  # fmt: skip
@@ -474,11 +475,6 @@ def sweep_parts() -> dict[str, tuple[Callable[[dict], None], list[dict], dict]]:
 
     path8_default = {"single": tw.SMALL_MAX_HEADS > 512, **ts.SMALL_CONFIG[8, "verify"]}
     return {
-        "prep64": (
-            lambda cfg: tw.PREP_WARPS_BY_BW.__setitem__(64, cfg["num_warps"]),
-            [{"num_warps": nw} for nw in PREP64_WARPS],
-            {"num_warps": tw.PREP_WARPS_BY_BW[64]},
-        ),
         "stream16-verify": table_part(tw.STREAM_CONFIG, (16, "verify"), named(STREAM16_VERIFY)),
         "stream16-deferred": table_part(
             tw.STREAM_CONFIG, (16, "deferred"), named(STREAM16_DEFERRED)
@@ -488,6 +484,7 @@ def sweep_parts() -> dict[str, tuple[Callable[[dict], None], list[dict], dict]]:
             tw.STREAM_CONFIG, (64, "deferred"), named(STREAM64_DEFERRED)
         ),
         "commit16-float32": table_part(tw.COMMIT_CONFIG, (16, "float32"), named(COMMIT16_F32)),
+        "commit64-float32": table_part(tw.COMMIT_CONFIG, (64, "float32"), named(COMMIT64_F32)),
         "path8": (
             set_path8,
             [{"single": False, **path8_default}]
