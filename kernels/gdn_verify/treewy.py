@@ -90,7 +90,9 @@ COMMIT_CONFIG = {
     (16, "bfloat16"): {"block_v": 128, "num_warps": 8, "bkc": 128},
     (32, "float32"): {"block_v": 64, "num_warps": 4, "bkc": 64},
     (32, "bfloat16"): {"block_v": 128, "num_warps": 8, "bkc": 128},
-    (64, "float32"): {"block_v": 64, "num_warps": 4, "bkc": 32},
+    # round 5 sweep (fp32 contract, W = 40 (3,3,3), B = 256): 64-key chunks 356.1 us vs
+    # 442.3 at 32 (results/h200/round5_sweep.csv)
+    (64, "float32"): {"block_v": 64, "num_warps": 4, "bkc": 64},
     (64, "bfloat16"): {"block_v": 64, "num_warps": 4, "bkc": 32},
 }
 # Single-launch kernel (treewy_small.py) for W <= SMALL_MAX_W: always for the fused
