@@ -2,7 +2,7 @@
 timed in one process with each kernel's float64 accuracy in the same row.
 
     python -m capsim_kernels.bench.side_by_side --out DIR [--vllm-ops .vllmwheel/ops]
-        [--batches 256 1] [--budget-s 300] [--no-sweep]
+        [--batches 256 1] [--budget-s 300] [--no-sweep | --storeall-config JSON]
 
 Operators (OPS, a table): capsim TreeWY verify+commit, fused, deferred (default math, and
 the opt-in tf32 mode for an fp32 state), capsim store-all (its default launch config and
@@ -306,7 +306,14 @@ def sweep_storeall(shape, batch: int, rows: list[dict], deadline: float) -> dict
     return best
 
 
-def run(out: Path, batches, budget_s: float, vllm_ops_dir: Path, sweep: bool) -> int:
+def run(
+    out: Path,
+    batches,
+    budget_s: float,
+    vllm_ops_dir: Path,
+    sweep: bool,
+    storeall_config: dict | None = None,
+) -> int:
     import torch
 
     from . import vllm_ops
@@ -336,7 +343,9 @@ def run(out: Path, batches, budget_s: float, vllm_ops_dir: Path, sweep: bool) ->
         ctx["vllm_error"] = repr(e)[:300]
         meta["notes"].append(f"vLLM op not loaded: {e!r}"[:300])
     sweep_rows: list[dict] = []
-    if sweep:
+    if storeall_config is not None:  # a swept configuration passed in (no sweep)
+        ctx["storeall_config"] = storeall_config
+    elif sweep:
         ctx["storeall_config"] = sweep_storeall(shape, max(batches), sweep_rows,
                                                 deadline - 0.6 * budget_s)  # fmt: skip
         write_csv(out / "storeall_sweep.csv", sweep_rows,
@@ -403,11 +412,20 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--budget-s", type=float, default=300.0)
     ap.add_argument("--vllm-ops", type=Path, default=Path(".vllmwheel/ops"))
     ap.add_argument("--no-sweep", action="store_true", help="skip the store-all sweep")
+    ap.add_argument(
+        "--storeall-config",
+        type=json.loads,
+        default=None,
+        help="JSON {state dtype: store-all launch config} for the tuned store-all (no sweep)",
+    )
     args = ap.parse_args(argv)
     for b in args.batches:
         if b < 1:
             ap.error(f"--batches: each B must be >= 1, got {b}")
-    return run(args.out, args.batches, args.budget_s, args.vllm_ops, not args.no_sweep)
+    return run(
+        args.out, args.batches, args.budget_s, args.vllm_ops, not args.no_sweep,
+        args.storeall_config,
+    )  # fmt: skip
 
 
 if __name__ == "__main__":
