@@ -204,6 +204,21 @@ GPUS: dict[str, GpuSpec] = {
                 "NVIDIA Blackwell RTX whitepaper",
             ),
         ),
+        GpuSpec(
+            name="RTX3090",
+            device_name="NVIDIA GeForce RTX 3090",
+            total_memory_bytes=24576 * MiB,
+            hbm_bandwidth_bytes_per_s=936e9,
+            dense_bf16_flop_per_s=71e12,
+            interconnect_bytes_per_s=32e9,
+            sm_count=82,
+            compute_capability=(8, 6),
+            sources=(
+                "24576 MiB: nvidia-smi total on RTX 3090 (public nvidia-smi outputs)",
+                "936 GB/s GDDR6X, 71 TFLOP/s dense BF16 (fp32 accumulate), 82 SMs: "
+                "NVIDIA Ampere GA102 whitepaper",
+            ),
+        ),
     )
 }
 
@@ -214,6 +229,11 @@ ALIASES: dict[str, str] = {
     "H100-80GB": "H100",
     "RTX-4090": "RTX4090",
     "RTX-5090": "RTX5090",
+    "GeForce RTX 4090": "RTX4090",
+    "GeForce RTX 5090": "RTX5090",
+    "GeForce RTX 3090": "RTX3090",
+    "H100 SXM": "H100",
+    "H100-SXM": "H100",
 }
 
 
@@ -225,11 +245,17 @@ def measured_gpu() -> GpuSpec:
     return measured[0]
 
 
+def _norm(text: str) -> str:
+    return "".join(ch for ch in text.upper() if ch.isalnum())
+
+
 def get_gpu(name: str) -> GpuSpec:
-    key = name.upper().replace(" ", "")
-    key = ALIASES.get(key, key)
+    """A registry entry by name, alias or torch device name (case and spaces ignored)."""
+    key = _norm(name)
+    aliases = {_norm(a): b for a, b in ALIASES.items()}
+    key = _norm(aliases.get(key, key))
     for gpu in GPUS.values():
-        if gpu.name.upper() == key:
+        if key in (_norm(gpu.name), _norm(gpu.device_name)):
             return gpu
     raise ValueError(f"gpu={name!r} is unknown: choose one of {sorted(GPUS)}")
 
