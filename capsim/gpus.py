@@ -192,14 +192,15 @@ GPUS: dict[str, GpuSpec] = {
         GpuSpec(
             name="RTX5090",
             device_name="NVIDIA GeForce RTX 5090",
-            total_memory_bytes=32607 * MiB,
+            total_memory_bytes=round(31.36 * GiB),
             hbm_bandwidth_bytes_per_s=1.792e12,
             dense_bf16_flop_per_s=209.5e12,
             interconnect_bytes_per_s=64e9,
             sm_count=170,
             compute_capability=(12, 0),
             sources=(
-                "32607 MiB: nvidia-smi total on RTX 5090 (public nvidia-smi outputs)",
+                "31.36 GiB: torch total in vLLM 'Free memory on device (30.86/31.36 GiB)' lines "
+                "of RTX 5090 runs (public logs, find_string ids 57676316864, 58820058051)",
                 "1.792 TB/s GDDR7, 209.5 TFLOP/s dense BF16, 170 SMs: "
                 "NVIDIA Blackwell RTX whitepaper",
             ),
@@ -207,14 +208,16 @@ GPUS: dict[str, GpuSpec] = {
         GpuSpec(
             name="RTX3090",
             device_name="NVIDIA GeForce RTX 3090",
-            total_memory_bytes=24576 * MiB,
+            total_memory_bytes=round(23.56 * GiB),
             hbm_bandwidth_bytes_per_s=936e9,
             dense_bf16_flop_per_s=71e12,
             interconnect_bytes_per_s=32e9,
             sm_count=82,
             compute_capability=(8, 6),
             sources=(
-                "24576 MiB: nvidia-smi total on RTX 3090 (public nvidia-smi outputs)",
+                "23.56 GiB: torch total in vLLM 'Free memory on device (x/23.56 GiB)' lines of "
+                "24 GB GeForce cards (public logs, find_string id 53104232720; nvidia-smi "
+                "says 24576 MiB)",
                 "936 GB/s GDDR6X, 71 TFLOP/s dense BF16 (fp32 accumulate), 82 SMs: "
                 "NVIDIA Ampere GA102 whitepaper",
             ),

@@ -22,7 +22,8 @@ What vLLM does at start-up (0.33 source, paths relative to the ``vllm/`` package
     ``max_num_batched_tokens`` tokens: GDN chunked prefill, fused-MoE workspace,
     attention), then ``_dummy_sampler_run`` (``compute_logits`` over ``max_num_seqs``
     rows, fp32 [rows, vocab], top-k/top-p sampling twice). Peak = max(encoder forward,
-    encoder cache + forward, encoder cache + sampler).
+    encoder cache + forward, encoder cache + sampler); ``sampler_peak_bytes`` counts the
+    sampler's live [rows, vocab] tensors.
   * **runner buffers**: persistent input/position/hidden-state buffers sized by
     ``max_num_tokens`` (``GPUModelRunner.__init__``), part of ``total_consumed``.
   * **non-torch memory** (``total_consumed`` minus torch's growth: NCCL/custom
@@ -91,9 +92,9 @@ from capsim.units import GiB, MiB, cdiv, dtype_bytes
 # vLLM's floor per additional captured graph in profile_cudagraph_memory (VLLM.md s1.4).
 CUDAGRAPH_PER_GRAPH_FLOOR_BYTES: int = 1 * MiB
 
-# A measured-term lookup: (term, model, tp, max_num_batched_tokens, max_num_seqs,
-# capture_size) -> bytes or None. capsim.core.term_lookup.measured_term is the default.
-TermLookup = Callable[[str, str, int, int, int, int], "int | None"]
+# A measured-term lookup: (term, model, tp, value on the term's axis) -> bytes or None.
+# capsim.core.term_lookup.measured_term (the H200 table) is the default.
+TermLookup = Callable[[str, str, int, int], "int | None"]
 
 NON_KV_TERMS: tuple[str, ...] = (
     "weights",
@@ -226,17 +227,17 @@ def capture_sizes(max_size: int) -> list[int]:
     return [s for s in sizes if s <= max_size]
 
 
-def forward_activation_bytes(model: ModelSpec, tp: int, num_tok: int) -> int:
-    """Peak live tensors of one forward over ``num_tok`` tokens (bf16 activations).
+def forward_parts_bytes(model: ModelSpec, tp: int, num_tok: int) -> dict[str, int]:
+    """Live tensors of one forward over ``num_tok`` tokens (bf16 activations), by part.
 
-    Residual + hidden stream, plus the largest per-layer intermediate:
-    GDN (qkvz/ba projection output, conv output, core output), fused MoE workspace
-    (vLLM's fused_moe caches: [T, topk, 2I], [T*topk, I], [T, topk, H]) or attention
-    (q/k/v projections). An estimate from tensor shapes, not a measurement.
+    ``stream``: residual + hidden stream. The largest per-layer intermediate is one of
+    ``gdn`` (qkvz/ba projection output, conv output, core output), ``moe`` (vLLM's
+    fused_moe caches: [T, topk, 2I], [T*topk, I], [T, topk, H]; the dense MLP otherwise)
+    and ``attention`` (q/k/v projections). Estimates from tensor shapes; ``plan_memory``
+    replaces ``gdn`` and ``moe`` by H200 measurements where the table has them.
     """
     b = dtype_bytes(model.weight_dtype)
     h = model.hidden_size
-    stream = 2 * num_tok * h * b
     hk, hv = model.linear_num_key_heads, model.linear_num_value_heads
     dk, dv = model.linear_key_head_dim, model.linear_value_head_dim
     gdn = num_tok * ((2 * hk * dk + 2 * hv * dv + 2 * hv) // tp + model.conv_dim // tp) * b
@@ -248,7 +249,32 @@ def forward_activation_bytes(model: ModelSpec, tp: int, num_tok: int) -> int:
         ffn = num_tok * 3 * (model.dense_intermediate_size // tp) * b
     q_out = model.num_attention_heads * model.head_dim * (2 if model.attn_output_gate else 1)
     attn = num_tok * (q_out // tp + 2 * kv_heads_per_rank(model, tp) * model.head_dim) * b
-    return stream + max(gdn, ffn, attn)
+    return {
+        "stream": 2 * num_tok * h * b,
+        "gdn": gdn if model.is_hybrid else 0,
+        "moe": ffn,
+        "attention": attn,
+    }
+
+
+def forward_activation_bytes(model: ModelSpec, tp: int, num_tok: int) -> int:
+    """Peak of one forward: the stream plus the largest per-layer intermediate."""
+    p = forward_parts_bytes(model, tp, num_tok)
+    return p["stream"] + max(p["gdn"], p["moe"], p["attention"])
+
+
+def sampler_peak_bytes(model: ModelSpec, num_reqs: int) -> int:
+    """Peak of ``GPUModelRunner._dummy_sampler_run`` over ``num_reqs`` rows.
+
+    vLLM 0.33 (``v1/sample/sampler.py:Sampler.forward``, ``ops/topk_topp_sampler.py``):
+    ``compute_logits`` returns [rows, padded vocab] in the model dtype (held by the
+    caller), ``Sampler.forward`` makes an fp32 copy, top-k/top-p masks it in place (the
+    Triton kernel), then the second, generator-seeded call takes ``forward_native``:
+    ``softmax`` -> fp32 probs and ``empty_exponential_noise_like`` -> fp32 q (divided in
+    place). Live at the peak: logits + fp32 logits + probs + q.
+    """
+    b = dtype_bytes(model.weight_dtype)
+    return num_reqs * (padded_vocab(model) * b + 3 * model.vocab_size * 4)
 
 
 def encoder_profile_bytes(model: ModelSpec, tp: int, max_num_batched_tokens: int) -> tuple[int, int]:
@@ -305,12 +331,12 @@ def plan_memory(
     breakdown = weight_breakdown_bytes(model, tp, with_mtp=with_mtp, with_vision=multimodal)
     sources: dict[str, str] = {}
 
-    def pick(term: str, modelled: int, measured_key: tuple[str, int, int, int] | None) -> int:
+    def pick(term: str, modelled: int, measured_key: tuple[str, int] | None) -> int:
         if term in log_terms:
             sources[term] = "from log"
             return int(log_terms[term])
         if measured_key is not None:
-            got = lookup(measured_key[0], model.name, tp, *measured_key[1:])
+            got = lookup(measured_key[0], model.name, tp, measured_key[1])
             if got is not None:
                 sources[term] = "measured (H200)"
                 return int(got)
@@ -322,19 +348,55 @@ def plan_memory(
 
     # Activation peak of profile_run: the encoder pass (outputs kept), one forward over
     # max_num_batched_tokens, and the dummy sampler over max_num_seqs fp32 logit rows.
+    # Measured parts (H200 table, exact model and tp, within the measured range) replace
+    # the shape estimates: gdn_prefill_transient and moe_workspace at
+    # max_num_batched_tokens, sampler_dummy_run at max_num_seqs.
     enc_cache, enc_forward = encoder_profile_bytes(model, tp, max_batched) if multimodal else (0, 0)
-    forward = forward_activation_bytes(model, tp, max_batched)
-    sampler = 2 * max_num_seqs * padded_vocab(model) * 4
+    fwd = forward_parts_bytes(model, tp, max_batched)
+    measured_parts: list[str] = []
+    for part, term, x in (
+        ("gdn", "gdn_prefill_transient", max_batched),
+        ("moe", "moe_workspace", max_batched),
+    ):
+        got = lookup(term, model.name, tp, x) if fwd[part] else None
+        if got is not None:
+            fwd[part] = int(got)
+            measured_parts.append(part)
+    forward = fwd["stream"] + max(fwd["gdn"], fwd["moe"], fwd["attention"])
+    num_reqs = min(max_num_seqs, max_batched)
+    sampler = sampler_peak_bytes(model, num_reqs)
+    got = lookup("sampler_dummy_run", model.name, tp, num_reqs)
+    if got is not None:
+        sampler = int(got)
+        measured_parts.append("sampler")
     parts = {
         "forward": forward,
+        **{f"forward.{k}": v for k, v in fwd.items()},
         "sampler": sampler,
         "encoder_cache": enc_cache,
         "encoder_forward": enc_forward,
     }
     modelled_peak = max(enc_forward, enc_cache + max(forward, sampler))
-    activation = pick(
-        "activation_peak", modelled_peak, ("activation_peak", max_batched, max_num_seqs, 0)
-    )
+    if "activation_peak" in log_terms:
+        activation = int(log_terms["activation_peak"])
+        sources["activation_peak"] = "from log"
+    else:
+        activation = modelled_peak
+        top = "sampler" if sampler >= forward else max(
+            ("gdn", "moe", "attention"), key=lambda k: fwd[k]
+        )
+        if top in measured_parts:
+            sources["activation_peak"] = (
+                f"measured (H200): {top}"
+                + (f"; also measured: {', '.join(p for p in measured_parts if p != top)}"
+                   if len(measured_parts) > 1 else "")
+            )
+        else:
+            sources["activation_peak"] = "modelled" + (
+                f" (measured: {', '.join(measured_parts)}; the peak is {top})"
+                if measured_parts
+                else ""
+            )
     # Persistent runner buffers: input ids/positions (int64) and hidden-state staging.
     runner = max_batched * (2 * 8 + 2 * model.hidden_size * dtype_bytes(model.weight_dtype))
     sources["runner_buffers"] = "modelled"
@@ -358,7 +420,7 @@ def plan_memory(
         if engine.subtract_cudagraph_memory is None
         else engine.subtract_cudagraph_memory
     )
-    cudagraph = pick("cudagraph", modelled_cg, ("cudagraph", max_batched, max_num_seqs, cap_max))
+    cudagraph = pick("cudagraph", modelled_cg, ("cudagraph_pool", cap_max) if sizes else None)
     if not charge_cg and "cudagraph" not in log_terms:
         cudagraph, sources["cudagraph"] = 0, f"not charged (vLLM {rules.label})"
     elif (
@@ -367,7 +429,7 @@ def plan_memory(
         and sizes
         and sources["cudagraph"] == "modelled"
     ):
-        sources["cudagraph"] = "modelled (GDN capture transient, vllm #50780, not modelled)"
+        sources["cudagraph"] = "modelled; GDN capture transient (vllm #50780) not modelled"
     if engine.kv_cache_memory_bytes is not None:
         kv_budget = engine.kv_cache_memory_bytes
         sources["kv_cache_memory"] = "pinned"

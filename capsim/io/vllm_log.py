@@ -47,6 +47,7 @@ class VllmLog:
 
     vllm_version: str | None = None
     model: str | None = None
+    served_model_name: str | None = None
     tp: int | None = None
     gmu: float | None = None
     max_model_len: int | None = None
@@ -140,6 +141,9 @@ def _non_default_args(text: str) -> dict[str, Any]:
         mm = re.search(r"'speculative_config':\s*\{[^}]*'method':\s*'(\w+)'", body)
         if mm:
             out["speculative_config"]["method"] = mm.group(1)
+    m = re.search(r"'served_model_name':\s*\['([^']*)'", body)
+    if m:
+        out["served_model_name"] = [m.group(1)]
     m = re.search(r"'limit_mm_per_prompt':\s*(\{[^}]*\})", body)
     if m:
         try:
@@ -153,6 +157,11 @@ def _apply_args(log: VllmLog, args: dict[str, Any]) -> None:
     for key, attr in _ARG_KEYS.items():
         if key in args and args[key] is not None:
             setattr(log, attr, args[key])
+    served = args.get("served_model_name")
+    if isinstance(served, list | tuple) and served:
+        log.served_model_name = str(served[0])
+    elif isinstance(served, str):
+        log.served_model_name = served
     spec = args.get("speculative_config")
     if isinstance(spec, dict):
         if spec.get("num_speculative_tokens") is not None:
