@@ -1,6 +1,7 @@
 """Click glue of the memory-plan options (issue 11), kept apart from ``cli.py``.
 
-``pool_options`` adds vLLM's own flags that shape or pin the pool (``--vllm-version``,
+``pool_options`` (``pool_override_options`` where a grid TOML gives defaults) adds
+vLLM's own flags that shape or pin the pool (``--vllm-version``,
 ``--kv-cache-memory``, ``--num-gpu-blocks-override``, ``--limit-mm-per-prompt``,
 ``--enforce-eager``) to any command; ``apply_pool`` folds them into an ``EngineConfig``.
 ``memory_mode_options`` adds ``--from-log``, ``--validate`` and ``--version-rules`` to
@@ -39,37 +40,62 @@ def _opts(options: list[Callable[[Any], Any]]) -> Callable[[Any], Any]:
     return wrap
 
 
-pool_options = _opts(
-    [
-        click.option(
-            "--vllm-version",
-            default=DEFAULT_VLLM_VERSION,
-            show_default=True,
-            help="vLLM release whose memory accounting to follow (--version-rules lists them)",
-        ),
-        click.option(
-            "--kv-cache-memory",
-            "kv_cache_memory",
-            type=click.IntRange(min=1),
-            default=None,
-            help="vLLM --kv-cache-memory BYTES: pin the KV pool (gmu then ignored)",
-        ),
-        click.option(
-            "--num-gpu-blocks-override",
-            type=click.IntRange(min=2),
-            default=None,
-            help="vLLM --num-gpu-blocks-override N: pin the number of blocks",
-        ),
-        click.option(
-            "--limit-mm-per-prompt",
-            type=click.IntRange(min=0),
-            default=None,
-            help="images per prompt; 0 = text only (no vision tower, no encoder profiling); "
-            "default: the model's multimodal default",
-        ),
-        click.option("--enforce-eager", is_flag=True, help="vLLM --enforce-eager: no CUDA graphs"),
-    ]
-)
+def make_pool_options(version_default: str | None) -> Callable[[Any], Any]:
+    """The pool flags; ``version_default=None`` for commands whose inputs (a grid TOML)
+    already say the version, so that only a given flag overrides them."""
+    return _opts(
+        [
+            click.option(
+                "--vllm-version",
+                default=version_default,
+                show_default=version_default is not None,
+                help="vLLM release whose memory accounting to follow "
+                "(capsim memory --version-rules lists the rules)",
+            ),
+            click.option(
+                "--kv-cache-memory",
+                "kv_cache_memory",
+                type=click.IntRange(min=1),
+                default=None,
+                help="vLLM --kv-cache-memory BYTES: pin the KV pool (gmu then ignored)",
+            ),
+            click.option(
+                "--num-gpu-blocks-override",
+                type=click.IntRange(min=2),
+                default=None,
+                help="vLLM --num-gpu-blocks-override N: pin the number of blocks",
+            ),
+            click.option(
+                "--limit-mm-per-prompt",
+                type=click.IntRange(min=0),
+                default=None,
+                help="images per prompt; 0 = text only (no vision tower, no encoder "
+                "profiling); default: the model's multimodal default",
+            ),
+            click.option(
+                "--enforce-eager/--no-enforce-eager",
+                default=None,
+                help="vLLM --enforce-eager: no CUDA graphs",
+            ),
+        ]
+    )
+
+
+pool_options = make_pool_options(DEFAULT_VLLM_VERSION)
+pool_override_options = make_pool_options(None)
+
+
+def pool_overrides(params: dict[str, Any]) -> dict[str, Any]:
+    """The pool flags given on the command line, as EngineConfig/Deployment field names."""
+    out = {
+        "vllm_version": params.get("vllm_version"),
+        "kv_cache_memory_bytes": params.get("kv_cache_memory"),
+        "num_gpu_blocks_override": params.get("num_gpu_blocks_override"),
+        "limit_mm_per_prompt": params.get("limit_mm_per_prompt"),
+        "enforce_eager": params.get("enforce_eager"),
+    }
+    return {k: v for k, v in out.items() if v is not None}
+
 
 memory_mode_options = _opts(
     [
@@ -105,14 +131,7 @@ def resolve_gmu(gmu: float | None, vllm_version: str) -> float:
 
 def apply_pool(engine: EngineConfig, params: dict[str, Any]) -> EngineConfig:
     """The pool options of ``params`` (click kwargs) on top of ``engine``."""
-    return replace(
-        engine,
-        vllm_version=str(params.get("vllm_version") or DEFAULT_VLLM_VERSION),
-        kv_cache_memory_bytes=params.get("kv_cache_memory"),
-        num_gpu_blocks_override=params.get("num_gpu_blocks_override"),
-        limit_mm_per_prompt=params.get("limit_mm_per_prompt"),
-        enforce_eager=bool(params.get("enforce_eager")),
-    )
+    return replace(engine, **pool_overrides(params))
 
 
 def run_memory_mode(

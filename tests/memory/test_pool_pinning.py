@@ -71,3 +71,49 @@ def test_default_gmu_follows_the_version() -> None:
     new = json.loads(r.invoke(main, ["memory", "--json"]).output)
     old = json.loads(r.invoke(main, ["memory", "--json", "--vllm-version", "0.16"]).output)
     assert (new["gmu"], old["gmu"]) == (0.92, 0.9)
+
+
+def _grid(**dep_extra):  # type: ignore[no-untyped-def]
+    from capsim.sweep.grid import spec_from_dict
+
+    dep = {"model": "qwen3.5-35b-a3b", "gpu": "B200", "gmu": [0.9], **dep_extra}
+    return spec_from_dict(
+        {
+            "sweep": {"commit_modes": ["storeall"]},
+            "block": [
+                {"name": "b", "deployment": [dep], "workload": [{"name": "sharegpt", "loads": [4]}]}
+            ],
+        }
+    )
+
+
+def test_grid_toml_pins_the_pool_and_cli_overrides_it() -> None:
+    from capsim.sweep.grid import expand, with_pool
+
+    spec = _grid(kv_cache_memory_bytes=20 * GiB, vllm_version="0.26")
+    (point,) = expand(spec)
+    assert point.cfg.engine.kv_cache_memory_bytes == 20 * GiB
+    assert point.cfg.engine.vllm_version == "0.26"
+    (over,) = expand(with_pool(spec, {"num_gpu_blocks_override": 400, "vllm_version": "0.33"}))
+    assert over.cfg.engine.num_gpu_blocks_override == 400
+    assert over.cfg.engine.vllm_version == "0.33"
+    assert over.point_id != point.point_id
+    with pytest.raises(ValueError, match="kv_cache_memory_bytes='x' must be an integer"):
+        _grid(kv_cache_memory_bytes="x")
+
+
+def test_whatif_candidate_carries_the_pin() -> None:
+    from capsim.sweep.whatif import Candidate
+
+    c = Candidate(
+        model="qwen3.5-35b-a3b",
+        gpu="B200",
+        tp=1,
+        gmu=0.9,
+        tree=None,
+        commit="storeall",
+        workload="sharegpt",
+        load_mode="concurrency",
+        pool=(("num_gpu_blocks_override", 321),),
+    )
+    assert c.config(8).engine.num_gpu_blocks_override == 321
