@@ -39,6 +39,13 @@ class GpuSpec:
     step_times: StepTimes = field(
         default="projected", metadata={"help": "measured here, or projected from a measured GPU"}
     )
+    non_torch_bytes: tuple[int, int] | None = field(
+        default=None,
+        metadata={
+            "help": "vLLM's logged non-torch memory per rank: (tp=1, extra when tp>1: NCCL "
+            "and all-reduce buffers); None = unknown (not charged)"
+        },
+    )
     sources: tuple[str, ...] = field(default=())
 
     def __post_init__(self) -> None:
@@ -65,7 +72,11 @@ class GpuSpec:
         return 1024 if self.is_sm100_family else 512
 
 
-_DATASHEETS = "NVIDIA product datasheets (HBM bandwidth, dense BF16 FLOP/s, NVLink)"
+# Non-torch memory vLLM logs per rank on an 8-GPU NVSwitch Hopper node, stock vLLM 0.19.0
+# (llm-d-planner accuracy logs, experiments/vllm_logs rows llama31-8b-h100-tp1-llmdplanner:
+# 0.25 GiB at tp=1, and llama31-8b-h100-tp2-llmdplanner: 2.07 GiB at tp=2, so 1.82 GiB more
+# once a TP communicator exists). These two rows are therefore fit rows of the validation.
+HOPPER_NVSWITCH_NON_TORCH: tuple[int, int] = (round(0.25 * GiB), round(1.82 * GiB))
 
 GPUS: dict[str, GpuSpec] = {
     g.name: g
@@ -79,7 +90,10 @@ GPUS: dict[str, GpuSpec] = {
             interconnect_bytes_per_s=900e9,
             sm_count=148,
             compute_capability=(10, 0),
+            non_torch_bytes=HOPPER_NVSWITCH_NON_TORCH,
             sources=(
+                "non-torch memory: HOPPER_NVSWITCH_NON_TORCH (H100 logs, vLLM 0.19; assumed "
+                "for the B200, no B200 log seen)",
                 "178 GiB per GPU: SPEC.md s5 (published runs)",
                 "8 TB/s HBM3e, 2.25 PFLOP/s dense BF16, NVLink5 1.8 TB/s bidirectional, "
                 "148 SMs, sm_100: NVIDIA HGX B200 datasheet / Blackwell tuning guide",
@@ -95,7 +109,10 @@ GPUS: dict[str, GpuSpec] = {
             sm_count=132,
             compute_capability=(9, 0),
             step_times="measured",
+            non_torch_bytes=HOPPER_NVSWITCH_NON_TORCH,
             sources=(
+                "non-torch memory: HOPPER_NVSWITCH_NON_TORCH (H100 logs, vLLM 0.19; assumed "
+                "the same on the H200: same NVSwitch generation)",
                 "143771 MiB: nvidia-smi on the lent H200 (device/KINDS.md, 2026-10-27)",
                 "132 SMs: the split-KV heuristic of kernels/bench/model_ops.py, H200 runs",
                 "4.8 TB/s HBM3e, 989 TFLOP/s dense BF16, NVLink4 900 GB/s bidirectional: "
@@ -111,8 +128,10 @@ GPUS: dict[str, GpuSpec] = {
             interconnect_bytes_per_s=450e9,
             sm_count=132,
             compute_capability=(9, 0),
+            non_torch_bytes=HOPPER_NVSWITCH_NON_TORCH,
             sources=(
                 "81559 MiB: nvidia-smi total on H100 SXM 80GB (public nvidia-smi outputs)",
+                "non-torch memory: HOPPER_NVSWITCH_NON_TORCH (vLLM 0.19 logs)",
                 "3.35 TB/s HBM3, 989 TFLOP/s dense BF16, 132 SMs: NVIDIA H100 SXM datasheet",
             ),
         ),

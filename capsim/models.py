@@ -351,6 +351,13 @@ def _quant_method(raw: dict[str, Any]) -> str:
     if "fp4" in algo or "nvfp4" in method:
         return "nvfp4"
     if method == "compressed-tensors":
+        fmt = str(q.get("format", ""))
+        if fmt == "float-quantized":
+            return "fp8"
+        if fmt == "nvfp4-pack-quantized":
+            return "nvfp4"
+        if fmt == "pack-quantized":
+            return "gptq"
         groups = q.get("config_groups") or {}
         bits = {int((g.get("weights") or {}).get("num_bits", 16)) for g in groups.values()}
         kinds = {str((g.get("weights") or {}).get("type", "")) for g in groups.values()}

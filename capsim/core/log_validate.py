@@ -22,12 +22,15 @@ from typing import Any
 
 from capsim.config import EngineConfig, SpecDecodeConfig
 from capsim.core.log_compare import Comparison, compare, settings_from_log
-from capsim.gpus import get_gpu
+from capsim.gpus import GpuSpec, get_gpu
+from capsim.units import GiB
 from capsim.io.vllm_log import VllmLog
 from capsim.models import PRESETS, ModelSpec, model_from_hf_config
 
 # Rows whose figures informed a decision in capsim (everything else is a prediction).
 ROLES: dict[str, str] = {
+    "llama31-8b-h100-tp1-llmdplanner": "fit: non-torch memory at tp=1 (gpus.py)",
+    "llama31-8b-h100-tp2-llmdplanner": "fit: non-torch memory added by tp>1 (gpus.py)",
     "qwen35-35b-tp4-gh50722": (
         "fit: read to settle the log semantics (0.26 'peak activation' excludes the graph "
         "estimate; 'Current kv cache memory in use' is the available KV)"
@@ -153,6 +156,28 @@ def resolve_model(hf_id: str, configs: dict[str, Path]) -> ModelSpec:
     raise ValueError(f"model_hf_id={hf_id!r}: no models/*.json with that _hf_id and no preset")
 
 
+def gpu_from_text(text: str, total_gib: float | None) -> GpuSpec:
+    """A row's GPU: a registry entry by name (a parenthetical note is dropped), else, when
+    the row logs the total memory, an unnamed GPU of that size (vLLM's tier and capture
+    ceiling then follow from the size alone: not an A100, not SM100)."""
+    name = text.split("(")[0].strip()
+    try:
+        return get_gpu(name)
+    except ValueError:
+        if total_gib is None:
+            raise ValueError(
+                f"gpu={text!r} is not in the registry and the row has no gpu_total_gib"
+            ) from None
+    base = get_gpu("H100")
+    return replace(
+        base,
+        name=f"unnamed {total_gib:g} GiB GPU",
+        device_name="",
+        total_memory_bytes=round(total_gib * GiB),
+        sources=(f"row: gpu {text!r}, total {total_gib} GiB; other fields are the H100's",),
+    )
+
+
 def _why(row: dict[str, str], c: Comparison | None, failure: str | None) -> str:
     reasons: list[str] = []
     if failure:
@@ -165,8 +190,6 @@ def _why(row: dict[str, str], c: Comparison | None, failure: str | None) -> str:
                 reasons.append(f"{term}: {label}")
         if c.differing:
             reasons.append("differs: " + ", ".join(c.differing))
-    if (row.get("pp") or "1").strip() not in ("", "1"):
-        reasons.append("pipeline parallel not modelled")
     return "; ".join(reasons)
 
 
@@ -187,9 +210,19 @@ def validate_dir(
         log = log_from_row(row)
         comparison = None
         failure = None
+        if (row.get("pp") or "1").strip() not in ("", "1"):
+            failure = (
+                f"pipeline parallel (pp={row['pp']}) is not modelled: capsim plans one "
+                "TP rank holding every layer"
+            )
+            results.append(
+                RowResult(rid, row.get("model_hf_id", ""), row.get("gpu", ""), log.tp,
+                          log.vllm_version or "?", None, role, failure)
+            )
+            continue
         try:
             model = resolve_model(row.get("model_hf_id", ""), configs)
-            gpu = get_gpu(row.get("gpu", ""))
+            gpu = gpu_from_text(row.get("gpu", ""), log.gpu_total_gib)
             settings = settings_from_log(
                 log, model=model, gpu=gpu, engine=base, spec=SpecDecodeConfig(num_spec_tok=0)
             )

@@ -27,8 +27,9 @@ What vLLM does at start-up (0.33 source, paths relative to the ``vllm/`` package
   * **runner buffers**: persistent input/position/hidden-state buffers sized by
     ``max_num_tokens`` (``GPUModelRunner.__init__``), part of ``total_consumed``.
   * **non-torch memory** (``total_consumed`` minus torch's growth: NCCL/custom
-    all-reduce buffers, cuBLAS workspaces created after the snapshot). Not modelled
-    (0) unless a log gives it.
+    all-reduce buffers, cuBLAS workspaces created after the snapshot). Not derivable
+    from vLLM's code (NCCL's buffers depend on the node): the GPU registry's
+    ``non_torch_bytes`` (vLLM 0.19 H100 logs) where known, else 0 ("not modelled").
   * **CUDA graphs** (``GPUModelRunner.profile_cudagraph_memory``): captures the first two
     graphs of each mode (FULL, PIECEWISE) into a scratch pool; per mode
     ``first + (n - 1) * max(second, 1 MiB)``; FULL and PIECEWISE overlay one pool, so the
@@ -400,9 +401,15 @@ def plan_memory(
     # Persistent runner buffers: input ids/positions (int64) and hidden-state staging.
     runner = max_batched * (2 * 8 + 2 * model.hidden_size * dtype_bytes(model.weight_dtype))
     sources["runner_buffers"] = "modelled"
-    non_torch = pick("non_torch", 0, None)
-    if sources["non_torch"] == "modelled":
-        sources["non_torch"] = "not modelled (0)"
+    if gpu.non_torch_bytes is not None:
+        base_nt, tp_nt = gpu.non_torch_bytes
+        non_torch = pick("non_torch", base_nt + (tp_nt if tp > 1 else 0), None)
+        if sources["non_torch"] == "modelled":
+            sources["non_torch"] = f"from logs ({gpu.name} registry, vLLM 0.19 H100 rows)"
+    else:
+        non_torch = pick("non_torch", 0, None)
+        if sources["non_torch"] == "modelled":
+            sources["non_torch"] = "not modelled (0): no log for this GPU"
     # CUDA graphs (profile_cudagraph_memory): the pool keeps the intermediates of the
     # largest captured batch plus vLLM's 1 MiB floor for every further graph.
     cap_max = 0
