@@ -98,6 +98,11 @@ def settings_from_log(
         upd["kv_cache_dtype"] = KV_DTYPES[log.kv_cache_dtype]
         if log.kv_cache_dtype == "int8_per_token_head":
             notes.append("int8_per_token_head KV: 1 byte/element, its per-head scales not counted")
+    if log.enable_prefix_caching and model.is_hybrid:
+        notes.append(
+            "prefix caching on (mamba_cache_mode 'align'): per-request mamba blocks and "
+            "the logged token count follow align-mode accounting (issue 14), not modelled here"
+        )
     if log.gpu_total_gib:
         gpu = with_total_memory(gpu, round(log.gpu_total_gib * GiB))
     else:

@@ -249,6 +249,10 @@ def _pct(x: float | None) -> str:
     return "-" if x is None else f"{100 * x:+.1f}%"
 
 
+def _abs_pct(x: float | None) -> str:
+    return "-" if x is None else f"{100 * x:.1f}%"
+
+
 def _cell(c: Comparison | None, term_prefix: str) -> str:
     if c is None:
         return "-"
@@ -302,8 +306,8 @@ def format_table(results: list[RowResult]) -> str:
         )
         pm, pn = s[f"{key}_prediction_median_abs"], s[f"{key}_prediction_n"]
         lines.append(
-            f"{key}: {n} rows, median |error| {_pct(med)}, max {_pct(mx)} "
-            f"(predictions only: {pn} rows, median {_pct(pm)}); target {tol}"
+            f"{key}: {n} rows, median |error| {_abs_pct(med)}, max {_abs_pct(mx)} "
+            f"(predictions only: {pn} rows, median {_abs_pct(pm)}); target {tol}"
         )
     return "\n".join(lines)
 

@@ -11,7 +11,22 @@ between points, never extrapolated); anything else stays modelled. Without the t
 from __future__ import annotations
 
 import functools
+from collections.abc import Callable
 from typing import Any
+
+
+def lookup_from_table(table: Any) -> Callable[[str, str, int, int], int | None]:
+    """A plan lookup over a loaded ``MemoryTerms`` table (None: not measured there)."""
+
+    def lookup(term: str, model: str, tp: int, x: int) -> int | None:
+        if table is None:
+            return None
+        try:
+            return int(round(table.bytes_at(term, model, tp, int(x))))
+        except ValueError:
+            return None
+
+    return lookup
 
 
 @functools.cache
@@ -28,10 +43,4 @@ def _table() -> Any:
 
 def measured_term(term: str, model: str, tp: int, x: int) -> int | None:
     """Bytes of ``term`` for ``model``/``tp`` at ``x`` on the term's axis, or None."""
-    table = _table()
-    if table is None:
-        return None
-    try:
-        return int(round(table.bytes_at(term, model, tp, int(x))))
-    except ValueError:
-        return None
+    return lookup_from_table(_table())(term, model, tp, x)
