@@ -225,6 +225,22 @@ GPUS: dict[str, GpuSpec] = {
             ),
         ),
         GpuSpec(
+            name="RTXA5000",
+            device_name="NVIDIA RTX A5000",
+            total_memory_bytes=24564 * MiB,
+            hbm_bandwidth_bytes_per_s=768e9,
+            dense_bf16_flop_per_s=111e12,
+            interconnect_bytes_per_s=32e9,
+            sm_count=64,
+            compute_capability=(8, 6),
+            sources=(
+                "24564 MiB: nvidia-smi total on RTX A5000 (public nvidia-smi outputs; torch's "
+                "total is a few hundred MiB lower)",
+                "768 GB/s GDDR6, 222 TFLOP/s sparse (111 dense) BF16 tensor, 64 SMs: NVIDIA "
+                "RTX A5000 datasheet",
+            ),
+        ),
+        GpuSpec(
             name="RTX3090",
             device_name="NVIDIA GeForce RTX 3090",
             total_memory_bytes=round(23.56 * GiB),
@@ -254,6 +270,7 @@ ALIASES: dict[str, str] = {
     "GeForce RTX 4090": "RTX4090",
     "GeForce RTX 5090": "RTX5090",
     "GeForce RTX 3090": "RTX3090",
+    "RTX A5000": "RTXA5000",
     "H100 SXM": "H100",
     "H100-SXM": "H100",
 }

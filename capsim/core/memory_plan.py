@@ -125,6 +125,8 @@ class MemoryPlan:
     non_torch_bytes: int
     cudagraph_bytes: int
     cudagraph_capture_max: int
+    cudagraph_piecewise_graphs: int
+    cudagraph_full_graphs: int
     term_sources: dict[str, str] = field(repr=False)
     kv_budget_bytes: int
     kv_cache_memory_pinned: bool
@@ -226,6 +228,40 @@ def capture_sizes(max_size: int) -> list[int]:
     up to 256, then steps of 16."""
     sizes = [1, 2, 4, *range(8, 256, 8), *range(256, max_size + 1, 16)]
     return [s for s in sizes if s <= max_size]
+
+
+def graph_descs(
+    max_num_seqs: int, query_len: int, ceiling: int, max_num_batched_tokens: int
+) -> tuple[list[int], list[int]]:
+    """(PIECEWISE sizes, FULL decode sizes) vLLM captures by default.
+
+    ``config/vllm.py:VllmConfig._set_cudagraph_sizes`` (0.33): the largest size is
+    ``min(max_num_seqs * query_len * 2, ceiling, max_num_batched_tokens)``; the token grid
+    ``capture_sizes`` up to it, plus, with drafts (query_len > 1), the uniform-decode sizes
+    ``n * query_len`` for the request-count grid of ``max_num_seqs`` (or ``max_num_seqs``
+    itself without drafts). PIECEWISE graphs cover every size, FULL graphs (mode
+    FULL_AND_PIECEWISE, the default) the uniform decode batches up to ``max_num_seqs``
+    requests. Backends that cannot run FULL graphs with drafts fall back to PIECEWISE only
+    (vLLM logs it); capsim counts both modes.
+    """
+    cap = min(max_num_seqs * query_len * 2, ceiling)
+    reqs = min(max_num_seqs, ceiling)
+    counts = sorted(
+        {n for n in (1, 2, 4) if n <= reqs}
+        | set(range(8, min(reqs + 1, 256), 8))
+        | set(range(256, reqs + 1, 16))
+        | {reqs}
+    )
+    if query_len > 1:
+        uniform = {n * query_len for n in counts if n * query_len <= cap}
+    else:
+        uniform = {max_num_seqs} if max_num_seqs <= cap else set()
+    cap = min(cap, max_num_batched_tokens)
+    sizes = sorted((set(capture_sizes(cap)) | uniform) - {s for s in uniform if s > cap})
+    full = [
+        s for s in sizes if s <= max_num_seqs * query_len and s % query_len == 0
+    ]
+    return sizes, full
 
 
 def forward_parts_bytes(model: ModelSpec, tp: int, num_tok: int) -> dict[str, int]:
@@ -412,13 +448,19 @@ def plan_memory(
             sources["non_torch"] = "not modelled (0): no log for this GPU"
     # CUDA graphs (profile_cudagraph_memory): the pool keeps the intermediates of the
     # largest captured batch plus vLLM's 1 MiB floor for every further graph.
-    cap_max = 0
+    # profile_cudagraph_memory: max over modes of the first (largest) capture, plus each
+    # mode's further graphs at max(second capture, 1 MiB); the first capture holds the
+    # intermediates of a forward at the largest size.
+    sizes: list[int] = []
+    full: list[int] = []
     if not engine.enforce_eager:
-        cap_max = min(max_num_seqs * spec.window_tok * 2, rules.capture_ceiling(gpu), max_batched)
-    sizes = capture_sizes(cap_max) if cap_max else []
+        sizes, full = graph_descs(
+            max_num_seqs, spec.window_tok, rules.capture_ceiling(gpu), max_batched
+        )
+    cap_max = max(sizes, default=0)
     modelled_cg = (
         forward_activation_bytes(model, tp, cap_max)
-        + max(len(sizes) - 1, 0) * CUDAGRAPH_PER_GRAPH_FLOOR_BYTES
+        + (max(len(sizes) - 1, 0) + max(len(full) - 1, 0)) * CUDAGRAPH_PER_GRAPH_FLOOR_BYTES
         if sizes
         else 0
     )
@@ -480,6 +522,8 @@ def plan_memory(
         non_torch_bytes=non_torch,
         cudagraph_bytes=cudagraph,
         cudagraph_capture_max=cap_max,
+        cudagraph_piecewise_graphs=len(sizes),
+        cudagraph_full_graphs=len(full),
         term_sources=sources,
         kv_budget_bytes=int(kv_budget),
         kv_cache_memory_pinned=engine.kv_cache_memory_bytes is not None,

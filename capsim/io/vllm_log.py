@@ -72,6 +72,9 @@ class VllmLog:
     non_torch_gib: float | None = None
     cudagraph_estimate_gib: float | None = None
     cudagraph_actual_gib: float | None = None
+    cudagraph_piecewise: int | None = None
+    cudagraph_full: int | None = None
+    cudagraph_largest: int | None = None
     available_kv_gib: float | None = None
     kv_cache_tokens: int | None = None
     max_concurrency: float | None = None
@@ -267,6 +270,11 @@ def parse_vllm_log(text: str) -> VllmLog:
         if m:
             first("gpu_total_gib", _f(m.group(1)))
             first("gmu", _f(m.group(2)))
+        m = re.search(r"Profiling CUDA graph memory: (.*)", line)
+        if m:
+            for mode, n, largest in re.findall(r"(PIECEWISE|FULL)=(\d+) \(largest=(\d+)\)", line):
+                first(f"cudagraph_{mode.lower()}", int(n))
+                log.cudagraph_largest = max(log.cudagraph_largest or 0, int(largest))
         m = re.search(rf"Estimated CUDA graph memory: {_NUM} GiB total", line)
         if m:
             first("cudagraph_estimate_gib", _f(m.group(1)))
