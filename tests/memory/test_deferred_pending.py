@@ -55,3 +55,13 @@ def test_deferred_plan_charges_pending_blocks(tree) -> None:  # type: ignore[no-
     reconstruct = plan_memory(model, gpu, engine, SpecDecodeConfig(num_spec_tok=3, tree_widths=tree, commit="reconstruct"))
     assert reconstruct.pending_bytes_per_request == 0
     assert plan.max_concurrency(4096) < reconstruct.max_concurrency(4096)
+
+
+def test_simulator_pool_holds_the_pending_blocks() -> None:
+    from capsim.simulate import pool_layout
+
+    model, gpu = get_model("qwen3.5-35b-a3b"), get_gpu("B200")
+    plan = plan_memory(model, gpu, EngineConfig(gmu=0.9), SpecDecodeConfig(commit="deferred"))
+    layout = pool_layout(plan)
+    assert layout.gdn_blocks_per_request == plan.gdn_blocks_per_request
+    assert plan.pending_blocks_per_request >= 1
