@@ -4,8 +4,22 @@ The table ``data/h200_memory_terms.csv`` is written by ``kernels/bench/memory_te
 lent H200 (the script's docstring says what each term is and which kernel ran; every row
 carries its kernel, source, command and date). One row is one measurement:
 
-- ``term``: ``gdn_prefill_transient``, ``sampler_dummy_run``, ``moe_workspace``,
-  ``cudagraph_pool`` and the extra terms the script writes beside them;
+- ``term``: what was measured (kernels/MEMORY_TERMS.md has the numbers and limits):
+
+  - ``gdn_prefill_transient`` (axis max_num_batched_tokens): scratch of vLLM's Triton/FLA
+    ``chunk_gated_delta_rule`` beyond its inputs and outputs, one GDN layer (layers run one
+    after another, so this is not multiplied by the layer count); not in vLLM's profiled peak;
+  - ``gdn_prefill_core_path``: the same for the whole prefill half of the GDN layer core;
+  - ``sampler_dummy_run`` (axis max_num_seqs): peak of vLLM's dummy sampler call over its
+    bf16 logits, including the Triton top-k/top-p buffer that stays cached;
+  - ``moe_workspace`` (axis max_num_batched_tokens): vLLM's fused-MoE workspace buffers,
+    kept by the workspace manager after the profile run; ``moe_grouped_mm_transient``: a
+    stand-in MoE forward's transient;
+  - ``cudagraph_pool`` (axis capture_size): device memory each capture added, largest
+    first, all vLLM capture sizes in one pool; ``cudagraph_pool_total`` (one row, the
+    largest capture size): the pool for all sizes; ``cudagraph_pool_vllm_estimate``: vLLM's
+    first + (n-1) x second formula on the same captures; ``cudagraph_pool_2periods``: the
+    total with 8 instead of 4 layers;
 - ``model``, ``tp``: the capsim preset and tensor-parallel degree whose per-GPU shapes ran;
 - ``max_num_batched_tokens``, ``max_num_seqs``, ``capture_size``: the settings (0 = not
   applicable); exactly one of them is the term's axis (the one that varies across its rows);

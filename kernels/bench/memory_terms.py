@@ -1116,7 +1116,8 @@ def main(argv: list[str] | None = None) -> int:
                         kernel="vllm0.33 TritonExperts workspace13/workspace2 + align buffers "
                         "(allocated and filled; fused_moe_kernel not run)",
                         source=f"{VLLM_REF}: fused_moe/experts/triton_moe.py workspace_shapes, "
-                        f"fused_moe/modular_kernel.py; {src_here}",
+                        "fused_moe/modular_kernel.py; measured here: torch.cuda.memory_allocated "
+                        "held by the buffers",
                     )
             if "moe_grouped_mm_transient" not in skip:
                 with _step(f"moe_grouped_mm/{s.model}/{t}", details, errors):

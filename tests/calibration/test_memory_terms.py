@@ -125,7 +125,11 @@ def test_committed_table_has_every_required_term_for_both_models():
             assert points, (term, model)
             for p in points:
                 assert p.kernel and p.source and p.command and p.date
-                assert p.bytes > 0, (term, model, p)
+            # cudagraph_pool rows are per-capture increments in one shared pool: the
+            # smaller sizes often fit in what the largest capture reserved (0 bytes)
+            assert max(p.bytes for p in points) > 0, (term, model)
+            if term != "cudagraph_pool":
+                assert min(p.bytes for p in points) > 0, (term, model)
 
 
 def test_committed_table_grids_and_orders():
@@ -142,6 +146,10 @@ def test_committed_table_grids_and_orders():
         assert samp[0].bytes < samp[1].bytes < samp[2].bytes
         pool = terms.points("cudagraph_pool", model, tp)
         assert max(p.capture_size for p in pool) == 512
+        total = terms.points("cudagraph_pool_total", model, tp)
+        assert len(total) == 1 and total[0].capture_size == 512
+        # the pool total is the sum of the per-size increments (same run, same pool)
+        assert total[0].bytes >= sum(p.bytes for p in pool) * 0.95
         # interpolation stays between its neighbours
         mid = terms.bytes_at("gdn_prefill_transient", model, tp, 12288)
         assert gdn[1].bytes <= mid <= gdn[2].bytes
