@@ -386,15 +386,15 @@ def plan_memory(
     # Activation peak of profile_run: the encoder pass (outputs kept), one forward over
     # max_num_batched_tokens, and the dummy sampler over max_num_seqs fp32 logit rows.
     # Measured parts (H200 table, exact model and tp, within the measured range) replace
-    # the shape estimates: gdn_prefill_transient and moe_workspace at
-    # max_num_batched_tokens, sampler_dummy_run at max_num_seqs.
+    # the shape estimates: moe_workspace at max_num_batched_tokens, sampler_dummy_run at
+    # max_num_seqs.
     enc_cache, enc_forward = encoder_profile_bytes(model, tp, max_batched) if multimodal else (0, 0)
     fwd = forward_parts_bytes(model, tp, max_batched)
     measured_parts: list[str] = []
-    for part, term, x in (
-        ("gdn", "gdn_prefill_transient", max_batched),
-        ("moe", "moe_workspace", max_batched),
-    ):
+    # Not gdn_prefill_transient: vLLM's profile run never reaches the chunk kernel
+    # (_forward_core returns while attn_metadata is None; kernels/MEMORY_TERMS.md), so the
+    # chunk scratch is a serving-time transient, not part of the profiled peak.
+    for part, term, x in (("moe", "moe_workspace", max_batched),):
         got = lookup(term, model.name, tp, x) if fwd[part] else None
         if got is not None:
             fwd[part] = int(got)
@@ -469,16 +469,20 @@ def plan_memory(
         if engine.subtract_cudagraph_memory is None
         else engine.subtract_cudagraph_memory
     )
-    cudagraph = pick("cudagraph", modelled_cg, ("cudagraph_pool", cap_max) if sizes else None)
+    cudagraph = pick(
+        "cudagraph", modelled_cg, ("cudagraph_pool_vllm_estimate", cap_max) if sizes else None
+    )
+    if sources["cudagraph"].startswith("measured"):
+        sources["cudagraph"] += " (full graphs of a stand-in decode step; piecewise not counted)"
     if not charge_cg and "cudagraph" not in log_terms:
         cudagraph, sources["cudagraph"] = 0, f"not charged (vLLM {rules.label})"
     elif (
         rules.gdn_capture_transient
         and model.is_hybrid
         and sizes
-        and sources["cudagraph"] == "modelled"
+        and sources["cudagraph"].startswith(("modelled", "measured"))
     ):
-        sources["cudagraph"] = "modelled; GDN capture transient (vllm #50780) not modelled"
+        sources["cudagraph"] += "; GDN capture transient (vllm #50780) not modelled"
     if engine.kv_cache_memory_bytes is not None:
         kv_budget = engine.kv_cache_memory_bytes
         sources["kv_cache_memory"] = "pinned"
