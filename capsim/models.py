@@ -90,6 +90,13 @@ class ModelSpec:
     vision: VisionSpec | None = field(
         default=None, metadata={"help": "vision tower (multimodal checkpoints)"}
     )
+    quant_scope: str = field(
+        default="linear",
+        metadata={
+            "help": "which weights a quantized checkpoint stores low-precision: 'linear' "
+            "(attention, GDN and expert projections) or 'experts' (routed/shared experts only)"
+        },
+    )
     ssm_state_dtype: str = field(
         default="bfloat16",
         metadata={"help": "vLLM default GDN recurrent state dtype (mamba_ssm_dtype)"},
@@ -132,6 +139,8 @@ class ModelSpec:
                 f"must be in 1..num_experts={self.num_experts}"
             )
         dtype_bytes(self.weight_dtype, field_name="weight_dtype")
+        if self.quant_scope not in ("linear", "experts"):
+            raise ValueError(f"model {self.name!r}: quant_scope={self.quant_scope!r} is unknown")
         if self.quantization not in QUANT_METHODS:
             raise ValueError(
                 f"model {self.name!r}: quantization={self.quantization!r} is unknown "

@@ -86,6 +86,13 @@ def settings_from_log(
             upd[field_name] = value
     if log.vllm_version:
         upd["vllm_version"] = log.vllm_version
+        from capsim.core.vllm_versions import rules_for
+
+        if not rules_for(log.vllm_version).v1_engine:
+            notes.append(
+                f"vLLM {log.vllm_version} runs the V0 engine: its profile run and budget "
+                "differ from the V1 accounting capsim follows"
+            )
     else:
         notes.append(f"vLLM version not in the log: rules of {engine.vllm_version}")
     if log.gmu is None:
@@ -174,6 +181,27 @@ def _row(
     return TermRow(term, log, capsim, unit, f"differs ({pct})", src)
 
 
+def _graph_row(log: VllmLog, plan: MemoryPlan | None, g, src: dict[str, str]) -> TermRow:  # type: ignore[no-untyped-def]
+    label = src.get("cudagraph", "")
+    if label.startswith("not charged"):
+        return TermRow(
+            "CUDA graph estimate (GiB)",
+            log.cudagraph_estimate_gib,
+            0.0,
+            "GiB",
+            "not charged in this version",
+            label,
+        )
+    return _row(
+        "CUDA graph estimate (GiB)",
+        log.cudagraph_estimate_gib,
+        g(plan.cudagraph_bytes) if plan else None,
+        "GiB",
+        0.10,
+        label,
+    )
+
+
 def compare(settings: Settings, log: VllmLog) -> Comparison:
     """Plan with the log's settings and set every term beside the log's value."""
     s = settings
@@ -190,6 +218,29 @@ def compare(settings: Settings, log: VllmLog) -> Comparison:
             pinned = plan_memory(s.model, s.gpu, pin, s.spec)
         except ValueError:
             pinned = None
+    notes = list(s.notes)
+    if plan is not None and s.model.quantization != "none" and s.model.quant_scope == "linear":
+        # The checkpoint's ignore list is rarely in a log: show the other common layout.
+        alt_model = replace(s.model, quant_scope="experts")
+        try:
+            alt = plan_memory(alt_model, s.gpu, s.engine, s.spec)
+        except ValueError as exc:
+            alt = None
+            notes.append(
+                f"{s.model.quantization} weights assumed on attention, GDN and expert/MLP "
+                f"linears; with those projections in bf16 this deployment would not start "
+                f"({str(exc)[:80]}...)"
+            )
+        if alt is not None:
+            err = ""
+            if log.available_kv_gib:
+                err = f", available KV {100 * _rel(alt.kv_budget_bytes / GiB, log.available_kv_gib):+.1f}%"
+            notes.append(
+                f"{s.model.quantization} weights assumed on attention, GDN and expert linears; "
+                f"experts-only would give weights {alt.weights_bytes / GiB:.2f} GiB{err} "
+                "(not chosen: the checkpoint's ignore list is not in the row)"
+            )
+    s = replace(s, notes=tuple(notes))
     g = (lambda b: round(b / GiB, 2)) if plan else (lambda b: None)  # noqa: E731
     src = plan.term_sources if plan else {}
     rows = [
@@ -200,8 +251,7 @@ def compare(settings: Settings, log: VllmLog) -> Comparison:
              src.get("activation_peak", "")),
         _row("non-torch (GiB)", log.non_torch_gib, g(plan.non_torch_bytes) if plan else None,
              "GiB", 0.10, src.get("non_torch", "")),
-        _row("CUDA graph estimate (GiB)", log.cudagraph_estimate_gib,
-             g(plan.cudagraph_bytes) if plan else None, "GiB", 0.10, src.get("cudagraph", "")),
+        _graph_row(log, plan, g, src),
         _row("CUDA graphs captured (PIECEWISE)", log.cudagraph_piecewise,
              plan.cudagraph_piecewise_graphs if plan else None, "", None,
              "_set_cudagraph_sizes"),

@@ -29,6 +29,15 @@ class VersionRule:
 
 RULES: tuple[VersionRule, ...] = (
     VersionRule(
+        "v1_engine",
+        "the V1 engine (the profiling and KV accounting capsim follows) is the default",
+        False,
+        True,
+        (0, 8),
+        "vLLM 0.8.0 release notes (V1 engine on by default); older logs come from the V0 "
+        "worker (worker.py 'Memory profiling takes ...'), whose profile run differs",
+    ),
+    VersionRule(
         "default_gmu",
         "gpu_memory_utilization when not given",
         0.9,
@@ -86,6 +95,7 @@ class VllmRules:
     """Every rule of ``RULES`` resolved for one release."""
 
     version: tuple[int, int]
+    v1_engine: bool
     default_gmu: float
     charge_cudagraph_memory: bool
     gdn_capture_transient: bool

@@ -113,7 +113,8 @@ def weight_breakdown_bytes(
     """Weight bytes per GPU by component.
 
     A quantized checkpoint (``model.quantization``) stores the attention and GDN
-    projections and the expert (routed and shared) weights at ``QUANT_BYTES_PER_PARAM``;
+    projections and the expert (routed and shared) weights at ``QUANT_BYTES_PER_PARAM``
+    (``quant_scope="experts"``: the expert weights only);
     embeddings, lm_head, norms, the router, the GDN conv/ba/gates, the MTP layer and the
     vision tower stay in ``weight_dtype`` (what Qwen's FP8/NVFP4 checkpoints list as not
     converted; a checkpoint with another ignore list differs).
@@ -130,8 +131,9 @@ def weight_breakdown_bytes(
         router += model.hidden_size if model.shared_expert_intermediate_size else 0
     else:
         router = 0
-    attn_q = attention_quantizable_params(model, tp)
-    gdn_q = gdn_quantizable_params(model, tp) if model.num_gdn_layers else 0
+    experts_only = model.quant_scope == "experts"
+    attn_q = 0 if experts_only else attention_quantizable_params(model, tp)
+    gdn_q = gdn_quantizable_params(model, tp) if model.num_gdn_layers and not experts_only else 0
 
     def mixed(total: int, quantized: int) -> int:
         return int(round((total - quantized) * b + quantized * qb))

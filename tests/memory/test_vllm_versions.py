@@ -67,3 +67,7 @@ def test_b200_tier_changes_the_pool_at_0_28() -> None:
     p28 = plan_memory(model, gpu, EngineConfig(gmu=0.9, vllm_version="0.28"), spec)
     assert (p27.max_num_batched_tokens, p28.max_num_batched_tokens) == (8192, 16384)
     assert p28.runner_buffers_bytes == 2 * p27.runner_buffers_bytes
+
+
+def test_v0_engine_before_0_8() -> None:
+    assert rules_for("0.7").v1_engine is False and rules_for("0.8").v1_engine is True
