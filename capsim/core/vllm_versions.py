@@ -60,7 +60,8 @@ RULES: tuple[VersionRule, ...] = (
     VersionRule(
         "gdn_capture_transient",
         "first FULL capture (profile_seq_lens = mnbt // size) charges a GDN transient "
-        "that grows with max_num_batched_tokens as graph memory",
+        "that grows with max_num_batched_tokens as graph memory (capsim flags it in the "
+        "plan's labels; its size is not modelled: no measurement isolates it)",
         False,
         True,
         (0, 26),
