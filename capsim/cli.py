@@ -287,15 +287,20 @@ def memory(
 
     def mode():  # type: ignore[no-untyped-def]
         engine, spec = engine_and_spec()
-        source = ctx.get_parameter_source("model")
+
+        def given(name: str) -> bool:
+            source = ctx.get_parameter_source(name)
+            return source is not None and source.name != "DEFAULT"
+
         return run_memory_mode(
             pool,
             model_name=model,
             gpu_name=gpu,
             engine=engine,
             spec=spec,
-            model_given=source is not None and source.name != "DEFAULT",
+            model_given=given("model"),
             as_json=as_json,
+            gpu_given=given("gpu"),
         )
 
     if _run_or_fail(mode):

@@ -143,6 +143,7 @@ def run_memory_mode(
     spec: SpecDecodeConfig,
     model_given: bool,
     as_json: bool,
+    gpu_given: bool = True,
 ) -> bool:
     """Run --version-rules / --validate / --from-log if one was given; True if it ran."""
     if params.get("version_rules"):
@@ -152,8 +153,16 @@ def run_memory_mode(
         _validate(Path(params["validate"]), params.get("validate_out"), as_json)
         return True
     if params.get("from_log") is not None:
-        _from_log(Path(params["from_log"]), model_name, gpu_name, engine, spec, model_given,
-                  as_json)
+        _from_log(
+            Path(params["from_log"]),
+            model_name,
+            gpu_name,
+            engine,
+            spec,
+            model_given,
+            as_json,
+            gpu_given,
+        )
         return True
     return False
 
@@ -188,8 +197,10 @@ def _from_log(
     spec: SpecDecodeConfig,
     model_given: bool,
     as_json: bool,
+    gpu_given: bool = True,
 ) -> None:
     from capsim.core.log_compare import compare, format_comparison, settings_from_log
+    from capsim.core.log_validate import gpu_from_text
     from capsim.gpus import get_gpu
     from capsim.io.vllm_log import read_vllm_log
     from capsim.models import get_model
@@ -204,8 +215,12 @@ def _from_log(
                 "give --model PRESET or --model config.json"
             )
         model_name = guessed
+    if gpu_given or log.gpu_total_gib is None:
+        gpu = get_gpu(gpu_name)
+    else:  # the log's total memory, no GPU name: vLLM's size-based defaults
+        gpu = gpu_from_text("unnamed", log.gpu_total_gib)
     settings = settings_from_log(
-        log, model=get_model(model_name), gpu=get_gpu(gpu_name), engine=engine, spec=spec
+        log, model=get_model(model_name), gpu=gpu, engine=engine, spec=spec
     )
     c = compare(settings, log)
     if as_json:

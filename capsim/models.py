@@ -350,9 +350,7 @@ _QUANT_ALIASES: dict[str, str] = {
 
 def _quant_method(raw: dict[str, Any]) -> str:
     """Map ``quantization_config`` to one of QUANT_METHODS (none when absent)."""
-    q = raw.get("quantization_config") or (raw.get("text_config") or {}).get(
-        "quantization_config"
-    )
+    q = raw.get("quantization_config") or (raw.get("text_config") or {}).get("quantization_config")
     if not q:
         return "none"
     method = str(q.get("quant_method", "")).lower()

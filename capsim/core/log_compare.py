@@ -234,38 +234,90 @@ def compare(settings: Settings, log: VllmLog) -> Comparison:
         if alt is not None:
             err = ""
             if log.available_kv_gib:
-                err = f", available KV {100 * _rel(alt.kv_budget_bytes / GiB, log.available_kv_gib):+.1f}%"
+                rel = _rel(alt.kv_budget_bytes / GiB, log.available_kv_gib)
+                err = f", available KV {100 * rel:+.1f}%"
             notes.append(
                 f"{s.model.quantization} weights assumed on attention, GDN and expert linears; "
                 f"experts-only would give weights {alt.weights_bytes / GiB:.2f} GiB{err} "
                 "(not chosen: the checkpoint's ignore list is not in the row)"
             )
     s = replace(s, notes=tuple(notes))
-    g = (lambda b: round(b / GiB, 2)) if plan else (lambda b: None)  # noqa: E731
+    g = (lambda b: round(b / GiB, 2)) if plan else (lambda b: None)
     src = plan.term_sources if plan else {}
     rows = [
-        _row("weights (GiB)", log.weights_gib, g(plan.weights_bytes) if plan else None, "GiB",
-             WEIGHTS_TOL, src.get("weights", "")),
-        _row("peak activation (GiB)", log.peak_activation_gib,
-             g(plan.activation_peak_bytes) if plan else None, "GiB", 0.10,
-             src.get("activation_peak", "")),
-        _row("non-torch (GiB)", log.non_torch_gib, g(plan.non_torch_bytes) if plan else None,
-             "GiB", 0.10, src.get("non_torch", "")),
+        _row(
+            "weights (GiB)",
+            log.weights_gib,
+            g(plan.weights_bytes) if plan else None,
+            "GiB",
+            WEIGHTS_TOL,
+            src.get("weights", ""),
+        ),
+        _row(
+            "peak activation (GiB)",
+            log.peak_activation_gib,
+            g(plan.activation_peak_bytes) if plan else None,
+            "GiB",
+            0.10,
+            src.get("activation_peak", ""),
+        ),
+        _row(
+            "non-torch (GiB)",
+            log.non_torch_gib,
+            g(plan.non_torch_bytes) if plan else None,
+            "GiB",
+            0.10,
+            src.get("non_torch", ""),
+        ),
         _graph_row(log, plan, g, src),
-        _row("CUDA graphs captured (PIECEWISE)", log.cudagraph_piecewise,
-             plan.cudagraph_piecewise_graphs if plan else None, "", None,
-             "_set_cudagraph_sizes"),
-        _row("largest capture size (tok)", log.cudagraph_largest,
-             plan.cudagraph_capture_max if plan else None, "tok", None, "_set_cudagraph_sizes"),
-        _row("available KV (GiB)", log.available_kv_gib,
-             g(plan.kv_budget_bytes) if plan else None, "GiB", KV_TOL, "result"),
-        _row("attention block size (tok)", log.attention_block_size,
-             plan.block_size_tok if plan else None, "tok", None, "page unification"),
-        _row("mamba page padding (%)", log.mamba_page_padding_pct,
-             round(plan.mamba_padding_pct, 2) if plan else None, "%", None, "page unification"),
-        _row("GPU KV cache size (tok, pool pinned to the log)", log.kv_cache_tokens,
-             pinned.vllm_kv_cache_tokens() if pinned else None, "tok", 0.005,
-             "groups and pages"),
+        _row(
+            "CUDA graphs captured (PIECEWISE)",
+            log.cudagraph_piecewise,
+            plan.cudagraph_piecewise_graphs if plan else None,
+            "",
+            None,
+            "_set_cudagraph_sizes",
+        ),
+        _row(
+            "largest capture size (tok)",
+            log.cudagraph_largest,
+            plan.cudagraph_capture_max if plan else None,
+            "tok",
+            None,
+            "_set_cudagraph_sizes",
+        ),
+        _row(
+            "available KV (GiB)",
+            log.available_kv_gib,
+            g(plan.kv_budget_bytes) if plan else None,
+            "GiB",
+            KV_TOL,
+            "result",
+        ),
+        _row(
+            "attention block size (tok)",
+            log.attention_block_size,
+            plan.block_size_tok if plan else None,
+            "tok",
+            None,
+            "page unification",
+        ),
+        _row(
+            "mamba page padding (%)",
+            log.mamba_page_padding_pct,
+            round(plan.mamba_padding_pct, 2) if plan else None,
+            "%",
+            None,
+            "page unification",
+        ),
+        _row(
+            "GPU KV cache size (tok, pool pinned to the log)",
+            log.kv_cache_tokens,
+            pinned.vllm_kv_cache_tokens() if pinned else None,
+            "tok",
+            0.005,
+            "groups and pages",
+        ),
     ]
     errors: dict[str, float] = {}
     if plan is not None:
@@ -278,6 +330,10 @@ def compare(settings: Settings, log: VllmLog) -> Comparison:
     if pinned is not None and log.kv_cache_tokens:
         errors["kv_cache_tokens_pinned"] = _rel(pinned.vllm_kv_cache_tokens(), log.kv_cache_tokens)
     return Comparison(s, plan, pinned, tuple(rows), tuple(log.missing()), errors, failure)
+
+
+def _num(x: float) -> str:
+    return f"{x:,.0f}" if float(x).is_integer() and abs(x) >= 10_000 else f"{x:g}"
 
 
 def format_comparison(c: Comparison) -> str:
@@ -297,8 +353,8 @@ def format_comparison(c: Comparison) -> str:
         lines.append(f"  capsim cannot plan this deployment: {c.failure}")
     lines.append(f"  {'term':<48}{'log':>12}{'capsim':>12}  {'status':<22}source")
     for r in c.rows:
-        lg = "-" if r.log is None else f"{r.log:g}"
-        cp = "-" if r.capsim is None else f"{r.capsim:g}"
+        lg = "-" if r.log is None else _num(r.log)
+        cp = "-" if r.capsim is None else _num(r.capsim)
         lines.append(f"  {r.term:<48}{lg:>12}{cp:>12}  {r.status:<22}{r.source}")
     diff = c.differing
     lines.append("  differs: " + (", ".join(diff) if diff else "nothing beyond tolerance"))

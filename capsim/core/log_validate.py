@@ -23,9 +23,9 @@ from typing import Any
 from capsim.config import EngineConfig, SpecDecodeConfig
 from capsim.core.log_compare import Comparison, compare, settings_from_log
 from capsim.gpus import GpuSpec, get_gpu
-from capsim.units import GiB
 from capsim.io.vllm_log import VllmLog
 from capsim.models import PRESETS, ModelSpec, model_from_hf_config
+from capsim.units import GiB
 
 # Rows whose figures informed a decision in capsim (everything else is a prediction).
 ROLES: dict[str, str] = {
@@ -174,6 +174,7 @@ def gpu_from_text(text: str, total_gib: float | None) -> GpuSpec:
         name=f"unnamed {total_gib:g} GiB GPU",
         device_name="",
         total_memory_bytes=round(total_gib * GiB),
+        non_torch_bytes=None,
         sources=(f"row: gpu {text!r}, total {total_gib} GiB; other fields are the H100's",),
     )
 
@@ -193,9 +194,7 @@ def _why(row: dict[str, str], c: Comparison | None, failure: str | None) -> str:
     return "; ".join(reasons)
 
 
-def validate_dir(
-    directory: Path, *, default_engine: EngineConfig | None = None
-) -> list[RowResult]:
+def validate_dir(directory: Path, *, default_engine: EngineConfig | None = None) -> list[RowResult]:
     csv_path = directory / "startups.csv"
     if not csv_path.is_file():
         raise ValueError(f"--validate {directory}: no startups.csv there")
@@ -216,8 +215,16 @@ def validate_dir(
                 "TP rank holding every layer"
             )
             results.append(
-                RowResult(rid, row.get("model_hf_id", ""), row.get("gpu", ""), log.tp,
-                          log.vllm_version or "?", None, role, failure)
+                RowResult(
+                    rid,
+                    row.get("model_hf_id", ""),
+                    row.get("gpu", ""),
+                    log.tp,
+                    log.vllm_version or "?",
+                    None,
+                    role,
+                    failure,
+                )
             )
             continue
         try:

@@ -258,9 +258,7 @@ def graph_descs(
         uniform = {max_num_seqs} if max_num_seqs <= cap else set()
     cap = min(cap, max_num_batched_tokens)
     sizes = sorted((set(capture_sizes(cap)) | uniform) - {s for s in uniform if s > cap})
-    full = [
-        s for s in sizes if s <= max_num_seqs * query_len and s % query_len == 0
-    ]
+    full = [s for s in sizes if s <= max_num_seqs * query_len and s % query_len == 0]
     return sizes, full
 
 
@@ -314,7 +312,9 @@ def sampler_peak_bytes(model: ModelSpec, num_reqs: int) -> int:
     return num_reqs * (padded_vocab(model) * b + 3 * model.vocab_size * 4)
 
 
-def encoder_profile_bytes(model: ModelSpec, tp: int, max_num_batched_tokens: int) -> tuple[int, int]:
+def encoder_profile_bytes(
+    model: ModelSpec, tp: int, max_num_batched_tokens: int
+) -> tuple[int, int]:
     """(encoder_cache_bytes, vision_forward_peak_bytes) of profile_run's multimodal pass.
 
     vLLM profiles ``max_items = max(encoder_budget // max_tok, 1)`` images of the largest
@@ -419,14 +419,16 @@ def plan_memory(
         sources["activation_peak"] = "from log"
     else:
         activation = modelled_peak
-        top = "sampler" if sampler >= forward else max(
-            ("gdn", "moe", "attention"), key=lambda k: fwd[k]
+        top = (
+            "sampler"
+            if sampler >= forward
+            else max(("gdn", "moe", "attention"), key=lambda k: fwd[k])
         )
         if top in measured_parts:
-            sources["activation_peak"] = (
-                f"measured (H200): {top}"
-                + (f"; also measured: {', '.join(p for p in measured_parts if p != top)}"
-                   if len(measured_parts) > 1 else "")
+            sources["activation_peak"] = f"measured (H200): {top}" + (
+                f"; also measured: {', '.join(p for p in measured_parts if p != top)}"
+                if len(measured_parts) > 1
+                else ""
             )
         else:
             sources["activation_peak"] = "modelled" + (

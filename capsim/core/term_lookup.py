@@ -22,7 +22,7 @@ def lookup_from_table(table: Any) -> Callable[[str, str, int, int], int | None]:
         if table is None:
             return None
         try:
-            return int(round(table.bytes_at(term, model, tp, int(x))))
+            return round(table.bytes_at(term, model, tp, int(x)))
         except ValueError:
             return None
 

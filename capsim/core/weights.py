@@ -79,9 +79,9 @@ def gdn_quantizable_params(model: ModelSpec, tp: int) -> int:
     """GDN projection weights a quantized checkpoint stores low-precision (qkvz, out)."""
     hk, hv = model.linear_num_key_heads, model.linear_num_value_heads
     dk, dv = model.linear_key_head_dim, model.linear_value_head_dim
-    return model.hidden_size * (2 * hk * dk + 2 * hv * dv) // tp + (
-        hv * dv // tp
-    ) * model.hidden_size
+    return (
+        model.hidden_size * (2 * hk * dk + 2 * hv * dv) // tp + (hv * dv // tp) * model.hidden_size
+    )
 
 
 def attention_quantizable_params(model: ModelSpec, tp: int) -> int:
@@ -136,13 +136,12 @@ def weight_breakdown_bytes(
     gdn_q = gdn_quantizable_params(model, tp) if model.num_gdn_layers and not experts_only else 0
 
     def mixed(total: int, quantized: int) -> int:
-        return int(round((total - quantized) * b + quantized * qb))
+        return round((total - quantized) * b + quantized * qb)
 
     out = {
         "embedding": embed * b,
         "lm_head": lm_head * b,
-        "attention": model.num_attn_layers
-        * mixed(attention_layer_params(model, tp), attn_q),
+        "attention": model.num_attn_layers * mixed(attention_layer_params(model, tp), attn_q),
         "gdn": model.num_gdn_layers * mixed(gdn_layer_params(model, tp), gdn_q)
         if model.num_gdn_layers
         else 0,

@@ -29,6 +29,7 @@ Figures vLLM prints in GiB rounded to 2 decimals are kept as GiB floats.
 from __future__ import annotations
 
 import ast
+import contextlib
 import re
 from dataclasses import dataclass, field, fields
 from pathlib import Path
@@ -149,10 +150,8 @@ def _non_default_args(text: str) -> dict[str, Any]:
         out["served_model_name"] = [m.group(1)]
     m = re.search(r"'limit_mm_per_prompt':\s*(\{[^}]*\})", body)
     if m:
-        try:
+        with contextlib.suppress(ValueError, SyntaxError):
             out["limit_mm_per_prompt"] = ast.literal_eval(m.group(1))
-        except (ValueError, SyntaxError):
-            pass
     return out
 
 
@@ -173,7 +172,9 @@ def _apply_args(log: VllmLog, args: dict[str, Any]) -> None:
             log.speculative_method = str(spec["method"])
     mm = args.get("limit_mm_per_prompt")
     if isinstance(mm, dict):
-        log.limit_mm_per_prompt = max((int(v) for v in mm.values() if isinstance(v, int)), default=0)
+        log.limit_mm_per_prompt = max(
+            (int(v) for v in mm.values() if isinstance(v, int)), default=0
+        )
     elif isinstance(mm, int):
         log.limit_mm_per_prompt = mm
     if args.get("language_model_only") is True:
@@ -266,7 +267,9 @@ def parse_vllm_log(text: str) -> VllmLog:
             first("weights_gib", _f(m.group(1)))
             first("non_torch_gib", _f(m.group(2)))
             first("peak_activation_gib", _f(m.group(3)))
-        m = re.search(rf"total_gpu_memory \({_NUM} ?GiB\) x gpu_memory_utilization \({_NUM}\)", line)
+        m = re.search(
+            rf"total_gpu_memory \({_NUM} ?GiB\) x gpu_memory_utilization \({_NUM}\)", line
+        )
         if m:
             first("gpu_total_gib", _f(m.group(1)))
             first("gmu", _f(m.group(2)))
@@ -278,7 +281,9 @@ def parse_vllm_log(text: str) -> VllmLog:
         m = re.search(rf"Estimated CUDA graph memory: {_NUM} GiB total", line)
         if m:
             first("cudagraph_estimate_gib", _f(m.group(1)))
-        m = re.search(rf"CUDA graph pool memory: {_NUM} GiB \(actual\), {_NUM} GiB \(estimated\)", line)
+        m = re.search(
+            rf"CUDA graph pool memory: {_NUM} GiB \(actual\), {_NUM} GiB \(estimated\)", line
+        )
         if m:
             first("cudagraph_actual_gib", _f(m.group(1)))
             first("cudagraph_estimate_gib", _f(m.group(2)))

@@ -15,8 +15,8 @@ from typing import Any
 import click
 import pandas as pd
 
-from capsim.sweep.executors import EXECUTORS, make_executor
 from capsim.memory_cli import pool_override_options, pool_overrides
+from capsim.sweep.executors import EXECUTORS, make_executor
 from capsim.sweep.grid import PUBLISHED_GRID, load_spec, restrict, with_pool
 
 
@@ -278,9 +278,7 @@ def whatif_cmd(
             blocks=(
                 Block(
                     name="whatif",
-                    deployments=(
-                        Deployment(model=model, gpu=gpu, tp=tp, gmu=gmus, **pins),
-                    ),
+                    deployments=(Deployment(model=model, gpu=gpu, tp=tp, gmu=gmus, **pins),),
                     workloads=(WorkloadLoads(name=workload, mode=load_mode, loads=(1.0,)),),  # type: ignore[arg-type]
                     trees=shapes,
                 ),

@@ -309,8 +309,7 @@ def with_pool(spec: SweepSpec, pool: dict[str, Any]) -> SweepSpec:
     if not upd:
         return spec
     blocks = tuple(
-        replace(b, deployments=tuple(replace(d, **upd) for d in b.deployments))
-        for b in spec.blocks
+        replace(b, deployments=tuple(replace(d, **upd) for d in b.deployments)) for b in spec.blocks
     )
     return replace(spec, blocks=blocks)
 

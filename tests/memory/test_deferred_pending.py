@@ -22,13 +22,13 @@ def _kernel_pending_bytes_per_request(model, tp: int, w: int, batch: int = 3) ->
     v_like = torch.empty(batch, w, hv, model.linear_value_head_dim, dtype=torch.bfloat16)
     parent = torch.arange(-1, w - 1, dtype=torch.int32)
     p = PendingCommit.empty(k_like, v_like, parent)
-    per_batch = sum(
-        t.numel() * t.element_size() for t in (p.k, p.vt, p.log_gate, p.accepted)
-    )
+    per_batch = sum(t.numel() * t.element_size() for t in (p.k, p.vt, p.log_gate, p.accepted))
     return per_batch / batch
 
 
-@pytest.mark.parametrize(("name", "tp", "w"), [("qwen3.5-35b-a3b", 1, 40), ("qwen3.5-397b-a17b", 8, 15)])
+@pytest.mark.parametrize(
+    ("name", "tp", "w"), [("qwen3.5-35b-a3b", 1, 40), ("qwen3.5-397b-a17b", 8, 15)]
+)
 def test_pending_bytes_match_the_kernel_buffers(name: str, tp: int, w: int) -> None:
     model = get_model(name)
     assert pending_bytes_per_layer(model, tp, w) == _kernel_pending_bytes_per_request(model, tp, w)
@@ -48,11 +48,15 @@ def test_deferred_plan_charges_pending_blocks(tree) -> None:  # type: ignore[no-
     engine = EngineConfig(gmu=0.9)
     spec = SpecDecodeConfig(num_spec_tok=3, tree_widths=tree, commit="deferred")
     plan = plan_memory(model, gpu, engine, spec)
-    pending = PENDING_SETS * model.num_gdn_layers * pending_bytes_per_layer(model, 1, spec.window_tok)
+    pending = (
+        PENDING_SETS * model.num_gdn_layers * pending_bytes_per_layer(model, 1, spec.window_tok)
+    )
     assert plan.pending_bytes_per_request == pending
     assert plan.pending_blocks_per_request == cdiv(pending, plan.bytes_per_block)
     assert plan.gdn_blocks_per_request == plan.num_gdn_groups + plan.pending_blocks_per_request
-    reconstruct = plan_memory(model, gpu, engine, SpecDecodeConfig(num_spec_tok=3, tree_widths=tree, commit="reconstruct"))
+    reconstruct = plan_memory(
+        model, gpu, engine, SpecDecodeConfig(num_spec_tok=3, tree_widths=tree, commit="reconstruct")
+    )
     assert reconstruct.pending_bytes_per_request == 0
     assert plan.max_concurrency(4096) < reconstruct.max_concurrency(4096)
 

@@ -17,7 +17,7 @@ def test_every_gpu_is_sourced_and_complete() -> None:
 
 def test_exactly_one_measured_gpu_and_calibration_uses_it() -> None:
     assert measured_gpu().name == "H200"
-    assert calibrated.MEASURED_GPU == measured_gpu().name
+    assert measured_gpu().name == calibrated.MEASURED_GPU
 
 
 @pytest.mark.parametrize(

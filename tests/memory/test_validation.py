@@ -26,9 +26,7 @@ def test_every_row_gets_a_result_and_every_miss_a_why(tmp_path: Path) -> None:
             assert r.why, r.row_id
     assert {r.row_id for r in results if r.role != "prediction"} <= set(ROLES)
     out = tmp_path / "v.csv"
-    res = CliRunner().invoke(
-        main, ["memory", "--validate", str(LOGS), "--validate-out", str(out)]
-    )
+    res = CliRunner().invoke(main, ["memory", "--validate", str(LOGS), "--validate-out", str(out)])
     assert res.exit_code == 0, res.output
     assert "available_kv:" in res.output and "weights:" in res.output
     with out.open() as fh:

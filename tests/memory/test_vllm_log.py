@@ -18,7 +18,12 @@ def test_gh50722_v026_actual_usage_line() -> None:
     """vllm issue #50722 (Qwen3.5-35B-A3B, TP4, 0.26.0): the pre-0.27 'Actual usage' form."""
     log = read_vllm_log(EXCERPTS / "qwen35-35b-tp4-gh50722.log")
     assert log.vllm_version == "0.26.0"
-    assert (log.tp, log.gmu, log.max_model_len, log.max_num_batched_tokens) == (4, 0.85, 183872, 40000)
+    assert (log.tp, log.gmu, log.max_model_len, log.max_num_batched_tokens) == (
+        4,
+        0.85,
+        183872,
+        40000,
+    )
     assert log.served_model_name == "Qwen/Qwen3.5-35B-A3B"
     assert (log.gpu_free_gib, log.gpu_total_gib, log.requested_gib) == (77.78, 79.33, 67.43)
     assert (log.weights_gib, log.peak_activation_gib, log.non_torch_gib) == (16.92, 5.66, 0.13)
