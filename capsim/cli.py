@@ -443,7 +443,12 @@ def simulate(
     s = result.summary
     click.echo(
         f"{result.config['model']} on {result.config['gpu']} "
-        f"gmu={result.config['engine']['gmu']} "
+        + (
+            f"kv pinned {result.config['engine']['kv_cache_memory_bytes'] / GiB:.2f} GiB "
+            if result.config["engine"].get("kv_cache_memory_bytes")
+            else f"gmu={result.config['engine']['gmu']} "
+        )
+        + f"vLLM {result.config['engine']['vllm_version']} "
         f"commit={result.config['spec']['commit']} workload={workload} "
         f"load={s['offered_load']}  ({wall_s:.2f} s wall)"
     )

@@ -230,7 +230,7 @@ def _from_log(
                     "log": log.as_dict(),
                     "missing": list(c.missing),
                     "notes": list(settings.notes),
-                    "terms": [r.__dict__ if hasattr(r, "__dict__") else _row(r) for r in c.rows],
+                    "terms": [_row(r) for r in c.rows],
                     "differs": c.differing,
                     "errors": c.errors,
                     "failure": c.failure,
