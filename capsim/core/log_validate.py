@@ -151,8 +151,9 @@ def resolve_model(hf_id: str, configs: dict[str, Path]) -> ModelSpec:
         spec = model_from_hf_config(configs[key])
         return replace(spec, name=hf_id.split("/")[-1].lower())
     short = key.split("/")[-1]
-    if short in PRESETS:
-        return PRESETS[short]
+    for name in (short, short.removesuffix("-instruct"), short.removesuffix("-thinking")):
+        if name in PRESETS:
+            return PRESETS[name]
     raise ValueError(f"model_hf_id={hf_id!r}: no models/*.json with that _hf_id and no preset")
 
 
