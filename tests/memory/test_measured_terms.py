@@ -75,3 +75,17 @@ def test_text_only_drops_the_vision_tower_and_encoder_profile() -> None:
     assert mm.weights_breakdown_bytes["vision"] > 0 == text.weights_breakdown_bytes["vision"]
     assert text.activation_parts_bytes["encoder_cache"] == 0
     assert mm.activation_parts_bytes["encoder_cache"] > 0
+
+
+def test_committed_h200_table_labels_the_default_plan() -> None:
+    """With capsim/calibration/data/h200_memory_terms.csv (kernels/MEMORY_TERMS.md), the
+    35B TP1 plan at 1024 rows takes the measured sampler and MoE workspace."""
+    plan = plan_memory(
+        get_model("qwen3.5-35b-a3b"), get_gpu("H200"), EngineConfig(gmu=0.9), SpecDecodeConfig()
+    )
+    assert plan.term_sources["activation_peak"].startswith("measured (H200): sampler")
+    table = load_memory_terms()
+    assert plan.activation_parts_bytes["sampler"] == round(
+        table.bytes_at("sampler_dummy_run", "qwen3.5-35b-a3b", 1, 1024)
+    )
+    assert plan.term_sources["cudagraph"].startswith("measured (H200)")  # 512 captured
