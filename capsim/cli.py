@@ -19,6 +19,13 @@ from capsim.config import (
 )
 from capsim.cost.base import COMMIT_MODES
 from capsim.gpus import GPUS, get_gpu
+from capsim.memory_cli import (
+    apply_pool,
+    memory_mode_options,
+    pool_options,
+    resolve_gmu,
+    run_memory_mode,
+)
 from capsim.models import PRESETS, get_model
 from capsim.units import GiB, MiB
 
@@ -119,7 +126,10 @@ engine_options = [
     click.option("--gpu", "-g", default="B200", show_default=True, help=f"GPU ({', '.join(GPUS)})"),
     click.option("--tp", type=int, default=1, show_default=True, help="tensor-parallel size"),
     click.option(
-        "--gmu", type=float, default=0.9, show_default=True, help="gpu_memory_utilization"
+        "--gmu",
+        type=float,
+        default=None,
+        help="gpu_memory_utilization (default: --vllm-version's, 0.92 for 0.33)",
     ),
     click.option("--max-num-seqs", type=int, default=None, help="default: vLLM's for the GPU tier"),
     click.option(
@@ -161,23 +171,36 @@ def _engine(tp, gmu, max_num_seqs, max_num_batched_tokens, max_model_len, ssm_st
 
 
 def memory_report(plan) -> str:  # type: ignore[no-untyped-def]
+    src = plan.term_sources
+    pinned = " (pinned: --kv-cache-memory, gmu ignored)" if plan.kv_cache_memory_pinned else ""
     lines = [
-        f"model {plan.model} on {plan.gpu}, tp={plan.tp}, gmu={plan.gmu}",
+        f"model {plan.model} on {plan.gpu}, tp={plan.tp}, gmu={plan.gmu}, "
+        f"vLLM {plan.vllm_version}" + (", multimodal" if plan.multimodal else ", text only"),
         f"  total memory           {plan.total_memory_bytes / GiB:10.2f} GiB",
         f"  budget ceil(gmu*total) {plan.budget_bytes / GiB:10.2f} GiB",
-        f"  - weights              {plan.weights_bytes / GiB:10.2f} GiB",
+        f"  - weights              {plan.weights_bytes / GiB:10.2f} GiB  ({src['weights']})",
     ]
     for name, value in plan.weights_breakdown_bytes.items():
         lines.append(f"      {name:<22}{value / GiB:10.3f} GiB")
+    lines.append(
+        f"  - activation peak      {plan.activation_peak_bytes / GiB:10.2f} GiB  "
+        f"({src['activation_peak']})"
+    )
+    for name, value in plan.activation_parts_bytes.items():
+        if value:
+            lines.append(f"      {name:<22}{value / GiB:10.3f} GiB")
     lines += [
-        f"  - activation peak      {plan.activation_peak_bytes / GiB:10.2f} GiB  (modelled)",
-        f"  - runner buffers       {plan.runner_buffers_bytes / GiB:10.2f} GiB  (modelled)",
-        f"  - CUDA graphs          {plan.cudagraph_bytes / GiB:10.2f} GiB  (modelled)",
-        f"  = KV/state budget      {plan.kv_budget_bytes / GiB:10.2f} GiB",
+        f"  - runner buffers       {plan.runner_buffers_bytes / GiB:10.2f} GiB  "
+        f"({src['runner_buffers']})",
+        f"  - non-torch            {plan.non_torch_bytes / GiB:10.2f} GiB  ({src['non_torch']})",
+        f"  - CUDA graphs          {plan.cudagraph_bytes / GiB:10.2f} GiB  ({src['cudagraph']}; "
+        f"largest capture {plan.cudagraph_capture_max})",
+        f"  = KV/state budget      {plan.kv_budget_bytes / GiB:10.2f} GiB{pinned}",
         f"  attention KV per token per layer  {plan.attn_bytes_per_tok_per_layer} B "
         f"({plan.kv_heads_per_rank} KV head(s) per rank)",
         f"  GDN page: conv {plan.conv_state_bytes} B + ssm {plan.ssm_state_bytes} B = "
-        f"{plan.mamba_page_unpadded_bytes} B, padded to {plan.page_bytes} B",
+        f"{plan.mamba_page_unpadded_bytes} B, padded to {plan.page_bytes} B "
+        f"({plan.mamba_padding_pct:.2f} %)",
         f"  block_size             {plan.block_size_tok} tokens",
         f"  groups                 group_size {plan.group_size}: {plan.num_attn_groups} attention "
         f"({plan.num_attn_layers} layers incl. MTP) + {plan.num_gdn_groups} GDN "
@@ -185,10 +208,17 @@ def memory_report(plan) -> str:  # type: ignore[no-untyped-def]
         f"  bytes per block        {plan.bytes_per_block} B = {plan.bytes_per_block / MiB:.2f} MiB",
         f"  num_blocks             {plan.num_blocks} ({plan.usable_blocks} usable; 0 is null)",
         f"  GDN blocks per request {plan.gdn_blocks_per_request} "
-        f"({plan.num_gdn_groups} groups x {plan.gdn_slots_per_group} slots) = "
-        f"{plan.gdn_blocks_per_request * plan.bytes_per_block / MiB:.1f} MiB",
+        f"({plan.num_gdn_groups} groups x {plan.gdn_slots_per_group} slots"
+        + (
+            f" + {plan.pending_blocks_per_request} for TreeWY deferred pending "
+            f"{plan.pending_bytes_per_request / MiB:.1f} MiB"
+            if plan.pending_blocks_per_request
+            else ""
+        )
+        + f") = {plan.gdn_blocks_per_request * plan.bytes_per_block / MiB:.1f} MiB",
         f"  scheduler              max_num_seqs {plan.max_num_seqs}, max_num_batched_tokens "
         f"{plan.max_num_batched_tokens}, lookahead {plan.lookahead_tok} tok",
+        f"  vLLM would log         GPU KV cache size: {plan.vllm_kv_cache_tokens():,} tokens",
         "  max concurrency at context:",
     ]
     for ctx in CONTEXTS_TOK:
@@ -213,8 +243,12 @@ def memory_json(plan) -> dict:  # type: ignore[no-untyped-def,type-arg]
 @main.command(context_settings=CONTEXT_SETTINGS)
 @add_options(engine_options)
 @add_options(spec_options)
+@pool_options
+@memory_mode_options
 @click.option("--json", "as_json", is_flag=True, help="print the plan as JSON")
+@click.pass_context
 def memory(
+    ctx,
     model,
     gpu,
     tp,
@@ -228,18 +262,49 @@ def memory(
     commit,
     acceptance,
     as_json,
+    **pool,
 ) -> None:
     """Print the KV/state pool vLLM would build: budget, weights, page, block size,
-    groups, blocks, GDN slots per request and capacity at a few context lengths."""
+    groups, blocks, GDN slots per request and capacity at a few context lengths.
+    --from-log compares with a real vLLM start-up, --validate reproduces a set of them."""
     from capsim.core.memory_plan import plan_memory
 
-    def build():  # type: ignore[no-untyped-def]
+    def engine_and_spec():  # type: ignore[no-untyped-def]
         spec = _spec_from_options(spec_tokens, tree_widths, commit, acceptance)
         engine = _engine(
-            tp, gmu, max_num_seqs, max_num_batched_tokens, max_model_len, ssm_state_dtype
+            tp,
+            resolve_gmu(gmu, pool["vllm_version"]),
+            max_num_seqs,
+            max_num_batched_tokens,
+            max_model_len,
+            ssm_state_dtype,
         )
+        return apply_pool(engine, pool), spec
+
+    def build():  # type: ignore[no-untyped-def]
+        engine, spec = engine_and_spec()
         return plan_memory(get_model(model), get_gpu(gpu), engine, spec)
 
+    def mode():  # type: ignore[no-untyped-def]
+        engine, spec = engine_and_spec()
+
+        def given(name: str) -> bool:
+            source = ctx.get_parameter_source(name)
+            return source is not None and source.name != "DEFAULT"
+
+        return run_memory_mode(
+            pool,
+            model_name=model,
+            gpu_name=gpu,
+            engine=engine,
+            spec=spec,
+            model_given=given("model"),
+            as_json=as_json,
+            gpu_given=given("gpu"),
+        )
+
+    if _run_or_fail(mode):
+        return
     plan = _run_or_fail(build)
     if as_json:
         click.echo(json.dumps(memory_json(plan), indent=2))
@@ -290,6 +355,7 @@ def memory(
     help="write requests.parquet, steps.parquet and summary.json here",
 )
 @click.option("--json", "as_json", is_flag=True, help="print the summary as JSON")
+@pool_options
 def simulate(
     model,
     gpu,
@@ -313,6 +379,7 @@ def simulate(
     step_time,
     out,
     as_json,
+    **pool,
 ) -> None:
     """Simulate one point (model, GPU, gmu, speculation, workload, load) end to end."""
     from capsim.io.results import write_result
@@ -337,8 +404,16 @@ def simulate(
         cfg = SimConfig(
             model=model,
             gpu=gpu,
-            engine=_engine(
-                tp, gmu, max_num_seqs, max_num_batched_tokens, max_model_len, ssm_state_dtype
+            engine=apply_pool(
+                _engine(
+                    tp,
+                    resolve_gmu(gmu, pool["vllm_version"]),
+                    max_num_seqs,
+                    max_num_batched_tokens,
+                    max_model_len,
+                    ssm_state_dtype,
+                ),
+                pool,
             ),
             spec=_spec_from_options(spec_tokens, tree_widths, commit, acceptance),
             workload=workload,
@@ -367,7 +442,13 @@ def simulate(
         return
     s = result.summary
     click.echo(
-        f"{result.config['model']} on {result.config['gpu']} gmu={gmu} "
+        f"{result.config['model']} on {result.config['gpu']} "
+        + (
+            f"kv pinned {result.config['engine']['kv_cache_memory_bytes'] / GiB:.2f} GiB "
+            if result.config["engine"].get("kv_cache_memory_bytes")
+            else f"gmu={result.config['engine']['gmu']} "
+        )
+        + f"vLLM {result.config['engine']['vllm_version']} "
         f"commit={result.config['spec']['commit']} workload={workload} "
         f"load={s['offered_load']}  ({wall_s:.2f} s wall)"
     )

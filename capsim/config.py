@@ -13,7 +13,7 @@ from typing import Any, Literal
 
 from capsim.cost.base import COMMIT_MODES
 from capsim.gpus import GpuSpec
-from capsim.units import GiB, dtype_bytes
+from capsim.units import dtype_bytes
 
 CommitMode = Literal["storeall", "reconstruct", "deferred"]
 
@@ -54,13 +54,23 @@ class EngineConfig:
         default=None, metadata={"help": "vLLM --block-size (None = 16, CacheConfig default)"}
     )
     watermark: float = field(default=0.0, metadata={"help": "scheduler watermark fraction"})
-    subtract_cudagraph_memory: bool = field(
-        default=True,
-        metadata={"help": "charge CUDA-graph memory to the budget (vLLM >= 0.21 default)"},
+    subtract_cudagraph_memory: bool | None = field(
+        default=None,
+        metadata={"help": "charge CUDA-graph memory to the budget (None: the version's rule)"},
     )
     num_gpu_blocks_override: int | None = field(
         default=None, metadata={"help": "force num_blocks (vLLM's override)"}
     )
+    # --- memory-plan inputs (issue 11) ---
+    vllm_version: str = field(default="0.33", metadata={"help": "vLLM release to mirror"})
+    kv_cache_memory_bytes: int | None = field(
+        default=None, metadata={"help": "vLLM --kv-cache-memory: pin the pool, gmu ignored"}
+    )
+    limit_mm_per_prompt: int | None = field(
+        default=None,
+        metadata={"help": "images per prompt (0: text only, no vision tower; None: model's)"},
+    )
+    enforce_eager: bool = field(default=False, metadata={"help": "no CUDA graphs"})
 
     def __post_init__(self) -> None:
         o = "engine"
@@ -74,6 +84,15 @@ class EngineConfig:
                 _fail(o, name, value, "must be None or an int >= 1")
         if self.num_gpu_blocks_override is not None and self.num_gpu_blocks_override < 2:
             _fail(o, "num_gpu_blocks_override", self.num_gpu_blocks_override, "must be >= 2")
+        if self.kv_cache_memory_bytes is not None and (
+            not isinstance(self.kv_cache_memory_bytes, int) or self.kv_cache_memory_bytes < 1
+        ):
+            _fail(o, "kv_cache_memory_bytes", self.kv_cache_memory_bytes, "must be an int >= 1")
+        if self.limit_mm_per_prompt is not None and self.limit_mm_per_prompt < 0:
+            _fail(o, "limit_mm_per_prompt", self.limit_mm_per_prompt, "must be >= 0")
+        from capsim.core.vllm_versions import parse_version
+
+        parse_version(self.vllm_version)
         if not 0.0 <= self.watermark < 1.0:
             _fail(o, "watermark", self.watermark, "must be in [0, 1)")
         if self.block_size_tok is not None and self.block_size_tok < 1:
@@ -86,17 +105,11 @@ class EngineConfig:
             dtype_bytes(self.ssm_state_dtype, field_name="engine.ssm_state_dtype")
 
     def resolved_batch_defaults(self, gpu: GpuSpec) -> tuple[int, int]:
-        """(max_num_seqs, max_num_batched_tokens) with vLLM 0.33's online-serving tiers.
+        """(max_num_seqs, max_num_batched_tokens): given values, else vLLM's online-serving
+        tier for ``gpu`` under ``vllm_version`` (``VllmRules.batch_defaults``)."""
+        from capsim.core.vllm_versions import rules_for
 
-        Source: VLLM.md s4.2 (``EngineArgs.get_batch_defaults``): >= 160 GiB -> 16384 / 1024;
-        >= 70 GiB -> 8192 / 1024; otherwise 2048 / 256.
-        """
-        if gpu.total_memory_bytes >= 160 * GiB:
-            tokens, seqs = 16384, 1024
-        elif gpu.total_memory_bytes >= 70 * GiB:
-            tokens, seqs = 8192, 1024
-        else:
-            tokens, seqs = 2048, 256
+        seqs, tokens = rules_for(self.vllm_version).batch_defaults(gpu)
         seqs = self.max_num_seqs if self.max_num_seqs is not None else seqs
         tokens = self.max_num_batched_tokens if self.max_num_batched_tokens is not None else tokens
         return seqs, tokens

@@ -16,6 +16,46 @@ from capsim.units import dtype_bytes
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
+class VisionSpec:
+    """A Qwen3-VL / Qwen3.5 vision tower (HF ``vision_config``)."""
+
+    depth: int
+    hidden_size: int
+    intermediate_size: int
+    num_heads: int
+    out_hidden_size: int
+    patch_size: int = 16
+    spatial_merge_size: int = 2
+    temporal_patch_size: int = 2
+    in_channels: int = 3
+    num_position_embeddings: int = 2304
+    num_deepstack: int = 0
+    max_image_pixels: int = 16777216  # processor size["longest_edge"] (Qwen3-VL default)
+
+    @property
+    def max_tokens_per_image(self) -> int:
+        """Merged tokens of the largest image (vLLM profiles with it)."""
+        patches = self.max_image_pixels // (self.patch_size**2)
+        return patches // (self.spatial_merge_size**2)
+
+
+# Qwen3.5 vision tower: third-party copy of a Qwen3.5 config.json (find_string id
+# 69870408549: depth 27, hidden 1152, intermediate 4304, 16 heads, 2304 positions, patch 16,
+# merge 2, temporal 2, no deepstack); out_hidden_size is the text model's hidden size.
+def qwen35_vision(out_hidden_size: int) -> VisionSpec:
+    return VisionSpec(
+        depth=27,
+        hidden_size=1152,
+        intermediate_size=4304,
+        num_heads=16,
+        out_hidden_size=out_hidden_size,
+    )
+
+
+QUANT_METHODS: tuple[str, ...] = ("none", "fp8", "nvfp4", "awq", "gptq")
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
 class ModelSpec:
     """A GDN hybrid (or plain attention) MoE decoder, as vLLM sees it."""
 
@@ -44,6 +84,19 @@ class ModelSpec:
     num_mtp_layers: int = field(default=1, metadata={"help": "MTP draft decoder layers"})
     max_position_embeddings: int = field(default=262144, metadata={"help": "max_model_len"})
     weight_dtype: str = field(default="bfloat16", metadata={"help": "weight dtype"})
+    quantization: str = field(
+        default="none", metadata={"help": "checkpoint quantization: none|fp8|nvfp4|awq|gptq"}
+    )
+    vision: VisionSpec | None = field(
+        default=None, metadata={"help": "vision tower (multimodal checkpoints)"}
+    )
+    quant_scope: str = field(
+        default="linear",
+        metadata={
+            "help": "which weights a quantized checkpoint stores low-precision: 'linear' "
+            "(attention, GDN and expert projections) or 'experts' (routed/shared experts only)"
+        },
+    )
     ssm_state_dtype: str = field(
         default="bfloat16",
         metadata={"help": "vLLM default GDN recurrent state dtype (mamba_ssm_dtype)"},
@@ -86,6 +139,13 @@ class ModelSpec:
                 f"must be in 1..num_experts={self.num_experts}"
             )
         dtype_bytes(self.weight_dtype, field_name="weight_dtype")
+        if self.quant_scope not in ("linear", "experts"):
+            raise ValueError(f"model {self.name!r}: quant_scope={self.quant_scope!r} is unknown")
+        if self.quantization not in QUANT_METHODS:
+            raise ValueError(
+                f"model {self.name!r}: quantization={self.quantization!r} is unknown "
+                f"(choose from {QUANT_METHODS})"
+            )
         dtype_bytes(self.ssm_state_dtype, field_name="ssm_state_dtype")
 
     @property
@@ -131,7 +191,8 @@ PRESETS: dict[str, ModelSpec] = {
         num_mtp_layers=1,
         max_position_embeddings=262144,
         ssm_state_dtype="float32",
-        sources=_QWEN35_SOURCES,
+        vision=qwen35_vision(2048),
+        sources=(*_QWEN35_SOURCES, "vision tower: qwen35_vision (Qwen3.5 vision_config)"),
     ),
     "qwen3.5-397b-a17b": ModelSpec(
         name="qwen3.5-397b-a17b",
@@ -155,7 +216,9 @@ PRESETS: dict[str, ModelSpec] = {
         num_mtp_layers=1,
         max_position_embeddings=262144,
         ssm_state_dtype="float32",
+        vision=qwen35_vision(4096),
         sources=(
+            "vision tower: qwen35_vision (Qwen3.5 vision_config)",
             "shared/VLLM.md s6: third-party config.json copies ids 57982277923, "
             "52187504714, 56392315325",
             "shared_expert_intermediate_size 1024 from two 3P sources (one fixture says "
@@ -237,6 +300,8 @@ def model_from_hf_config(path: Path) -> ModelSpec:
     # experiments/live/README.md, VLLM.md s2.1 calls the default version dependent).
     ssm_dtype = cfg.get("mamba_ssm_dtype") or "float32"
     return ModelSpec(
+        quantization=_quant_method(raw),
+        vision=_vision_from(raw.get("vision_config")),
         name=str(cfg.get("_name_or_path") or Path(path).stem),
         hidden_size=int(_get(cfg, "hidden_size", path)),
         num_gdn_layers=num_gdn,
@@ -266,4 +331,65 @@ def model_from_hf_config(path: Path) -> ModelSpec:
         max_position_embeddings=int(cfg.get("max_position_embeddings", 262144)),
         ssm_state_dtype=str(ssm_dtype),
         sources=(f"HF config {path}",),
+    )
+
+
+_QUANT_ALIASES: dict[str, str] = {
+    "fp8": "fp8",
+    "compressed-tensors-fp8": "fp8",
+    "modelopt": "fp8",
+    "modelopt_fp4": "nvfp4",
+    "nvfp4": "nvfp4",
+    "awq": "awq",
+    "awq_marlin": "awq",
+    "gptq": "gptq",
+    "gptq_marlin": "gptq",
+    "auto-round": "gptq",
+}
+
+
+def _quant_method(raw: dict[str, Any]) -> str:
+    """Map ``quantization_config`` to one of QUANT_METHODS (none when absent)."""
+    q = raw.get("quantization_config") or (raw.get("text_config") or {}).get("quantization_config")
+    if not q:
+        return "none"
+    method = str(q.get("quant_method", "")).lower()
+    algo = str(q.get("quant_algo", "")).lower()
+    if "fp4" in algo or "nvfp4" in method:
+        return "nvfp4"
+    if method == "compressed-tensors":
+        fmt = str(q.get("format", ""))
+        if fmt == "float-quantized":
+            return "fp8"
+        if fmt == "nvfp4-pack-quantized":
+            return "nvfp4"
+        if fmt == "pack-quantized":
+            return "gptq"
+        groups = q.get("config_groups") or {}
+        bits = {int((g.get("weights") or {}).get("num_bits", 16)) for g in groups.values()}
+        kinds = {str((g.get("weights") or {}).get("type", "")) for g in groups.values()}
+        if 4 in bits:
+            return "nvfp4" if "float" in kinds else "gptq"
+        if 8 in bits:
+            return "fp8"
+    if method in _QUANT_ALIASES:
+        return _QUANT_ALIASES[method]
+    raise ValueError(f"quantization_config.quant_method={method!r} is not supported")
+
+
+def _vision_from(vc: dict[str, Any] | None) -> VisionSpec | None:
+    if not vc or "depth" not in vc:
+        return None
+    return VisionSpec(
+        depth=int(vc["depth"]),
+        hidden_size=int(vc["hidden_size"]),
+        intermediate_size=int(vc["intermediate_size"]),
+        num_heads=int(vc["num_heads"]),
+        out_hidden_size=int(vc["out_hidden_size"]),
+        patch_size=int(vc.get("patch_size", 16)),
+        spatial_merge_size=int(vc.get("spatial_merge_size", 2)),
+        temporal_patch_size=int(vc.get("temporal_patch_size", 2)),
+        in_channels=int(vc.get("in_channels", 3)),
+        num_position_embeddings=int(vc.get("num_position_embeddings", 2304)),
+        num_deepstack=len(vc.get("deepstack_visual_indexes") or []),
     )

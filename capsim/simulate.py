@@ -48,6 +48,7 @@ def pool_layout(plan: MemoryPlan, watermark: float = 0.0) -> PoolLayout:
         lookahead_tok=plan.lookahead_tok,
         max_model_len=plan.max_model_len,
         watermark=watermark,
+        pending_blocks_per_request=plan.pending_blocks_per_request,
     )
 
 

@@ -9,7 +9,14 @@ KiB: int = 1024
 MiB: int = 1024**2
 GiB: int = 1024**3
 
-DTYPE_BYTES: dict[str, int] = {"float32": 4, "bfloat16": 2, "float16": 2, "fp8": 1}
+DTYPE_BYTES: dict[str, int] = {
+    "float32": 4,
+    "bfloat16": 2,
+    "float16": 2,
+    "fp8": 1,
+    "fp8_e4m3": 1,
+    "fp8_e5m2": 1,
+}
 
 
 def dtype_bytes(name: str, *, field_name: str = "dtype") -> int:

@@ -34,13 +34,20 @@ class PoolLayout:
     lookahead_tok: int = 0
     max_model_len: int = 1 << 30
     watermark: float = 0.0
+    pending_blocks_per_request: int = 0  # TreeWY deferred commit's pending window
 
     def __post_init__(self) -> None:
         if self.block_size_tok < 1:
             raise ValueError(f"pool.block_size_tok={self.block_size_tok} must be >= 1")
         if self.num_blocks < 2:
             raise ValueError(f"pool.num_blocks={self.num_blocks} must be >= 2 (null block + 1)")
-        for name in ("num_gdn_groups", "gdn_slots_per_request", "num_attn_groups", "lookahead_tok"):
+        for name in (
+            "num_gdn_groups",
+            "gdn_slots_per_request",
+            "num_attn_groups",
+            "lookahead_tok",
+            "pending_blocks_per_request",
+        ):
             if getattr(self, name) < 0:
                 raise ValueError(f"pool.{name}={getattr(self, name)} must be >= 0")
 
@@ -50,7 +57,7 @@ class PoolLayout:
 
     @property
     def gdn_blocks_per_request(self) -> int:
-        return self.num_gdn_groups * self.gdn_slots_per_request
+        return self.num_gdn_groups * self.gdn_slots_per_request + self.pending_blocks_per_request
 
 
 class KVCacheManager:

@@ -62,23 +62,94 @@ def padded_vocab(model: ModelSpec) -> int:
     return cdiv(model.vocab_size, VOCAB_PADDING) * VOCAB_PADDING
 
 
-def weight_breakdown_bytes(model: ModelSpec, tp: int, *, with_mtp: bool) -> dict[str, int]:
-    """Weight bytes per GPU by component."""
+# Bytes per weight of a quantized linear layer, scales included:
+# fp8: 1 B + one fp32 scale per 128x128 block (Qwen FP8 checkpoints, weight_block_size
+# [128, 128]); nvfp4: 0.5 B + one fp8 scale per 16 weights (NVIDIA ModelOpt NVFP4 format);
+# awq/gptq int4: 0.5 B + fp16 scale and packed 4-bit zero per group of 128 (AutoAWQ/GPTQ
+# default group_size 128).
+QUANT_BYTES_PER_PARAM: dict[str, float] = {
+    "fp8": 1.0 + 4.0 / (128 * 128),
+    "nvfp4": 0.5 + 1.0 / 16,
+    "awq": 0.5 + 2.5 / 128,
+    "gptq": 0.5 + 2.5 / 128,
+}
+
+
+def gdn_quantizable_params(model: ModelSpec, tp: int) -> int:
+    """GDN projection weights a quantized checkpoint stores low-precision (qkvz, out)."""
+    hk, hv = model.linear_num_key_heads, model.linear_num_value_heads
+    dk, dv = model.linear_key_head_dim, model.linear_value_head_dim
+    return (
+        model.hidden_size * (2 * hk * dk + 2 * hv * dv) // tp + (hv * dv // tp) * model.hidden_size
+    )
+
+
+def attention_quantizable_params(model: ModelSpec, tp: int) -> int:
+    norms = 2 * model.head_dim + 2 * model.hidden_size
+    return attention_layer_params(model, tp) - norms
+
+
+def vision_params(model: ModelSpec, tp: int) -> int:
+    """Vision tower weights on one rank (vLLM ``Qwen3_VisionTransformer``; its linears are
+    tensor-parallel under the default ``mm_encoder_tp_mode="weights"``)."""
+    v = model.vision
+    if v is None:
+        return 0
+    h, i = v.hidden_size, v.intermediate_size
+    block = (3 * h * h + 3 * h) // tp + (h * h) // tp + h  # qkv, proj
+    block += (h * i + i) // tp + (i * h) // tp + h + 4 * h  # fc1, fc2, two LayerNorms
+    patch = v.in_channels * v.temporal_patch_size * v.patch_size**2 * h + h
+    merged = h * v.spatial_merge_size**2
+    merger = 2 * h + (merged * merged + merged) // tp + (merged * v.out_hidden_size) // tp
+    merger += v.out_hidden_size
+    deepstack = v.num_deepstack * (2 * merged + (merged * merged + merged) // tp)
+    deepstack += v.num_deepstack * ((merged * v.out_hidden_size) // tp + v.out_hidden_size)
+    return v.depth * block + patch + v.num_position_embeddings * h + merger + deepstack
+
+
+def weight_breakdown_bytes(
+    model: ModelSpec, tp: int, *, with_mtp: bool, with_vision: bool = False
+) -> dict[str, int]:
+    """Weight bytes per GPU by component.
+
+    A quantized checkpoint (``model.quantization``) stores the attention and GDN
+    projections and the expert (routed and shared) weights at ``QUANT_BYTES_PER_PARAM``
+    (``quant_scope="experts"``: the expert weights only);
+    embeddings, lm_head, norms, the router, the GDN conv/ba/gates, the MTP layer and the
+    vision tower stay in ``weight_dtype`` (what Qwen's FP8/NVFP4 checkpoints list as not
+    converted; a checkpoint with another ignore list differs).
+    """
     b = dtype_bytes(model.weight_dtype)
+    qb = QUANT_BYTES_PER_PARAM.get(model.quantization, float(b))
     vocab_rank = padded_vocab(model) // tp
     embed = vocab_rank * model.hidden_size
     lm_head = 0 if model.tie_word_embeddings else vocab_rank * model.hidden_size
     ffn_dense, ffn_experts = ffn_layer_params(model, tp)
     num_layers = model.num_attn_layers + model.num_gdn_layers
+    if model.num_experts:
+        router = model.hidden_size * model.num_experts
+        router += model.hidden_size if model.shared_expert_intermediate_size else 0
+    else:
+        router = 0
+    experts_only = model.quant_scope == "experts"
+    attn_q = 0 if experts_only else attention_quantizable_params(model, tp)
+    gdn_q = gdn_quantizable_params(model, tp) if model.num_gdn_layers and not experts_only else 0
+
+    def mixed(total: int, quantized: int) -> int:
+        return round((total - quantized) * b + quantized * qb)
+
     out = {
         "embedding": embed * b,
         "lm_head": lm_head * b,
-        "attention": model.num_attn_layers * attention_layer_params(model, tp) * b,
-        "gdn": model.num_gdn_layers * gdn_layer_params(model, tp) * b,
-        "ffn_shared_and_router": num_layers * ffn_dense * b,
-        "ffn_routed_experts": num_layers * ffn_experts * b,
+        "attention": model.num_attn_layers * mixed(attention_layer_params(model, tp), attn_q),
+        "gdn": model.num_gdn_layers * mixed(gdn_layer_params(model, tp), gdn_q)
+        if model.num_gdn_layers
+        else 0,
+        "ffn_shared_and_router": num_layers * mixed(ffn_dense, ffn_dense - router),
+        "ffn_routed_experts": num_layers * mixed(ffn_experts, ffn_experts),
         "final_norm": model.hidden_size * b,
         "mtp": 0,
+        "vision": vision_params(model, tp) * b if with_vision else 0,
     }
     if with_mtp and model.num_mtp_layers:
         fc = 2 * model.hidden_size * model.hidden_size // tp

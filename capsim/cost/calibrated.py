@@ -35,10 +35,10 @@ from capsim.calibration.tables import CalibrationTables, load_tables, op_series
 from capsim.config import SpecDecodeConfig
 from capsim.cost.base import BatchShape
 from capsim.cost.projection import HardwareProjection, class_fixed_us
-from capsim.gpus import GPUS, GpuSpec
+from capsim.gpus import GpuSpec, measured_gpu
 from capsim.models import ModelSpec
 
-MEASURED_GPU = "H200"
+MEASURED_GPU = measured_gpu().name  # the registry entry with step_times="measured"
 COMMIT_KERNELS: dict[str, tuple[tuple[str, ...], ...]] = {
     # preferred kernel set first; the next is used when the table lacks the first
     "storeall": (("storeall",),),
@@ -118,8 +118,8 @@ class CalibratedStepTime:
         """Measured on the H200; any other GPU of ``capsim.gpus`` is a labelled projection."""
         tables = load_tables(MEASURED_GPU, data_dir)
         projection = None
-        if gpu.name.upper() != MEASURED_GPU:
-            projection = HardwareProjection(source=GPUS[MEASURED_GPU], target=gpu)
+        if gpu.step_times != "measured":
+            projection = HardwareProjection(source=measured_gpu(), target=gpu)
         return cls(
             shapes=step_shapes(model, tp), spec=spec, tables=tables, gpu=gpu, projection=projection
         )

@@ -10,12 +10,14 @@ import json
 import math
 import time
 from pathlib import Path
+from typing import Any
 
 import click
 import pandas as pd
 
+from capsim.memory_cli import pool_override_options, pool_overrides
 from capsim.sweep.executors import EXECUTORS, make_executor
-from capsim.sweep.grid import PUBLISHED_GRID, load_spec, restrict
+from capsim.sweep.grid import PUBLISHED_GRID, load_spec, restrict, with_pool
 
 
 def _floats(text: str | None, flag: str) -> tuple[float, ...] | None:
@@ -82,6 +84,7 @@ def _value_error(exc: Exception) -> click.ClickException:
 @click.option("--jobs", type=int, default=None, help="local worker processes (default: cores)")
 @click.option("--steps/--no-steps", default=True, help="keep per-step time series in steps/")
 @click.option("--progress/--no-progress", default=True, help="show a progress bar")
+@pool_override_options
 def sweep_cmd(
     grid_path: Path | None,
     gmu: str | None,
@@ -98,6 +101,7 @@ def sweep_cmd(
     jobs: int | None,
     steps: bool,
     progress: bool,
+    **pool: Any,
 ) -> None:
     """Simulate the experiment grid (store-all vs TreeWY at matched points); resumable."""
     from capsim.sweep.runner import run_sweep, summary_table
@@ -115,6 +119,7 @@ def sweep_cmd(
             seed=seed,
             step_time=step_time,
         )
+        spec = with_pool(spec, pool_overrides(pool))
         ex = make_executor(executor, jobs=jobs, scheduler=scheduler)
     except ValueError as exc:
         raise _value_error(exc) from None
@@ -232,6 +237,7 @@ def report_cmd(result_dir: Path, out_dir: Path | None) -> None:
 @click.option("--num-requests", type=int, default=200, show_default=True)
 @click.option("--seed", type=int, default=0, show_default=True)
 @click.option("--jobs", type=int, default=None, help="parallel searches (default: cores)")
+@pool_override_options
 def whatif_cmd(
     model: str,
     gpu: str,
@@ -248,6 +254,7 @@ def whatif_cmd(
     num_requests: int,
     seed: int,
     jobs: int | None,
+    **pool: Any,
 ) -> None:
     """Largest load meeting an SLO per commit mode, and the gmu/tree maximising goodput."""
     from capsim.sweep.executors import LocalExecutor
@@ -263,6 +270,7 @@ def whatif_cmd(
             tpot_stat=tpot_stat,  # type: ignore[arg-type]
         )
         gmus = _floats(gmu, "--gmu") or ()
+        pins = pool_overrides(pool)
         shapes = _trees(tree)
         mode_list = tuple(m.strip() for m in modes.split(",") if m.strip())
         # Validate everything (names, memory plans) through the sweep's fail-fast path.
@@ -270,7 +278,7 @@ def whatif_cmd(
             blocks=(
                 Block(
                     name="whatif",
-                    deployments=(Deployment(model=model, gpu=gpu, tp=tp, gmu=gmus),),
+                    deployments=(Deployment(model=model, gpu=gpu, tp=tp, gmu=gmus, **pins),),
                     workloads=(WorkloadLoads(name=workload, mode=load_mode, loads=(1.0,)),),  # type: ignore[arg-type]
                     trees=shapes,
                 ),
@@ -293,6 +301,7 @@ def whatif_cmd(
                 num_requests=num_requests,
                 seed=seed,
                 max_load=max_load,
+                pool=tuple(sorted(pins.items())),
             )
             for g in gmus
             for t in shapes

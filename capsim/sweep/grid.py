@@ -55,6 +55,30 @@ class Deployment:
     gpu: str = field(metadata={"help": "GPU preset"})
     tp: int = field(default=1, metadata={"help": "tensor-parallel size"})
     gmu: tuple[float, ...] = field(metadata={"help": "gpu_memory_utilization values"})
+    # vLLM's pool-shaping flags (issue 11); TOML keys of the same names.
+    vllm_version: str = field(default="0.33", metadata={"help": "vLLM release to mirror"})
+    kv_cache_memory_bytes: int | None = field(
+        default=None, metadata={"help": "vLLM --kv-cache-memory: pin the pool (gmu ignored)"}
+    )
+    num_gpu_blocks_override: int | None = field(
+        default=None, metadata={"help": "vLLM --num-gpu-blocks-override"}
+    )
+    limit_mm_per_prompt: int | None = field(
+        default=None, metadata={"help": "images per prompt (0: text only)"}
+    )
+    enforce_eager: bool = field(default=False, metadata={"help": "no CUDA graphs"})
+
+    def engine(self, gmu: float) -> EngineConfig:
+        """The EngineConfig of this deployment at one gmu (validates the pool flags)."""
+        return EngineConfig(
+            tp=self.tp,
+            gmu=gmu,
+            vllm_version=self.vllm_version,
+            kv_cache_memory_bytes=self.kv_cache_memory_bytes,
+            num_gpu_blocks_override=self.num_gpu_blocks_override,
+            limit_mm_per_prompt=self.limit_mm_per_prompt,
+            enforce_eager=self.enforce_eager,
+        )
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "gmu", tuple(float(g) for g in self.gmu))
@@ -65,6 +89,7 @@ class Deployment:
         for g in self.gmu:
             if not 0.0 < g <= 1.0:
                 _fail("deployment", "gmu", self.gmu, "every value must be in (0, 1]")
+        self.engine(self.gmu[0])
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -258,6 +283,37 @@ def match_id_of(cfg: SimConfig) -> str:
     return _sha({"schema": RECORD_SCHEMA, "cfg": d})[:16]
 
 
+POOL_KEYS: tuple[str, ...] = (
+    "vllm_version",
+    "kv_cache_memory_bytes",
+    "num_gpu_blocks_override",
+    "limit_mm_per_prompt",
+    "enforce_eager",
+)
+
+
+def _pool_keys(d: dict[str, Any], where: str) -> dict[str, Any]:
+    """The pool-shaping keys a [[block.deployment]] table gives (issue 11)."""
+    out: dict[str, Any] = {k: d[k] for k in POOL_KEYS if k in d}
+    if "vllm_version" in out:
+        out["vllm_version"] = str(out["vllm_version"])
+    for k in ("kv_cache_memory_bytes", "num_gpu_blocks_override", "limit_mm_per_prompt"):
+        if k in out and (isinstance(out[k], bool) or not isinstance(out[k], int)):
+            raise ValueError(f"{where} deployment: {k}={out[k]!r} must be an integer")
+    return out
+
+
+def with_pool(spec: SweepSpec, pool: dict[str, Any]) -> SweepSpec:
+    """Every deployment of ``spec`` with the given pool flags (CLI overrides of the TOML)."""
+    upd = {k: v for k, v in pool.items() if v is not None and k in POOL_KEYS}
+    if not upd:
+        return spec
+    blocks = tuple(
+        replace(b, deployments=tuple(replace(d, **upd) for d in b.deployments)) for b in spec.blocks
+    )
+    return replace(spec, blocks=blocks)
+
+
 def make_config(
     spec: SweepSpec,
     dep: Deployment,
@@ -280,7 +336,7 @@ def make_config(
     return SimConfig(
         model=dep.model,
         gpu=dep.gpu,
-        engine=EngineConfig(tp=dep.tp, gmu=gmu),
+        engine=dep.engine(gmu),
         spec=SpecDecodeConfig(
             num_spec_tok=spec.num_spec_tok,
             tree_widths=tree,
@@ -361,6 +417,7 @@ def spec_from_dict(raw: dict[str, Any], *, where: str = "grid") -> SweepSpec:
                 gpu=str(_need(d, "gpu", bwhere)),
                 tp=int(d.get("tp", 1)),
                 gmu=tuple(_need(d, "gmu", bwhere)),
+                **_pool_keys(d, bwhere),
             )
             for d in _need(b, "deployment", bwhere)
         )

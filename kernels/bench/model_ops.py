@@ -107,10 +107,20 @@ def make_moe(m: int, hidden: int, experts: int, topk: int, inter: int, shared: i
     return fns, flops, bytes_
 
 
-def num_kv_splits(batch: int, hkv: int, q_len: int, ctx: int, sms: int = 132) -> int:
+def device_sm_count() -> int:
+    """SMs of the GPU this process runs on; off the GPU, the measured GPU's registry entry."""
+    if torch.cuda.is_available():
+        return int(torch.cuda.get_device_properties(0).multi_processor_count)
+    from capsim.gpus import measured_gpu
+
+    return measured_gpu().sm_count
+
+
+def num_kv_splits(batch: int, hkv: int, q_len: int, ctx: int, sms: int | None = None) -> int:
     """Split-KV factor of flash-decoding: enough (batch x head x split) blocks for two
-    waves of the H200's 132 SMs, each split at least 256 tokens long (the heuristic of
-    FlashAttention's split-KV path, restated)."""
+    waves of the GPU's SMs (``device_sm_count`` unless given), each split at least 256
+    tokens long (the heuristic of FlashAttention's split-KV path, restated)."""
+    sms = device_sm_count() if sms is None else sms
     blocks = batch * hkv * max(1, -(-q_len // 128))
     want = max(1, -(-2 * sms // blocks))
     splits = 1

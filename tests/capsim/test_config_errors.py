@@ -23,7 +23,7 @@ from capsim.models import get_model
         (lambda: LoadConfig(mode="rate", rate_req_per_s=-2.0), r"load\.rate_req_per_s=-2\.0"),
         (lambda: LoadConfig(concurrency=0), r"load\.concurrency=0"),
         (lambda: get_model("llama-9000"), r"model='llama-9000' is unknown"),
-        (lambda: get_gpu("A100"), r"gpu='A100' is unknown"),
+        (lambda: get_gpu("TPUv9"), r"gpu=.TPUv9. is unknown"),
     ],
 )
 def test_bad_values_name_the_field(factory, pattern) -> None:  # type: ignore[no-untyped-def]

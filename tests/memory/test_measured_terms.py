@@ -1,0 +1,91 @@
+"""Measured non-KV terms replace the shape estimates and are labelled 'measured (H200)'."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from capsim.calibration.memory_terms import COLUMNS, load_memory_terms
+from capsim.config import EngineConfig, SpecDecodeConfig
+from capsim.core.memory_plan import plan_memory
+from capsim.core.term_lookup import lookup_from_table
+from capsim.gpus import get_gpu
+from capsim.models import get_model
+
+GIB = 1 << 30
+
+
+def _table(tmp_path: Path, rows: list[tuple]) -> Path:  # type: ignore[type-arg]
+    p = tmp_path / "terms.csv"
+    lines = [",".join(COLUMNS)]
+    for term, model, tp, mnbt, seqs, cap, b in rows:
+        lines.append(f"{term},{model},{tp},{mnbt},{seqs},{cap},{b},k,s,c,2026-11-30")
+    p.write_text("\n".join(lines) + "\n")
+    return p
+
+
+def test_measured_sampler_is_used_and_labelled(tmp_path: Path) -> None:
+    m = "qwen3.5-35b-a3b"
+    path = _table(
+        tmp_path,
+        [
+            ("sampler_dummy_run", m, 1, 0, 512, 0, 2 * GIB),
+            ("sampler_dummy_run", m, 1, 0, 2048, 0, 8 * GIB),
+            ("moe_workspace", m, 1, 8192, 0, 0, GIB // 4),
+            ("moe_workspace", m, 1, 32768, 0, 0, GIB),
+        ],
+    )
+    lookup = lookup_from_table(load_memory_terms(path))
+    model, gpu, spec = get_model(m), get_gpu("B200"), SpecDecodeConfig()
+    engine = EngineConfig(gmu=0.9, limit_mm_per_prompt=0)
+    plan = plan_memory(model, gpu, engine, spec, lookup=lookup)
+    # max_num_seqs 1024 lies between the measured 512 and 2048: linear, 4 GiB
+    assert plan.activation_parts_bytes["sampler"] == 4 * GIB
+    assert plan.activation_parts_bytes["forward.moe"] == GIB // 2  # 16384 tokens
+    assert plan.term_sources["activation_peak"].startswith("measured (H200): sampler")
+    assert "moe" in plan.term_sources["activation_peak"]
+    # another tp is not measured: modelled
+    other = plan_memory(
+        get_model("qwen3.5-397b-a17b"), gpu, EngineConfig(tp=8, gmu=0.9), spec, lookup=lookup
+    )
+    assert other.term_sources["activation_peak"] == "modelled"
+
+
+def test_log_terms_are_labelled_from_log() -> None:
+    model, gpu, spec = get_model("qwen3.5-35b-a3b"), get_gpu("B200"), SpecDecodeConfig()
+    plan = plan_memory(
+        model,
+        gpu,
+        EngineConfig(gmu=0.9),
+        spec,
+        log_terms={"activation_peak": 5 * GIB, "non_torch": GIB // 8},
+        lookup=lambda *a: None,
+    )
+    assert plan.activation_peak_bytes == 5 * GIB
+    assert plan.term_sources["activation_peak"] == "from log"
+    assert plan.term_sources["non_torch"] == "from log"
+
+
+def test_text_only_drops_the_vision_tower_and_encoder_profile() -> None:
+    model, gpu, spec = get_model("qwen3.5-35b-a3b"), get_gpu("B200"), SpecDecodeConfig()
+    mm = plan_memory(model, gpu, EngineConfig(gmu=0.9), spec, lookup=lambda *a: None)
+    text = plan_memory(
+        model, gpu, EngineConfig(gmu=0.9, limit_mm_per_prompt=0), spec, lookup=lambda *a: None
+    )
+    assert mm.multimodal and not text.multimodal
+    assert mm.weights_breakdown_bytes["vision"] > 0 == text.weights_breakdown_bytes["vision"]
+    assert text.activation_parts_bytes["encoder_cache"] == 0
+    assert mm.activation_parts_bytes["encoder_cache"] > 0
+
+
+def test_committed_h200_table_labels_the_default_plan() -> None:
+    """With capsim/calibration/data/h200_memory_terms.csv (kernels/MEMORY_TERMS.md), the
+    35B TP1 plan at 1024 rows takes the measured sampler and MoE workspace."""
+    plan = plan_memory(
+        get_model("qwen3.5-35b-a3b"), get_gpu("H200"), EngineConfig(gmu=0.9), SpecDecodeConfig()
+    )
+    assert plan.term_sources["activation_peak"].startswith("measured (H200): sampler")
+    table = load_memory_terms()
+    assert plan.activation_parts_bytes["sampler"] == round(
+        table.bytes_at("sampler_dummy_run", "qwen3.5-35b-a3b", 1, 1024)
+    )
+    assert plan.term_sources["cudagraph"].startswith("measured (H200)")  # 512 captured
