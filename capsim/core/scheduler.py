@@ -41,6 +41,7 @@ import numpy as np
 
 from capsim.core.acceptance import AcceptanceDraws
 from capsim.core.kv_manager import KVCacheManager
+from capsim.core.preemption import pick_victim, preempt
 from capsim.core.request import Request, RequestStore, Status
 
 _EMPTY = np.zeros(0, dtype=np.int64)
@@ -140,13 +141,8 @@ class Scheduler:
         return self._run_slots
 
     def _preempt(self, victim: Request, out: SchedulerOutput) -> None:
-        self.kv.free(victim)
-        victim.num_computed_tok = 0
-        victim.num_spec_tok = 0
-        victim.num_preemptions += 1
-        victim.status = Status.PREEMPTED
+        preempt(victim, self.kv, self.waiting)
         self.num_preemptions += 1
-        self.waiting.appendleft(victim)
         out.preempted.append(victim)
         self._run_slots = None
 
@@ -154,7 +150,6 @@ class Scheduler:
     def _schedule_running_vectorized(self, budget: int) -> tuple[np.ndarray, np.ndarray] | None:
         """All running requests at once; None if someone would need a preemption."""
         cols = self.store.cols
-        kv = self.kv
         slots = self._running_slots()
         comp = cols["num_computed_tok"][slots]
         new = (
@@ -168,26 +163,15 @@ class Scheduler:
         before = np.cumsum(new) - new
         new = np.minimum(new, np.maximum(budget - before, 0))
         active = new > 0
-        end = comp + new + self._lookahead
-        np.minimum(end, kv.layout.max_model_len, out=end)
-        bs = kv.layout.block_size_tok
-        need = kv.layout.num_attn_groups * ((end + bs - 1) // bs)
-        extra_attn = np.where(active, np.maximum(need - cols["num_attn_blocks"][slots], 0), 0)
-        extra_gdn = np.where(
-            active & (cols["num_gdn_blocks"][slots] == 0), kv.gdn_blocks_per_request, 0
-        )
-        total = int(extra_attn.sum() + extra_gdn.sum())
-        if total > kv.num_free_blocks:
+        if not self.kv.allocate_running_bulk(cols, slots, comp + new + self._lookahead, active):
             return None
-        kv.num_free_blocks -= total
-        cols["num_attn_blocks"][slots] += extra_attn
-        cols["num_gdn_blocks"][slots] += extra_gdn
         return slots[active], new[active]
 
     def _schedule_running_sequential(
         self, budget: int, out: SchedulerOutput
     ) -> tuple[np.ndarray, np.ndarray]:
         running, kv = self.running, self.kv
+        caching = kv.enable_caching
         max_len = self.config.max_model_len
         sched_slots: list[int] = []
         sched_new: list[int] = []
@@ -196,13 +180,15 @@ class Scheduler:
             req = running[i]
             computed = req.num_computed_tok
             num_new = min(req.num_tokens_with_spec - computed, budget, max_len - 1 - computed)
+            if num_new > 0 and caching:
+                num_new = kv.align_split(req, num_new)
             if num_new <= 0:
                 i += 1
                 continue
             lookahead = self._lookahead
             ok = True
             while not kv.allocate_slots(req, num_new, lookahead):
-                victim = running.pop()
+                victim = pick_victim(running)
                 self._preempt(victim, out)
                 if victim is req:
                     ok = False
@@ -223,7 +209,8 @@ class Scheduler:
         cols = self.store.cols
         run_slots, run_new = _EMPTY, _EMPTY
         if self.running:
-            fast = self._schedule_running_vectorized(budget) if self.vectorized else None
+            bulk = self.vectorized and not kv.enable_caching
+            fast = self._schedule_running_vectorized(budget) if bulk else None
             if fast is None:
                 fast = self._schedule_running_sequential(budget, out)
             run_slots, run_new = fast
@@ -235,14 +222,27 @@ class Scheduler:
             running, waiting = self.running, self.waiting
             while waiting and budget > 0 and len(running) < cfg.max_num_seqs:
                 req = waiting[0]
-                num_new = req.num_tokens - req.num_computed_tok
+                hit = kv.find_cache_hit(req) if kv.enable_caching else None
+                hit_tok = hit.num_tok if hit is not None else 0
+                num_new = req.num_tokens - req.num_computed_tok - hit_tok
                 if not cfg.enable_chunked_prefill and num_new > budget:
                     break
                 num_new = min(num_new, budget)
-                if running and not kv.full_sequence_fits(req):
-                    break
-                if not kv.allocate_slots(req, num_new, self._lookahead):
-                    break
+                if hit is None:
+                    if running and not kv.full_sequence_fits(req):
+                        break
+                    if not kv.allocate_slots(req, num_new, self._lookahead):
+                        break
+                else:
+                    num_new = kv.align_split(req, num_new, hit_tok)
+                    if num_new <= 0:
+                        break
+                    if running and not kv.full_sequence_fits(req, hit):
+                        break
+                    if not kv.allocate_slots(req, num_new, self._lookahead, hit):
+                        break
+                    req.num_computed_tok += hit_tok
+                    req.num_cached_tok = hit_tok
                 waiting.popleft()
                 req.status = Status.RUNNING
                 running.append(req)
@@ -340,10 +340,10 @@ class Scheduler:
             keep = ~np.isin(run_slots, fin_slots)
             self.running = [r for r, k in zip(self.running, keep.tolist(), strict=True) if k]
             self._run_slots = run_slots[keep]
-            freed = (
-                cols["num_attn_blocks"][fin_slots].sum() + cols["num_gdn_blocks"][fin_slots].sum()
-            )
-            self.kv.num_free_blocks += int(freed)
-            cols["num_attn_blocks"][fin_slots] = 0
-            cols["num_gdn_blocks"][fin_slots] = 0
+            if self.kv.enable_caching:
+                for req in finished:
+                    self.kv.free(req)
+                    self.kv.forget(req)
+            else:
+                self.kv.free_bulk(cols, fin_slots)
         return finished
