@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import dataclasses
+
 import json
 import sys
 import time
@@ -290,6 +292,13 @@ def memory(
     help="write requests.parquet, steps.parquet and summary.json here",
 )
 @click.option("--json", "as_json", is_flag=True, help="print the summary as JSON")
+@click.option(
+    "--enable-prefix-caching/--no-enable-prefix-caching",
+    "prefix_caching",
+    default=False,
+    show_default=True,
+    help="vLLM prefix caching (GDN state in 'align' mode); vLLM 0.33 turns it on by default",
+)
 def simulate(
     model,
     gpu,
@@ -313,6 +322,7 @@ def simulate(
     step_time,
     out,
     as_json,
+    prefix_caching,
 ) -> None:
     """Simulate one point (model, GPU, gmu, speculation, workload, load) end to end."""
     from capsim.io.results import write_result
@@ -337,8 +347,11 @@ def simulate(
         cfg = SimConfig(
             model=model,
             gpu=gpu,
-            engine=_engine(
-                tp, gmu, max_num_seqs, max_num_batched_tokens, max_model_len, ssm_state_dtype
+            engine=dataclasses.replace(
+                _engine(
+                    tp, gmu, max_num_seqs, max_num_batched_tokens, max_model_len, ssm_state_dtype
+                ),
+                enable_prefix_caching=prefix_caching,
             ),
             spec=_spec_from_options(spec_tokens, tree_widths, commit, acceptance),
             workload=workload,
@@ -390,6 +403,15 @@ def simulate(
         ),
         ("step-time model", str(result.step_time_model.get("kind"))),
     ]
+    if prefix_caching:
+        rows.append(
+            (
+                "prefix cache",
+                f"hit rate {s['prefix_cache_hit_rate']:.3f} ({s['prefix_cache_hits_tok']} of "
+                f"{s['prefix_cache_queries_tok']} tok), {s['num_cached_block_evictions']} "
+                "cached blocks evicted",
+            )
+        )
     for k, v in rows:
         click.echo(f"  {k:<24}{v}")
     if out is not None:

@@ -70,6 +70,12 @@ def _value_error(exc: Exception) -> click.ClickException:
 @click.option("--seed", type=int, default=None, help="root seed (grid default)")
 @click.option("--step-time", default=None, help="step-time model: roofline | calibrated")
 @click.option(
+    "--enable-prefix-caching/--no-enable-prefix-caching",
+    "prefix_caching",
+    default=None,
+    help="run every block with prefix caching on/off (default: the grid's prefix_caching)",
+)
+@click.option(
     "--out",
     "out_dir",
     type=click.Path(file_okay=False, path_type=Path),
@@ -92,6 +98,7 @@ def sweep_cmd(
     num_requests: int | None,
     seed: int | None,
     step_time: str | None,
+    prefix_caching: bool | None,
     out_dir: Path,
     executor: str,
     scheduler: str | None,
@@ -114,6 +121,7 @@ def sweep_cmd(
             num_requests=num_requests,
             seed=seed,
             step_time=step_time,
+            prefix_caching=prefix_caching,
         )
         ex = make_executor(executor, jobs=jobs, scheduler=scheduler)
     except ValueError as exc:
@@ -232,6 +240,13 @@ def report_cmd(result_dir: Path, out_dir: Path | None) -> None:
 @click.option("--num-requests", type=int, default=200, show_default=True)
 @click.option("--seed", type=int, default=0, show_default=True)
 @click.option("--jobs", type=int, default=None, help="parallel searches (default: cores)")
+@click.option(
+    "--enable-prefix-caching/--no-enable-prefix-caching",
+    "prefix_caching",
+    default=False,
+    show_default=True,
+    help="vLLM prefix caching (GDN 'align' mode)",
+)
 def whatif_cmd(
     model: str,
     gpu: str,
@@ -248,6 +263,7 @@ def whatif_cmd(
     num_requests: int,
     seed: int,
     jobs: int | None,
+    prefix_caching: bool,
 ) -> None:
     """Largest load meeting an SLO per commit mode, and the gmu/tree maximising goodput."""
     from capsim.sweep.executors import LocalExecutor
@@ -273,6 +289,7 @@ def whatif_cmd(
                     deployments=(Deployment(model=model, gpu=gpu, tp=tp, gmu=gmus),),
                     workloads=(WorkloadLoads(name=workload, mode=load_mode, loads=(1.0,)),),  # type: ignore[arg-type]
                     trees=shapes,
+                    prefix_caching=(prefix_caching,),
                 ),
             ),
             commit_modes=mode_list,
@@ -293,6 +310,7 @@ def whatif_cmd(
                 num_requests=num_requests,
                 seed=seed,
                 max_load=max_load,
+                enable_prefix_caching=prefix_caching,
             )
             for g in gmus
             for t in shapes

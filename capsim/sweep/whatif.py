@@ -74,6 +74,7 @@ class Candidate:
     max_load: float = 1024.0
     rel_tol: float = 0.05
     """Stop when the bracket is within this fraction of the load (0: exact integers)."""
+    enable_prefix_caching: bool = False
 
     def requests_at(self, load: float) -> int:
         """At least ``num_requests``; more at high load so the load is really offered.
@@ -98,7 +99,9 @@ class Candidate:
         return SimConfig(
             model=self.model,
             gpu=self.gpu,
-            engine=EngineConfig(tp=self.tp, gmu=self.gmu),
+            engine=EngineConfig(
+                tp=self.tp, gmu=self.gmu, enable_prefix_caching=self.enable_prefix_caching
+            ),
             spec=SpecDecodeConfig(
                 num_spec_tok=self.num_spec_tok, tree_widths=self.tree, commit=self.commit
             ),
