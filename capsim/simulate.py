@@ -51,6 +51,7 @@ def pool_layout(
         max_model_len=plan.max_model_len,
         watermark=watermark,
         enable_caching=enable_caching,
+        max_num_batched_tokens=plan.max_num_batched_tokens,
     )
 
 

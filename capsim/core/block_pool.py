@@ -6,10 +6,12 @@ prefix-caching notes in ``docs/prefix_caching.md`` cite):
 - block 0 is the **null block**: never free, never allocated, stands for "no block" in a
   GDN block table (``BlockPool.null_block``);
 - the **free queue** is vLLM's ``FreeKVCacheBlockQueue`` (``kv_cache_utils.py``): new
-  blocks are taken from its front, freed blocks are appended at its back, a cached block
-  that is hit while free (ref count 0) is taken out of the middle (``touch``). Taking a
-  free block that still carries a hash evicts that cache entry
-  (``_maybe_evict_cached_block``), so cached free blocks go in LRU order;
+  blocks are taken from its front; a freed block that carries no hash is put back at the
+  FRONT (LIFO reuse, ``prepend_n``), a freed block with a hash at the BACK
+  (``append_n``), so cached blocks are evicted last and in LRU order (vLLM 0.32
+  ``BlockPool.free_blocks``; earlier releases appended every block). A cached block hit
+  while free (ref count 0) is taken out of the middle (``touch``). Taking a free block
+  that still carries a hash evicts that cache entry (``_maybe_evict_cached_block``);
 - the **hash map** ``(group, block hash) -> block ids`` (``BlockHashToBlockMap``): the
   same content may be cached in more than one block; a lookup returns the first one.
 
@@ -26,6 +28,7 @@ Only ``capsim.core.kv_manager`` (through the per-type managers) writes to a pool
 
 from __future__ import annotations
 
+from collections import OrderedDict
 from collections.abc import Hashable, Iterable
 
 NULL_BLOCK = 0
@@ -58,7 +61,7 @@ class BlockPool:
         self.num_evictions = 0
         """Cached blocks whose hash was dropped because the block was reused."""
         if enable_caching:
-            self._free: dict[int, None] = dict.fromkeys(range(1, num_blocks))
+            self._free: OrderedDict[int, None] = OrderedDict.fromkeys(range(1, num_blocks))
             self._ref = [0] * num_blocks
             self._block_key: list[Hashable | None] = [None] * num_blocks
             self._cached: dict[Hashable, dict[int, None]] = {}
@@ -116,18 +119,25 @@ class BlockPool:
             ref[b] += 1
 
     def free_blocks(self, blocks: Iterable[int]) -> None:
-        """One user less; blocks that reach 0 go to the back of the free queue in the
-        order given (callers pass a request's blocks tail first, as vLLM does)."""
+        """One user less. Blocks that reach 0, in the order given (callers pass a
+        request's blocks tail first, as vLLM does): unhashed ones to the front of the
+        free queue (the first given first), hashed ones to the back."""
         free, ref, keys = self._free, self._ref, self._block_key
+        fresh: list[int] = []
         for b in blocks:
             if b == NULL_BLOCK:
                 continue
             ref[b] -= 1
             if ref[b] == 0:
-                free[b] = None
                 self.num_free_blocks += 1
                 if keys[b] is not None:
                     self.num_cached_free += 1
+                    free[b] = None
+                else:
+                    fresh.append(b)
+        for b in reversed(fresh):
+            free[b] = None
+            free.move_to_end(b, last=False)
 
     def cache_block(self, block: int, key: Hashable) -> None:
         """Give a full, in-use block its content key (``cache_full_blocks``)."""

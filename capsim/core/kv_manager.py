@@ -61,6 +61,8 @@ class PoolLayout:
     max_model_len: int = 1 << 30
     watermark: float = 0.0
     enable_caching: bool = False
+    max_num_batched_tokens: int = 1 << 30
+    """Largest prefill chunk (align-mode split: a block wider than this is split)."""
 
     def __post_init__(self) -> None:
         if self.block_size_tok < 1:
@@ -115,6 +117,9 @@ class CacheHit:
     num_tok: int = 0
     attn: list[list[int]] = field(default_factory=list)
     gdn: list[list[int]] = field(default_factory=list)
+    junction_tok: int = 0
+    """``shared_prefix_boundary``: how far attention hit when the GDN checkpoint
+    stopped shorter (0 if not), where the prefill stops to store a checkpoint."""
 
 
 _NO_HIT = CacheHit()
@@ -129,8 +134,10 @@ class KVCacheManager:
         "_bs",
         "_gdn_mgrs",
         "_hashes",
+        "_junction",
         "_max_len",
         "_use_eagle",
+        "_budget",
         "gdn_blocks_per_request",
         "layout",
         "pool",
@@ -145,8 +152,10 @@ class KVCacheManager:
         self.gdn_blocks_per_request = layout.gdn_blocks_per_request
         self._max_len = layout.max_model_len
         self._use_eagle = layout.lookahead_tok > 0
+        self._budget = layout.max_num_batched_tokens
         self.prefix_stats = PrefixCacheStats()
         self._hashes: dict[int, list[int]] = {}
+        self._junction: dict[int, int] = {}
         # group order as vLLM builds it for Qwen hybrids: the first layer is a GDN layer,
         # so the GDN groups come before the attention group
         g = layout.num_gdn_groups
@@ -195,9 +204,9 @@ class KVCacheManager:
         """``get_computed_blocks``: the longest prefix every group can restart from."""
         if not self.layout.enable_caching:
             return _NO_HIT
-        hashes = self._request_hashes(req)
-        max_len = req.num_tokens - 1
         bs = self._bs
+        hashes = self._request_hashes(req)[: req.num_tokens // bs]
+        max_len = req.num_tokens - 1
         attn_ids = [m.group for m in self._attn_mgrs]
         gdn_ids = [m.group for m in self._gdn_mgrs]
         hit_len = max_len
@@ -208,34 +217,59 @@ class KVCacheManager:
             )
             hit_len = len(attn[0]) * bs
         gdn: list[list[int]] = [[] for _ in gdn_ids]
+        longest = hit_len if attn_ids else 0
         if gdn_ids:
             gdn = MambaManager.find_hit(self.pool, gdn_ids, hashes, hit_len, bs)
             hit_len = len(gdn[0]) * bs
             for lst in attn:
                 del lst[hit_len // bs :]
-        self.prefix_stats.record(req.num_tokens, hit_len, req.num_preemptions > 0)
-        return CacheHit(num_tok=hit_len, attn=attn, gdn=gdn)
+        junction = longest if longest > hit_len else 0
+        self._junction[req._slot] = junction
+        return CacheHit(num_tok=hit_len, attn=attn, gdn=gdn, junction_tok=junction)
+
+    def record_hit(self, req: Request, hit: CacheHit) -> None:
+        """``PrefixCacheStats.record`` at admission (vLLM 0.32 records then, so lookups
+        of a request that stays waiting do not count)."""
+        self.prefix_stats.record(req.num_tokens, hit.num_tok, req.num_preemptions > 0)
+
+    def new_step(self) -> None:
+        """``new_step_starts``: checkpoints hashed last step become usable."""
+        for g in self._gdn_mgrs:
+            g.cached_this_step.clear()
 
     def align_split(self, req: Request, num_new_tok: int, hit_tok: int = 0) -> int:
-        """``Scheduler._mamba_block_aligned_split``: in align mode a prefill chunk ends on
-        a block boundary, and on the last boundary of the sequence (one block earlier
-        with an MTP/EAGLE drafter), so that a GDN checkpoint is stored there."""
+        """``Scheduler._mamba_block_aligned_split`` (vLLM 0.32, no fine-grained hits, no
+        backend-internal prefill checkpoints): while prefilling, a chunk that does not
+        reach the end of the prefill ends on a block boundary; a chunk never runs past
+        the next block boundary when it starts mid-block, past the last cacheable
+        boundary (``get_mamba_prefill_checkpoint_position``: ``num_tokens - 1`` floored
+        to a block, one block less with an MTP/EAGLE drafter), or past the block-floored
+        shared-prefix junction. The state at a chunk end on a boundary is the
+        checkpoint that later requests restart from."""
         if not (self.layout.enable_caching and self._gdn_mgrs):
             return num_new_tok
-        computed = req.num_computed_tok + hit_tok
-        num_tok = req.num_tokens
-        if computed >= max(req.prompt_tok, num_tok - 1):
+        start = req.num_computed_tok + hit_tok
+        prefill_end = max(req.prompt_tok, req.num_tokens - 1)
+        if start >= prefill_end:
             return num_new_tok
         bs = self._bs
-        last = num_tok - num_tok % bs
         if self._use_eagle:
-            last = max(last - bs, 0)
-        end = computed + num_new_tok
-        if end < last:
-            return num_new_tok // bs * bs
-        if computed < last < end:
-            return last - computed
-        return num_new_tok
+            last = max(req.num_tokens // bs * bs - bs, 0)
+        else:
+            last = max((req.num_tokens - 1) // bs * bs, 0)
+        end = start + num_new_tok
+        if end < prefill_end:
+            aligned = end // bs * bs
+            if aligned > start or bs <= self._budget:
+                end = aligned
+        junction = self._junction.get(req._slot, 0)
+        stops = (
+            (start // bs + 1) * bs if start % bs else 0,
+            last,
+            start + (junction - start) // bs * bs if start < junction < end else 0,
+        )
+        end = min((x for x in stops if start < x < end), default=end)
+        return max(end - start, 0)
 
     # -- admission gate -------------------------------------------------------------
     def full_sequence_fits(self, req: Request, hit: CacheHit = _NO_HIT) -> bool:
@@ -345,5 +379,6 @@ class KVCacheManager:
         }
 
     def forget(self, req: Request) -> None:
-        """Drop per-request hash memo of a finished request."""
+        """Drop per-request memos of a finished request."""
         self._hashes.pop(req._slot, None)
+        self._junction.pop(req._slot, None)

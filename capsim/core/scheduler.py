@@ -208,6 +208,8 @@ class Scheduler:
         kv = self.kv
         cols = self.store.cols
         run_slots, run_new = _EMPTY, _EMPTY
+        if kv.enable_caching:
+            kv.new_step()
         if self.running:
             bulk = self.vectorized and not kv.enable_caching
             fast = self._schedule_running_vectorized(budget) if bulk else None
@@ -241,6 +243,7 @@ class Scheduler:
                         break
                     if not kv.allocate_slots(req, num_new, self._lookahead, hit):
                         break
+                    kv.record_hit(req, hit)
                     req.num_computed_tok += hit_tok
                     req.num_cached_tok = hit_tok
                 waiting.popleft()

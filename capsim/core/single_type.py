@@ -67,6 +67,9 @@ class FullAttentionManager:
     ) -> list[list[int]]:
         """Hit blocks per group (all groups must hold a block's hash)."""
         hit: list[list[int]] = [[] for _ in groups]
+        if use_eagle:
+            # match one block more, then drop it (vLLM 0.32 ``eagle_proof_margin``)
+            max_length_tok = min(max_length_tok + block_size_tok, len(hashes) * block_size_tok)
         for h in hashes[: max_length_tok // block_size_tok]:
             found = [pool.get_cached_block(_key(g, h)) for g in groups]
             if any(b is None for b in found):
@@ -128,7 +131,7 @@ class FullAttentionManager:
 class MambaManager(FullAttentionManager):
     """Block lists of one GDN group in mamba_cache_mode "align"."""
 
-    __slots__ = ("allocated", "last_state_idx", "num_spec_blocks")
+    __slots__ = ("allocated", "cached_this_step", "last_state_idx", "num_spec_blocks", "retired")
 
     def __init__(
         self, pool: BlockPool, group: int, block_size_tok: int, num_spec_blocks: int
@@ -137,6 +140,9 @@ class MambaManager(FullAttentionManager):
         self.num_spec_blocks = num_spec_blocks
         self.last_state_idx: dict[int, int] = {}
         self.allocated: set[int] = set()
+        self.retired: dict[int, int] = {}
+        self.cached_this_step: set[Hashable] = set()
+        """Checkpoints hashed in the current step: a hit on one waits a step."""
 
     @staticmethod
     def find_hit(  # type: ignore[override]
@@ -157,6 +163,8 @@ class MambaManager(FullAttentionManager):
     def blocks_to_allocate(self, slot: int, num_tok: int, hit: Sequence[int]) -> int:
         """``num_tok`` is the main model's token count (lookahead excluded)."""
         k = self.num_spec_blocks
+        if hit and self.pool.block_key(hit[-1]) in self.cached_this_step:
+            return self.pool.num_blocks + 1  # vLLM: "can't rely on blocks of this step"
         need = cdiv(num_tok, self.block_size_tok) + k
         held = self.req_blocks.get(slot)
         n = need - len(hit) - (len(held) if held else 0)
@@ -170,15 +178,20 @@ class MambaManager(FullAttentionManager):
         if not blocks:
             return
         bs = self.block_size_tok
-        # generic pass: a GDN layer needs only the state of the last computed token
-        skipped = min(max(num_computed_tok - 1, 0) // bs, len(blocks))
-        removed: list[int] = []
-        for i in range(skipped - 1, -1, -1):
-            if blocks[i] == NULL_BLOCK:
-                break
-            removed.append(blocks[i])
-            blocks[i] = NULL_BLOCK
-        self.pool.free_blocks(removed)
+        # generic pass: a GDN layer needs only the state of the last computed token;
+        # align mode frees every live block below it, skipping null gaps
+        # (``MambaManager._remove_blocks_in_range``)
+        if num_computed_tok - 1 > 0:
+            last = min((num_computed_tok - 1) // bs, len(blocks))
+            first = self.retired.get(slot, 0)
+            if first < last:
+                removed: list[int] = []
+                for i in range(last - 1, first - 1, -1):
+                    if blocks[i] != NULL_BLOCK:
+                        removed.append(blocks[i])
+                        blocks[i] = NULL_BLOCK
+                self.pool.free_blocks(removed)
+                self.retired[slot] = last
         # align pass: the previous step's state block
         last = self.last_state_idx.get(slot)
         if last is not None and last < cdiv(num_computed_tok, bs) - 1:
@@ -210,7 +223,22 @@ class MambaManager(FullAttentionManager):
         blocks.extend(self.pool.get_new_blocks(need - len(blocks)))
         self.allocated.add(slot)
 
+    def cache(self, slot: int, hashes: Sequence[int], num_tok: int) -> None:
+        done = self.num_cached.get(slot, 0)
+        full = num_tok // self.block_size_tok
+        if done >= full:
+            return
+        blocks = self.req_blocks[slot]
+        for i in range(done, full):
+            b = blocks[i]
+            if b != NULL_BLOCK and self.pool.block_key(b) is None:
+                key = _key(self.group, hashes[i])
+                self.pool.cache_block(b, key)
+                self.cached_this_step.add(key)
+        self.num_cached[slot] = full
+
     def free(self, slot: int) -> None:
         self.allocated.discard(slot)
         self.last_state_idx.pop(slot, None)
+        self.retired.pop(slot, None)
         super().free(slot)

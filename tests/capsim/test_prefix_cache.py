@@ -42,12 +42,12 @@ def test_pool_lru_free_queue_and_eviction() -> None:
     assert a == [1, 2, 3]
     pool.cache_block(1, "x")
     pool.cache_block(2, "y")
-    pool.free_blocks(reversed(a))  # tail first
-    assert pool.free_queue() == [4, 5, 3, 2, 1]
+    pool.free_blocks(reversed(a))  # tail first: unhashed 3 to the front, 2 and 1 at the back
+    assert pool.free_queue() == [3, 4, 5, 2, 1]
     assert (pool.num_free_blocks, pool.num_cached_free) == (5, 2)
     pool.touch([pool.get_cached_block("x")])  # a hit leaves the free queue
-    assert pool.free_queue() == [4, 5, 3, 2]
-    assert pool.get_new_blocks(4) == [4, 5, 3, 2]  # 2 was cached: evicted
+    assert pool.free_queue() == [3, 4, 5, 2]
+    assert pool.get_new_blocks(4) == [3, 4, 5, 2]  # 2 was cached: evicted
     assert pool.get_cached_block("y") is None and pool.num_evictions == 1
     assert pool.get_cached_block("x") == 1 and pool.num_free_blocks == 0
 
@@ -59,8 +59,8 @@ def test_attention_hit_partial_hit_and_stats() -> None:
     out = s.schedule()
     assert s.kv.block_ids(r0) == {0: [1, 2, 3]}
     s.update(out, {})
-    drain(s)  # r0 finished: blocks freed tail first, 1 and 2 hashed
-    assert s.kv.pool.free_queue() == [4, 5, 6, 7, 8, 9, 10, 3, 2, 1]
+    drain(s)  # r0 finished: blocks freed tail first, 1 and 2 hashed, 3 not
+    assert s.kv.pool.free_queue() == [3, 4, 5, 6, 7, 8, 9, 10, 2, 1]
     assert s.kv.num_cached_free_blocks == 2
     # r1 shares the first 8 tokens: 2 blocks hit, only the last 2 tokens are computed
     r1 = req(1, 10, 2, (1, 8), (200, 4))
@@ -68,12 +68,12 @@ def test_attention_hit_partial_hit_and_stats() -> None:
     out = s.schedule()
     assert out.num_scheduled_tok == {"r1": 2}
     assert out.computed_before.tolist() == [8]
-    assert s.kv.block_ids(r1) == {0: [1, 2, 4]}
+    assert s.kv.block_ids(r1) == {0: [1, 2, 3]}
     # r2 shares only the first 6 tokens: partial hit of 1 block (4 tokens)
     r2 = req(2, 10, 2, (1, 6), (300, 6))
     s.add_request(r2)
     out = s.schedule()
-    assert r2.num_cached_tok == 4 and s.kv.block_ids(r2) == {0: [1, 5, 6]}
+    assert r2.num_cached_tok == 4 and s.kv.block_ids(r2) == {0: [1, 4, 5]}
     st = s.kv.prefix_stats
     assert (st.requests, st.queries_tok, st.hits_tok) == (3, 30, 12)
 
