@@ -104,3 +104,43 @@ def test_simulated_hit_rate_equals_shared_fraction_without_eviction() -> None:
     assert sched.kv.pool.num_evictions == 0
     assert st.hits_tok / st.queries_tok == pytest.approx(ideal_hit_rate(t), abs=1e-12)
     assert st.hits_tok == int(ideal_prefix_hits(t).sum()) > 0
+
+
+def _run_hybrid(t: RequestTable, k: int) -> Scheduler:
+    layout = PoolLayout(
+        block_size_tok=4,
+        num_blocks=5000,
+        num_gdn_groups=3,
+        gdn_slots_per_request=1 + k,
+        lookahead_tok=k,
+        enable_caching=True,
+    )
+    sched = Scheduler(SchedulerConfig(max_num_seqs=4, num_spec_tok=k), KVCacheManager(layout))
+    reqs = [
+        Request(req_id=f"r{i}", prompt_tok=int(p), max_output_tok=int(o), index=i, segments=s)
+        for i, (p, o, s) in enumerate(zip(t.prompt_tok, t.output_tok, t.segments, strict=True))
+    ]
+    spec = SpecDecodeConfig(num_spec_tok=k)
+    EngineSim(
+        scheduler=sched,
+        cost=ConstantStepTime(),
+        acceptance=AcceptanceDraws(spec, t.output_tok, np.random.default_rng(0)),
+        requests=reqs,
+        release_s=np.zeros(t.num_requests),
+        max_concurrency=2,
+        window_tok=1 + k,
+        parent=t.parent,
+    ).run()
+    return sched
+
+
+def test_align_mode_hits_equal_block_granular_ideal_without_speculation() -> None:
+    """GDN hybrid in align mode, no drafts: every turn restarts from the checkpoint at the
+    last block boundary of the history (prefill cut or decode crossing), so hits equal the
+    ideal at block granularity. With MTP (EAGLE drop) they fall short of it."""
+    t = multiturn_table(_frame(), family="qwen35", num_requests=5, seed=4)
+    ideal = int(ideal_prefix_hits(t, 4).sum())
+    plain = _run_hybrid(t, 0).kv.prefix_stats.hits_tok
+    mtp = _run_hybrid(t, 2).kv.prefix_stats.hits_tok
+    assert plain == ideal > 0
+    assert mtp < ideal
