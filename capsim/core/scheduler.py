@@ -1,4 +1,4 @@
-"""One vLLM v1 scheduler step (VLLM.md s4.1), FCFS policy, prefix caching off.
+"""One vLLM v1 scheduler step (VLLM.md s4.1), FCFS policy, prefix caching off or on.
 
 ``schedule()``:
 1. RUNNING requests in admission order get ``num_tokens_with_spec - num_computed``
@@ -12,16 +12,25 @@
    the GDN slots (plus the watermark) to fit when other requests are running; then the
    first chunk is allocated. A request that does not fit stops the loop (no skipping).
 
+Prefix caching on (``PoolLayout.enable_caching``, docs/prefix_caching.md): each step
+starts with ``kv.new_step()``; a waiting request first gets its cache hit
+(``kv.find_cache_hit``), its chunk starts after the hit, and on hybrids every prefill
+chunk is cut by ``kv.align_split`` (GDN "align" mode); the hit is recorded in the
+prefix-cache stats when the request is admitted. Memory is only touched through
+``KVCacheManager`` (``allocate_slots``, ``allocate_running_bulk``, ``free``,
+``free_bulk``); the victim choice and reset live in ``capsim.core.preemption``.
+
 ``update()`` advances counters: a verify step keeps ``1 + accepted`` of its tokens
 (``num_computed`` rolls back over rejected drafts) and emits ``accepted + 1`` tokens; a
 prefill that reaches the end of the sequence emits its first token. Finished requests
 free their blocks. Requests that emitted a token get ``num_spec_tok`` drafts for the next
 step (MTP runs in the same step as the verify).
 
-Speed: the running loop is evaluated for the whole batch at once (numpy over the
-request store) whenever every running request's growth fits in the free blocks, which
-is exactly when the sequential loop would preempt nobody; otherwise the sequential
-loop runs. Both give identical results (tested).
+Speed: with caching off the running loop is evaluated for the whole batch at once
+(numpy over the request store, ``kv.allocate_running_bulk``) whenever every running
+request's growth fits in the free blocks, which is exactly when the sequential loop
+would preempt nobody; otherwise the sequential loop runs. Both give identical results
+(tested). With caching on (named blocks) the sequential loop always runs.
 
 NOTE(lookahead): every allocation, a newly admitted request's first chunk included,
 reserves the drafter's lookahead slots (vLLM 0.32 ``effective_lookahead_tokens`` is the

@@ -328,6 +328,22 @@ PREFIX_SCENARIOS: tuple[Scenario, ...] = (
         speculative_config={"method": "mtp", "num_speculative_tokens": 2},
         requests=_shared_prefix(6, (1700,), 150, 100, every=4, seed=13, prefix="b"),
     ),
+    Scenario(
+        name="qwen3next_ngram_prefix",
+        model="qwen3next",
+        covers="prefix caching on the hybrid with ngram k=3 drafts (store-all slots in "
+        "align mode, no EAGLE drop)",
+        engine=LiveEngine(
+            block_size=32,
+            num_gpu_blocks=48,
+            max_num_seqs=4,
+            max_num_batched_tokens=768,
+            max_model_len=2048,
+            enable_prefix_caching=True,
+        ),
+        speculative_config=NGRAM_K3,
+        requests=_shared_prefix(6, (1200,), 150, 100, every=4, seed=14, prefix="n"),
+    ),
 )
 SCENARIOS.update({s.name: s for s in PREFIX_SCENARIOS})
 

@@ -165,8 +165,11 @@ def run(scenario: dict, partial: dict | None = None) -> dict:
             spec={_ext(r): len(v) for r, v in out.scheduled_spec_decode_tokens.items()},
             preempted=list(preempted_now),
             admitted=admitted,
+            # prefix-cache hit of each admitted request: what it had computed before
+            # its first chunk (num_computed_tokens already includes the chunk here)
             cached={
-                _ext(r.request_id): int(r.num_cached_tokens)
+                _ext(r.request_id): int(r.num_computed_tokens)
+                - int(out.num_scheduled_tokens.get(r.request_id, 0))
                 for r in sched.running
                 if r.request_id in waiting_before
             },
