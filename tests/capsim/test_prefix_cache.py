@@ -184,3 +184,39 @@ def test_caching_off_path_unchanged_by_segments() -> None:
     s.schedule()
     assert s.kv.num_free_blocks == 19 - 2 * (2 + 3)
     assert np.all(s.store.cols["num_cached_tok"][:2] == 0)
+
+
+def test_checkpoint_hashed_this_step_is_usable_next_step() -> None:
+    """r0 and r1 share 8 tokens and arrive together (1 GDN group, k=0, budget 8). Step 0:
+    r0's first chunk (8 tokens) hashes the GDN checkpoint at 8; r1 would hit it, but a
+    checkpoint made in this step is refused (vLLM ``cached_blocks_this_step``), and FCFS
+    stops. Step 1: r0's last 2 tokens, then r1 restarts from the checkpoint."""
+    s = make(gdn=1, budget=10)
+    r0 = req(0, 10, 3, (1, 8), (100, 5))
+    r1 = req(1, 10, 3, (1, 8), (200, 5))
+    s.add_request(r0)
+    s.add_request(r1)
+    out = s.schedule()
+    assert out.num_scheduled_tok == {"r0": 8} and [r.req_id for r in s.waiting] == ["r1"]
+    s.update(out, {})
+    out = s.schedule()
+    assert out.num_scheduled_tok == {"r0": 2, "r1": 2}
+    assert r1.num_cached_tok == 8
+    assert s.kv.block_ids(r1)[0][:2] == s.kv.block_ids(r0)[0][:1] + [1] == [0, 1]
+
+
+def test_shared_prefix_junction_stops_the_prefill_for_a_checkpoint() -> None:
+    """Attention hits 2 blocks of a shared prefix that has no GDN checkpoint there (r0
+    ran its prefill in one chunk up to 12), so the GDN hit is only 0; r1's prefill then
+    stops at the junction (8) to store a checkpoint other requests can use."""
+    s = make(gdn=1, budget=64)
+    r0 = req(0, 13, 1, (1, 9), (100, 5))  # last cacheable boundary 12: chunk 0..12
+    s.add_request(r0)
+    out = s.schedule()
+    assert out.num_scheduled_tok == {"r0": 12}
+    drain(s)
+    r1 = req(1, 14, 1, (1, 9), (200, 6))  # shares 9 tokens: attention hits 2 blocks
+    s.add_request(r1)
+    out = s.schedule()
+    assert r1.num_cached_tok == 0
+    assert out.num_scheduled_tok == {"r1": 8}  # junction at 8, not the boundary at 12
