@@ -125,8 +125,9 @@ def build_report(result_dir: Path | str, out_dir: Path | str | None = None) -> P
         "figure2_ttft": figure2_ttft(points),
         "figure3_matched": figure3_matched(matched),
         "figure4_trees": figure4_trees(points),
-        "figure5_prefix_caching": figure5_prefix_caching(points),
     }
+    if "prefix_caching" in points.columns and points["prefix_caching"].astype(bool).any():
+        figs["figure5_prefix_caching"] = figure5_prefix_caching(points)
     images: dict[str, bytes] = {}
     for name, fig in figs.items():
         images[name] = png_bytes(fig)
@@ -159,6 +160,8 @@ def build_report(result_dir: Path | str, out_dir: Path | str | None = None) -> P
         _table_html(t1),
     ]
     for name, title in FIGURES:
+        if name not in images:
+            continue
         b64 = base64.b64encode(images[name]).decode()
         parts.append(f"<h2>{html.escape(title)}</h2>")
         parts.append(f"<img alt='{html.escape(title)}' src='data:image/png;base64,{b64}'>")
