@@ -220,3 +220,26 @@ def test_shared_prefix_junction_stops_the_prefill_for_a_checkpoint() -> None:
     out = s.schedule()
     assert r1.num_cached_tok == 0
     assert out.num_scheduled_tok == {"r1": 8}  # junction at 8, not the boundary at 12
+
+
+def test_simulated_prefix_metrics_and_hit_rate_over_time() -> None:
+    """End to end on the 35B plan: step columns add up to the summary counters, the
+    cached-evictable blocks are part of the free blocks, and a per-window hit rate."""
+    from capsim.config import EngineConfig, LoadConfig, SimConfig, SpecDecodeConfig
+    from capsim.metrics import hit_rate_over_time
+    from capsim.simulate import simulate
+
+    cfg = SimConfig(
+        workload="synthetic-balanced+sys=2,4096,1.0",
+        engine=EngineConfig(gmu=0.9, enable_prefix_caching=True),
+        spec=SpecDecodeConfig(num_spec_tok=3),
+        load=LoadConfig(concurrency=16, num_requests=48),
+    )
+    res = simulate(cfg)
+    s, steps = res.summary, res.steps
+    assert s["prefix_cache_queries_tok"] == int(res.requests["prompt_tok"].sum())
+    assert s["prefix_cache_hits_tok"] == int(res.requests["cached_tok"].sum()) > 0
+    assert (steps["num_cached_free_blocks"] <= steps["num_free_blocks"]).all()
+    over = hit_rate_over_time(steps, window_s=5.0)
+    assert over["queries_tok"].sum() == s["prefix_cache_queries_tok"]
+    assert over["hit_rate"].dropna().between(0, 1).all()
