@@ -110,9 +110,7 @@ def simulate(
             enable_chunked_prefill=cfg.engine.enable_chunked_prefill,
             max_model_len=plan.max_model_len,
         ),
-        KVCacheManager(
-            pool_layout(plan, cfg.engine.watermark, cfg.engine.enable_prefix_caching)
-        ),
+        KVCacheManager(pool_layout(plan, cfg.engine.watermark, cfg.engine.enable_prefix_caching)),
     )
     step_model = cost if cost is not None else build_step_time_model(cfg, model, gpu)
     max_conc = cfg.load.concurrency

@@ -132,12 +132,12 @@ class KVCacheManager:
         "_attn_groups",
         "_attn_mgrs",
         "_bs",
+        "_budget",
         "_gdn_mgrs",
         "_hashes",
         "_junction",
         "_max_len",
         "_use_eagle",
-        "_budget",
         "gdn_blocks_per_request",
         "layout",
         "pool",
@@ -333,7 +333,11 @@ class KVCacheManager:
         return True
 
     def allocate_running_bulk(
-        self, cols: dict[str, np.ndarray], slots: np.ndarray, end_tok: np.ndarray, active: np.ndarray
+        self,
+        cols: dict[str, np.ndarray],
+        slots: np.ndarray,
+        end_tok: np.ndarray,
+        active: np.ndarray,
     ) -> bool:
         """``allocate_slots`` for a whole running batch (caching off only): each active
         request grows to ``end_tok`` token slots (computed + new + lookahead). All or
@@ -366,7 +370,9 @@ class KVCacheManager:
 
     def free_bulk(self, cols: dict[str, np.ndarray], slots: np.ndarray) -> None:
         """``free`` for many finished requests (caching off only)."""
-        self.pool.give(int(cols["num_attn_blocks"][slots].sum() + cols["num_gdn_blocks"][slots].sum()))
+        self.pool.give(
+            int(cols["num_attn_blocks"][slots].sum() + cols["num_gdn_blocks"][slots].sum())
+        )
         cols["num_attn_blocks"][slots] = 0
         cols["num_gdn_blocks"][slots] = 0
 
@@ -374,8 +380,7 @@ class KVCacheManager:
         """Block table per group id (caching on), null blocks as 0 (for tests)."""
         slot = req._slot
         return {
-            m.group: list(m.req_blocks.get(slot, []))
-            for m in (*self._gdn_mgrs, *self._attn_mgrs)
+            m.group: list(m.req_blocks.get(slot, [])) for m in (*self._gdn_mgrs, *self._attn_mgrs)
         }
 
     def forget(self, req: Request) -> None:

@@ -194,10 +194,13 @@ class MambaManager(FullAttentionManager):
                 self.retired[slot] = last
         # align pass: the previous step's state block
         last = self.last_state_idx.get(slot)
-        if last is not None and last < cdiv(num_computed_tok, bs) - 1:
-            if blocks[last] != NULL_BLOCK:
-                self.pool.free_blocks([blocks[last]])
-                blocks[last] = NULL_BLOCK
+        if (
+            last is not None
+            and last < cdiv(num_computed_tok, bs) - 1
+            and blocks[last] != NULL_BLOCK
+        ):
+            self.pool.free_blocks([blocks[last]])
+            blocks[last] = NULL_BLOCK
 
     def allocate_new(self, slot: int, num_tok: int, num_tok_main: int) -> None:
         k = self.num_spec_blocks

@@ -170,7 +170,9 @@ def _shared_prefix(
     systems = [tuple(int(t) for t in rng.integers(3, 512, size=p)) for p in prefixes]
     reqs = []
     for i in range(n):
-        ids = systems[i % len(systems)] + tuple(int(t) for t in rng.integers(3, 512, size=suffix_tok))
+        ids = systems[i % len(systems)] + tuple(
+            int(t) for t in rng.integers(3, 512, size=suffix_tok)
+        )
         reqs.append(
             LiveRequest(
                 req_id=f"{prefix}{i}",

@@ -33,7 +33,10 @@ def figure5_prefix_caching(points: pd.DataFrame) -> Figure:
         return _empty("Figure 5 (prefix caching)")
     df = points[(points["load_mode"] == "concurrency") & (points["tree"] == "chain")]
     rows = sorted(
-        {(str(m), float(g), str(w)) for m, g, w in zip(df["model"], df["gmu"], df["workload"], strict=True)}
+        {
+            (str(m), float(g), str(w))
+            for m, g, w in zip(df["model"], df["gmu"], df["workload"], strict=True)
+        }
     )
     fig = Figure(figsize=(4.2 * len(PREFIX_METRICS), 3.2 * len(rows)))
     axes = fig.subplots(len(rows), len(PREFIX_METRICS), squeeze=False)
@@ -64,8 +67,6 @@ def figure5_prefix_caching(points: pd.DataFrame) -> Figure:
             ax.set_title(f"{_short(model)} gmu {gmu:g}, {wl}", fontsize=8)
             ax.grid(alpha=0.3)
         axes[r][0].legend(fontsize=6, loc="best")
-    fig.suptitle(
-        "Figure 5: prefix caching (GDN 'align' mode) on vs off" + step_time_suffix(points)
-    )
+    fig.suptitle("Figure 5: prefix caching (GDN 'align' mode) on vs off" + step_time_suffix(points))
     fig.tight_layout()
     return fig

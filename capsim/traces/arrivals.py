@@ -10,7 +10,6 @@ table's requests, e.g. ``burstgpt-standin`` lengths on ``azure-code`` timing.
 from __future__ import annotations
 
 import dataclasses
-
 import math
 
 import numpy as np

@@ -42,7 +42,9 @@ END_TOK = 2
 _USER, _ASST, _END = 0, 1, 2
 
 
-def conversation_turns(path: Path | str, max_conversations: int) -> list[tuple[int, list[tuple[str, str]]]]:
+def conversation_turns(
+    path: Path | str, max_conversations: int
+) -> list[tuple[int, list[tuple[str, str]]]]:
     """``(entry_index, [(user, assistant), ...])`` for the first conversations with >= 2
     alternating human/gpt turns."""
     entries = json.loads(read_text(path))
@@ -86,7 +88,14 @@ def derive_multiturn(
                     max(qwen35(a), 1),
                 )
             )
-    cols = ["entry_index", "turn", "qwen3_user_tok", "qwen3_asst_tok", "qwen35_user_tok", "qwen35_asst_tok"]
+    cols = [
+        "entry_index",
+        "turn",
+        "qwen3_user_tok",
+        "qwen3_asst_tok",
+        "qwen35_user_tok",
+        "qwen35_asst_tok",
+    ]
     frame = pd.DataFrame(rows, columns=cols)
     return frame.astype(dict.fromkeys(cols, "int32"))
 

@@ -20,9 +20,9 @@ from capsim.traces.burstgpt import burstgpt_standin
 from capsim.traces.compact import read_compact
 from capsim.traces.multiturn import load_multiturn
 from capsim.traces.sampling import check_count, vllm_take_valid, vllm_valid
+from capsim.traces.sharing import attach_system_prompt, parse_sys_suffix
 from capsim.traces.spec_bench import VLLM_SPEC_BENCH_OUTPUT_TOK
 from capsim.traces.synthetic import SYNTHETIC_PRESETS, synthetic_table
-from capsim.traces.sharing import attach_system_prompt, parse_sys_suffix
 from capsim.traces.table import RequestTable
 
 SHARED_PREFIX_DEFAULT = (16, 2048, 1.0)
@@ -143,9 +143,7 @@ def load_workload(
     if name == "shared-prefix":
         base, sys_prompt = "sharegpt", SHARED_PREFIX_DEFAULT
     if sys_prompt is not None:
-        table = load_workload(
-            base, num_requests=num_requests, seed=seed, model=model, root=root
-        )
+        table = load_workload(base, num_requests=num_requests, seed=seed, model=model, root=root)
         n, tok, a = sys_prompt
         out = attach_system_prompt(table, num_prompts=n, prompt_tok=tok, zipf_a=a, seed=seed)
         return out if name != "shared-prefix" else dataclasses.replace(out, name=name)

@@ -7,11 +7,11 @@ import pandas as pd
 import pytest
 from factories import ConstantStepTime
 
+from capsim.config import SpecDecodeConfig
 from capsim.core.acceptance import AcceptanceDraws
 from capsim.core.kv_manager import KVCacheManager, PoolLayout
 from capsim.core.request import Request
 from capsim.core.scheduler import Scheduler, SchedulerConfig
-from capsim.config import SpecDecodeConfig
 from capsim.engine import EngineSim
 from capsim.traces import load_workload
 from capsim.traces.multiturn import END_TOK, multiturn_table
