@@ -258,13 +258,17 @@ class Scheduler:
                 waiting.popleft()
                 req.status = Status.RUNNING
                 running.append(req)
-                self._run_slots = None
                 new_slots.append(req._slot)
                 new_new.append(num_new)
                 out.admitted.append(req)
                 budget -= num_new
         if new_slots:
-            out.slots = np.concatenate([run_slots, np.asarray(new_slots, dtype=np.int64)])
+            added = np.asarray(new_slots, dtype=np.int64)
+            cached = self._run_slots
+            # the admitted requests were appended to `running`: extend its slot array
+            ok = cached is not None and len(cached) + len(new_slots) == len(self.running)
+            self._run_slots = np.concatenate([cached, added]) if ok else None  # type: ignore[list-item]
+            out.slots = np.concatenate([run_slots, added])
             out.num_new = np.concatenate([run_new, np.asarray(new_new, dtype=np.int64)])
         else:
             out.slots, out.num_new = run_slots, run_new
@@ -349,7 +353,7 @@ class Scheduler:
             cols["status"][fin_slots] = int(Status.FINISHED)
             finished = [h[s] for s in fin_slots.tolist()]
             run_slots = self._running_slots()
-            keep = ~np.isin(run_slots, fin_slots)
+            keep = cols["status"][run_slots] != int(Status.FINISHED)
             self.running = [r for r, k in zip(self.running, keep.tolist(), strict=True) if k]
             self._run_slots = run_slots[keep]
             if self.kv.enable_caching:
