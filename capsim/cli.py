@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import sys
 import time
@@ -356,6 +357,13 @@ def memory(
 )
 @click.option("--json", "as_json", is_flag=True, help="print the summary as JSON")
 @pool_options
+@click.option(
+    "--enable-prefix-caching/--no-enable-prefix-caching",
+    "prefix_caching",
+    default=False,
+    show_default=True,
+    help="vLLM prefix caching (GDN state in 'align' mode); vLLM 0.33 turns it on by default",
+)
 def simulate(
     model,
     gpu,
@@ -379,6 +387,7 @@ def simulate(
     step_time,
     out,
     as_json,
+    prefix_caching,
     **pool,
 ) -> None:
     """Simulate one point (model, GPU, gmu, speculation, workload, load) end to end."""
@@ -405,13 +414,16 @@ def simulate(
             model=model,
             gpu=gpu,
             engine=apply_pool(
-                _engine(
-                    tp,
-                    resolve_gmu(gmu, pool["vllm_version"]),
-                    max_num_seqs,
-                    max_num_batched_tokens,
-                    max_model_len,
-                    ssm_state_dtype,
+                dataclasses.replace(
+                    _engine(
+                        tp,
+                        resolve_gmu(gmu, pool["vllm_version"]),
+                        max_num_seqs,
+                        max_num_batched_tokens,
+                        max_model_len,
+                        ssm_state_dtype,
+                    ),
+                    enable_prefix_caching=prefix_caching,
                 ),
                 pool,
             ),
@@ -471,6 +483,15 @@ def simulate(
         ),
         ("step-time model", str(result.step_time_model.get("kind"))),
     ]
+    if prefix_caching:
+        rows.append(
+            (
+                "prefix cache",
+                f"hit rate {s['prefix_cache_hit_rate']:.3f} ({s['prefix_cache_hits_tok']} of "
+                f"{s['prefix_cache_queries_tok']} tok), {s['num_cached_block_evictions']} "
+                "cached blocks evicted",
+            )
+        )
     for k, v in rows:
         click.echo(f"  {k:<24}{v}")
     if out is not None:

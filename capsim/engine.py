@@ -35,6 +35,7 @@ class EngineSim:
         release_s: np.ndarray,
         max_concurrency: int | None,
         window_tok: int,
+        parent: np.ndarray | None = None,
     ) -> None:
         if len(requests) != len(release_s):
             raise ValueError("requests and release_s differ in length")
@@ -48,6 +49,11 @@ class EngineSim:
         self.window_tok = window_tok
         self.recorder = StepRecorder()
         self._pending: deque[Request] = deque()
+        # conversation turns: a request with a parent waits until the parent finished,
+        # then goes to the head of the send queue (the same user continues)
+        self._parent = parent
+        self._children: dict[int, list[Request]] = {}
+        self._done = np.zeros(len(self.requests), dtype=bool)
         self._in_flight = 0
         self._num_finished = 0
         self._wake: simpy.Event | None = None
@@ -75,7 +81,12 @@ class EngineSim:
             if t > env.now:
                 yield env.timeout(t - env.now)
             while i < n and self.release_s[i] <= env.now:
-                self._pending.append(self.requests[i])
+                req = self.requests[i]
+                par = -1 if self._parent is None else int(self._parent[i])
+                if par >= 0 and not self._done[par]:
+                    self._children.setdefault(par, []).append(req)
+                else:
+                    self._pending.append(req)
                 i += 1
             self._send_ready()
 
@@ -107,6 +118,8 @@ class EngineSim:
                 yield self._wake
                 self._wake = None
                 continue
+            stats = sched.kv.prefix_stats
+            q0, h0 = stats.queries_tok, stats.hits_tok
             out = sched.schedule()
             if out.is_empty:
                 head = sched.waiting[0] if sched.waiting else None
@@ -123,6 +136,7 @@ class EngineSim:
             # allocation peak (finished requests free their blocks after the step).
             num_running, num_waiting = len(sched.running), len(sched.waiting)
             free_blocks, usage = sched.kv.num_free_blocks, sched.kv.usage
+            cached_free = sched.kv.num_cached_free_blocks
             for req in out.admitted:
                 if req.first_scheduled_s is None:
                     req.first_scheduled_s = t0
@@ -137,6 +151,10 @@ class EngineSim:
             last_emit[idx] = now
             for req in finished:
                 req.finish_s = now
+                if self._parent is not None:
+                    self._done[req.index] = True
+                    for child in reversed(self._children.pop(req.index, [])):
+                        self._pending.appendleft(child)
             self._num_finished += len(finished)
             self._in_flight -= len(finished)
             rec.record(
@@ -152,6 +170,10 @@ class EngineSim:
                 num_preempted=len(out.preempted),
                 num_admitted=len(out.admitted),
                 num_emitted_tok=int(out.emitted_tok.sum()),
+                num_cached_free_blocks=cached_free,
+                num_prefix_query_tok=stats.queries_tok - q0,
+                num_prefix_hit_tok=stats.hits_tok - h0,
+                num_evictions=sched.kv.pool.num_evictions,
             )
             if finished:
                 self._send_ready()

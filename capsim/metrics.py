@@ -5,6 +5,13 @@ TPOT = (E2EL - TTFT) / (output_tok - 1) for output_tok > 1; ITL per streamed chu
 (one chunk per step that emitted tokens, so ITL ~ step time under speculation);
 output throughput = output tokens / benchmark duration (t=0 to the last finish);
 kv_cache_usage = 1 - free / (num_blocks - 1), sampled every step; peaks = max of samples.
+
+Prefix caching (vLLM ``PrefixCacheStats``, Prometheus ``vllm:prefix_cache_queries`` and
+``vllm:prefix_cache_hits``, counters in tokens, one record per cache lookup of a waiting
+request that was never preempted): per step ``num_prefix_query_tok``/``num_prefix_hit_tok``
+(hit rate over time = their ratio over a window), ``num_evictions`` (cached blocks reused,
+cumulative), ``num_cached_free_blocks`` (free blocks still holding a cached prefix:
+evictable). vLLM's ``kv_usage`` counts those as free; ``kv_cached_usage`` is their share.
 """
 
 from __future__ import annotations
@@ -25,6 +32,10 @@ STEP_COLUMNS: tuple[str, ...] = (
     "num_preempted",
     "num_admitted",
     "num_emitted_tok",
+    "num_cached_free_blocks",
+    "num_prefix_query_tok",
+    "num_prefix_hit_tok",
+    "num_evictions",
 )
 
 
@@ -61,6 +72,23 @@ def _stats(prefix: str, values: np.ndarray) -> dict[str, float]:
     }
 
 
+def hit_rate_over_time(steps: pd.DataFrame, window_s: float) -> pd.DataFrame:
+    """Prefix-cache hit rate per time window: ``t_s`` (window start), queries, hits, rate."""
+    if window_s <= 0:
+        raise ValueError(f"window_s={window_s} must be > 0")
+    b = (steps["t_start_s"] // window_s).astype(np.int64)
+    g = steps.groupby(b)[["num_prefix_query_tok", "num_prefix_hit_tok"]].sum()
+    rate = g["num_prefix_hit_tok"] / g["num_prefix_query_tok"].where(g["num_prefix_query_tok"] > 0)
+    return pd.DataFrame(
+        {
+            "t_s": g.index.to_numpy() * window_s,
+            "queries_tok": g["num_prefix_query_tok"].to_numpy(),
+            "hits_tok": g["num_prefix_hit_tok"].to_numpy(),
+            "hit_rate": rate.to_numpy(),
+        }
+    )
+
+
 def summarize(requests: pd.DataFrame, steps: pd.DataFrame, itl_s: np.ndarray) -> dict[str, float]:
     """Scalar metrics of one run."""
     duration = float(requests["finish_s"].max()) if len(requests) else 0.0
@@ -91,4 +119,13 @@ def summarize(requests: pd.DataFrame, steps: pd.DataFrame, itl_s: np.ndarray) ->
         summary["peak_waiting"] = int(steps["num_waiting"].max())
         summary["num_steps"] = len(steps)
     summary["num_preemptions"] = int(requests["num_preemptions"].sum())
+    if len(steps) and "num_prefix_query_tok" in steps:
+        q = int(steps["num_prefix_query_tok"].sum())
+        h = int(steps["num_prefix_hit_tok"].sum())
+        summary["prefix_cache_queries_tok"] = q
+        summary["prefix_cache_hits_tok"] = h
+        summary["prefix_cache_hit_rate"] = h / q if q else float("nan")
+        summary["num_cached_block_evictions"] = int(steps["num_evictions"].iloc[-1])
+    if "cached_tok" in requests:
+        summary["mean_cached_tok_per_request"] = float(requests["cached_tok"].mean())
     return summary

@@ -38,7 +38,9 @@ def step_time_label(desc: dict[str, object]) -> str:
     return f"{kind}, measured on {measured}" if measured else kind
 
 
-def pool_layout(plan: MemoryPlan, watermark: float = 0.0) -> PoolLayout:
+def pool_layout(
+    plan: MemoryPlan, watermark: float = 0.0, enable_caching: bool = False
+) -> PoolLayout:
     return PoolLayout(
         block_size_tok=plan.block_size_tok,
         num_blocks=plan.num_blocks,
@@ -49,6 +51,8 @@ def pool_layout(plan: MemoryPlan, watermark: float = 0.0) -> PoolLayout:
         max_model_len=plan.max_model_len,
         watermark=watermark,
         pending_blocks_per_request=plan.pending_blocks_per_request,
+        enable_caching=enable_caching,
+        max_num_batched_tokens=plan.max_num_batched_tokens,
     )
 
 
@@ -69,11 +73,6 @@ def simulate(
     """Run one point to completion. ``workload``/``cost`` override the configured ones."""
     model = get_model(cfg.model)
     gpu = get_gpu(cfg.gpu)
-    if cfg.engine.enable_prefix_caching:
-        raise ValueError(
-            "engine.enable_prefix_caching=True: mamba 'align' mode is not simulated yet; "
-            "the published runs used prefix caching off"
-        )
     plan = plan_memory(model, gpu, cfg.engine, cfg.spec)
     table = workload if workload is not None else load_requests(cfg)
     n = min(cfg.load.num_requests, table.num_requests)
@@ -100,6 +99,7 @@ def simulate(
             prompt_tok=int(prompt[i]),
             max_output_tok=int(output[i]),
             index=i,
+            segments=None if table.segments is None else table.segments[i],
         )
         for i in range(n)
     ]
@@ -111,7 +111,7 @@ def simulate(
             enable_chunked_prefill=cfg.engine.enable_chunked_prefill,
             max_model_len=plan.max_model_len,
         ),
-        KVCacheManager(pool_layout(plan, cfg.engine.watermark)),
+        KVCacheManager(pool_layout(plan, cfg.engine.watermark, cfg.engine.enable_prefix_caching)),
     )
     step_model = cost if cost is not None else build_step_time_model(cfg, model, gpu)
     max_conc = cfg.load.concurrency
@@ -123,6 +123,7 @@ def simulate(
         release_s=release,
         max_concurrency=max_conc,
         window_tok=cfg.spec.window_tok,
+        parent=None if table.parent is None else table.parent[:n],
     )
     sim.run()
 
@@ -149,6 +150,7 @@ def simulate(
             "tpot_s": tpot,
             "e2el_s": e2el,
             "num_preemptions": np.array([r.num_preemptions for r in requests], dtype=np.int64),
+            "cached_tok": np.array([r.num_cached_tok for r in requests], dtype=np.int64),
         }
     )
     steps_df = sim.recorder.frame()

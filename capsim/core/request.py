@@ -40,6 +40,7 @@ _COUNTERS: tuple[str, ...] = (
     "num_gdn_blocks",
     "num_preemptions",
     "num_accept_draws_used",
+    "num_cached_tok",
     "index",
     "status",
 )
@@ -100,6 +101,7 @@ class Request:
         "finish_s",
         "first_scheduled_s",
         "req_id",
+        "segments",
     )
 
     def __init__(
@@ -110,6 +112,7 @@ class Request:
         max_output_tok: int,
         arrival_s: float = 0.0,
         index: int = 0,
+        segments: tuple[tuple[int, int], ...] | None = None,
     ) -> None:
         if prompt_tok < 1:
             raise ValueError(f"request {req_id}: prompt_tok={prompt_tok} must be >= 1")
@@ -123,6 +126,9 @@ class Request:
         self.arrival_s = arrival_s
         self.first_scheduled_s: float | None = None
         self.finish_s: float | None = None
+        self.segments = segments
+        """Content of prompt + outputs as ``(segment_id, num_tok)`` runs (``block_hash``);
+        ``None``: shared with no other request."""
 
     prompt_tok = _counter("prompt_tok")
     max_output_tok = _counter("max_output_tok")
@@ -133,6 +139,7 @@ class Request:
     num_gdn_blocks = _counter("num_gdn_blocks")
     num_preemptions = _counter("num_preemptions")
     num_accept_draws_used = _counter("num_accept_draws_used")
+    num_cached_tok = _counter("num_cached_tok")
     index = _counter("index")
 
     @property

@@ -1,4 +1,4 @@
-"""One vLLM v1 scheduler step (VLLM.md s4.1), FCFS policy, prefix caching off.
+"""One vLLM v1 scheduler step (VLLM.md s4.1), FCFS policy, prefix caching off or on.
 
 ``schedule()``:
 1. RUNNING requests in admission order get ``num_tokens_with_spec - num_computed``
@@ -12,16 +12,25 @@
    the GDN slots (plus the watermark) to fit when other requests are running; then the
    first chunk is allocated. A request that does not fit stops the loop (no skipping).
 
+Prefix caching on (``PoolLayout.enable_caching``, docs/prefix_caching.md): each step
+starts with ``kv.new_step()``; a waiting request first gets its cache hit
+(``kv.find_cache_hit``), its chunk starts after the hit, and on hybrids every prefill
+chunk is cut by ``kv.align_split`` (GDN "align" mode); the hit is recorded in the
+prefix-cache stats when the request is admitted. Memory is only touched through
+``KVCacheManager`` (``allocate_slots``, ``allocate_running_bulk``, ``free``,
+``free_bulk``); the victim choice and reset live in ``capsim.core.preemption``.
+
 ``update()`` advances counters: a verify step keeps ``1 + accepted`` of its tokens
 (``num_computed`` rolls back over rejected drafts) and emits ``accepted + 1`` tokens; a
 prefill that reaches the end of the sequence emits its first token. Finished requests
 free their blocks. Requests that emitted a token get ``num_spec_tok`` drafts for the next
 step (MTP runs in the same step as the verify).
 
-Speed: the running loop is evaluated for the whole batch at once (numpy over the
-request store) whenever every running request's growth fits in the free blocks, which
-is exactly when the sequential loop would preempt nobody; otherwise the sequential
-loop runs. Both give identical results (tested).
+Speed: with caching off the running loop is evaluated for the whole batch at once
+(numpy over the request store, ``kv.allocate_running_bulk``) whenever every running
+request's growth fits in the free blocks, which is exactly when the sequential loop
+would preempt nobody; otherwise the sequential loop runs. Both give identical results
+(tested). With caching on (named blocks) the sequential loop always runs.
 
 NOTE(lookahead): every allocation, a newly admitted request's first chunk included,
 reserves the drafter's lookahead slots (vLLM 0.32 ``effective_lookahead_tokens`` is the
@@ -41,6 +50,7 @@ import numpy as np
 
 from capsim.core.acceptance import AcceptanceDraws
 from capsim.core.kv_manager import KVCacheManager
+from capsim.core.preemption import pick_victim, preempt
 from capsim.core.request import Request, RequestStore, Status
 
 _EMPTY = np.zeros(0, dtype=np.int64)
@@ -140,13 +150,8 @@ class Scheduler:
         return self._run_slots
 
     def _preempt(self, victim: Request, out: SchedulerOutput) -> None:
-        self.kv.free(victim)
-        victim.num_computed_tok = 0
-        victim.num_spec_tok = 0
-        victim.num_preemptions += 1
-        victim.status = Status.PREEMPTED
+        preempt(victim, self.kv, self.waiting)
         self.num_preemptions += 1
-        self.waiting.appendleft(victim)
         out.preempted.append(victim)
         self._run_slots = None
 
@@ -154,7 +159,6 @@ class Scheduler:
     def _schedule_running_vectorized(self, budget: int) -> tuple[np.ndarray, np.ndarray] | None:
         """All running requests at once; None if someone would need a preemption."""
         cols = self.store.cols
-        kv = self.kv
         slots = self._running_slots()
         comp = cols["num_computed_tok"][slots]
         new = (
@@ -168,26 +172,15 @@ class Scheduler:
         before = np.cumsum(new) - new
         new = np.minimum(new, np.maximum(budget - before, 0))
         active = new > 0
-        end = comp + new + self._lookahead
-        np.minimum(end, kv.layout.max_model_len, out=end)
-        bs = kv.layout.block_size_tok
-        need = kv.layout.num_attn_groups * ((end + bs - 1) // bs)
-        extra_attn = np.where(active, np.maximum(need - cols["num_attn_blocks"][slots], 0), 0)
-        extra_gdn = np.where(
-            active & (cols["num_gdn_blocks"][slots] == 0), kv.gdn_blocks_per_request, 0
-        )
-        total = int(extra_attn.sum() + extra_gdn.sum())
-        if total > kv.num_free_blocks:
+        if not self.kv.allocate_running_bulk(cols, slots, comp + new + self._lookahead, active):
             return None
-        kv.num_free_blocks -= total
-        cols["num_attn_blocks"][slots] += extra_attn
-        cols["num_gdn_blocks"][slots] += extra_gdn
         return slots[active], new[active]
 
     def _schedule_running_sequential(
         self, budget: int, out: SchedulerOutput
     ) -> tuple[np.ndarray, np.ndarray]:
         running, kv = self.running, self.kv
+        caching = kv.enable_caching
         max_len = self.config.max_model_len
         sched_slots: list[int] = []
         sched_new: list[int] = []
@@ -196,13 +189,15 @@ class Scheduler:
             req = running[i]
             computed = req.num_computed_tok
             num_new = min(req.num_tokens_with_spec - computed, budget, max_len - 1 - computed)
+            if num_new > 0 and caching:
+                num_new = kv.align_split(req, num_new)
             if num_new <= 0:
                 i += 1
                 continue
             lookahead = self._lookahead
             ok = True
             while not kv.allocate_slots(req, num_new, lookahead):
-                victim = running.pop()
+                victim = pick_victim(running)
                 self._preempt(victim, out)
                 if victim is req:
                     ok = False
@@ -222,8 +217,11 @@ class Scheduler:
         kv = self.kv
         cols = self.store.cols
         run_slots, run_new = _EMPTY, _EMPTY
+        if kv.enable_caching:
+            kv.new_step()
         if self.running:
-            fast = self._schedule_running_vectorized(budget) if self.vectorized else None
+            bulk = self.vectorized and not kv.enable_caching
+            fast = self._schedule_running_vectorized(budget) if bulk else None
             if fast is None:
                 fast = self._schedule_running_sequential(budget, out)
             run_slots, run_new = fast
@@ -235,24 +233,42 @@ class Scheduler:
             running, waiting = self.running, self.waiting
             while waiting and budget > 0 and len(running) < cfg.max_num_seqs:
                 req = waiting[0]
-                num_new = req.num_tokens - req.num_computed_tok
+                hit = kv.find_cache_hit(req) if kv.enable_caching else None
+                hit_tok = hit.num_tok if hit is not None else 0
+                num_new = req.num_tokens - req.num_computed_tok - hit_tok
                 if not cfg.enable_chunked_prefill and num_new > budget:
                     break
                 num_new = min(num_new, budget)
-                if running and not kv.full_sequence_fits(req):
-                    break
-                if not kv.allocate_slots(req, num_new, self._lookahead):
-                    break
+                if hit is None:
+                    if running and not kv.full_sequence_fits(req):
+                        break
+                    if not kv.allocate_slots(req, num_new, self._lookahead):
+                        break
+                else:
+                    num_new = kv.align_split(req, num_new, hit_tok)
+                    if num_new <= 0:
+                        break
+                    if running and not kv.full_sequence_fits(req, hit):
+                        break
+                    if not kv.allocate_slots(req, num_new, self._lookahead, hit):
+                        break
+                    kv.record_hit(req, hit)
+                    req.num_computed_tok += hit_tok
+                    req.num_cached_tok = hit_tok
                 waiting.popleft()
                 req.status = Status.RUNNING
                 running.append(req)
-                self._run_slots = None
                 new_slots.append(req._slot)
                 new_new.append(num_new)
                 out.admitted.append(req)
                 budget -= num_new
         if new_slots:
-            out.slots = np.concatenate([run_slots, np.asarray(new_slots, dtype=np.int64)])
+            added = np.asarray(new_slots, dtype=np.int64)
+            cached = self._run_slots
+            # the admitted requests were appended to `running`: extend its slot array
+            ok = cached is not None and len(cached) + len(new_slots) == len(self.running)
+            self._run_slots = np.concatenate([cached, added]) if ok else None  # type: ignore[list-item]
+            out.slots = np.concatenate([run_slots, added])
             out.num_new = np.concatenate([run_new, np.asarray(new_new, dtype=np.int64)])
         else:
             out.slots, out.num_new = run_slots, run_new
@@ -337,13 +353,13 @@ class Scheduler:
             cols["status"][fin_slots] = int(Status.FINISHED)
             finished = [h[s] for s in fin_slots.tolist()]
             run_slots = self._running_slots()
-            keep = ~np.isin(run_slots, fin_slots)
+            keep = cols["status"][run_slots] != int(Status.FINISHED)
             self.running = [r for r, k in zip(self.running, keep.tolist(), strict=True) if k]
             self._run_slots = run_slots[keep]
-            freed = (
-                cols["num_attn_blocks"][fin_slots].sum() + cols["num_gdn_blocks"][fin_slots].sum()
-            )
-            self.kv.num_free_blocks += int(freed)
-            cols["num_attn_blocks"][fin_slots] = 0
-            cols["num_gdn_blocks"][fin_slots] = 0
+            if self.kv.enable_caching:
+                for req in finished:
+                    self.kv.free(req)
+                    self.kv.forget(req)
+            else:
+                self.kv.free_bulk(cols, fin_slots)
         return finished

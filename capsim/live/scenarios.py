@@ -54,6 +54,7 @@ class LiveEngine:
     max_num_batched_tokens: int = 512
     max_model_len: int = 512
     enable_chunked_prefill: bool = True
+    enable_prefix_caching: bool = False
 
     def __post_init__(self) -> None:
         if self.block_size < 32 or self.block_size % 32:
@@ -148,6 +149,36 @@ def _repetitive(
                 prompt_tok=prompt_tok,
                 output_tok=output_tok,
                 arrival_step=every * i,
+                prompt_ids=ids,
+            )
+        )
+    return tuple(reqs)
+
+
+def _shared_prefix(
+    n: int,
+    prefixes: tuple[int, ...],
+    suffix_tok: int,
+    output_tok: int,
+    every: int,
+    seed: int,
+    prefix: str,
+) -> tuple[LiveRequest, ...]:
+    """Request i = system prompt ``i % len(prefixes)`` (``prefixes[j]`` tokens) + its own
+    ``suffix_tok`` tokens: prefix-cache hits, partial and full, and LRU eviction."""
+    rng = np.random.default_rng(np.random.SeedSequence(seed))
+    systems = [tuple(int(t) for t in rng.integers(3, 512, size=p)) for p in prefixes]
+    reqs = []
+    for i in range(n):
+        ids = systems[i % len(systems)] + tuple(
+            int(t) for t in rng.integers(3, 512, size=suffix_tok)
+        )
+        reqs.append(
+            LiveRequest(
+                req_id=f"{prefix}{i}",
+                prompt_tok=len(ids),
+                output_tok=output_tok,
+                arrival_step=i * every,
                 prompt_ids=ids,
             )
         )
@@ -251,6 +282,72 @@ SCENARIOS: dict[str, Scenario] = {
         ),
     )
 }
+
+PREFIX_SCENARIOS: tuple[Scenario, ...] = (
+    Scenario(
+        name="llama_prefix",
+        model="llama",
+        covers="prefix caching on (attention only): hits on two shared system prompts, "
+        "partial hits, cached blocks evicted in LRU order under a small pool, preemption",
+        engine=LiveEngine(
+            block_size=32,
+            num_gpu_blocks=36,
+            max_num_seqs=6,
+            max_num_batched_tokens=256,
+            max_model_len=1024,
+            enable_prefix_caching=True,
+        ),
+        requests=_shared_prefix(12, (200, 120), 40, 120, every=5, seed=11, prefix="p"),
+    ),
+    Scenario(
+        name="qwen3next_prefix",
+        model="qwen3next",
+        covers="prefix caching on the hybrid (GDN 'align' mode): chunks cut at block "
+        "boundaries, GDN checkpoints, hits that need both attention and GDN groups",
+        engine=LiveEngine(
+            block_size=32,
+            num_gpu_blocks=40,
+            max_num_seqs=4,
+            max_num_batched_tokens=768,
+            max_model_len=2048,
+            enable_prefix_caching=True,
+        ),
+        requests=_shared_prefix(6, (1200,), 150, 100, every=4, seed=12, prefix="a"),
+    ),
+    Scenario(
+        name="qwen3next_mtp_prefix",
+        model="qwen3next_mtp",
+        covers="prefix caching on the hybrid with MTP k=2 (align mode + speculation): "
+        "k speculative GDN blocks, the EAGLE one-block drop of the hit",
+        engine=LiveEngine(
+            block_size=32,
+            num_gpu_blocks=48,
+            max_num_seqs=4,
+            max_num_batched_tokens=768,
+            max_model_len=2048,
+            enable_prefix_caching=True,
+        ),
+        speculative_config={"method": "mtp", "num_speculative_tokens": 2},
+        requests=_shared_prefix(6, (1700,), 150, 100, every=4, seed=13, prefix="b"),
+    ),
+    Scenario(
+        name="qwen3next_ngram_prefix",
+        model="qwen3next",
+        covers="prefix caching on the hybrid with ngram k=3 drafts (store-all slots in "
+        "align mode, no EAGLE drop)",
+        engine=LiveEngine(
+            block_size=32,
+            num_gpu_blocks=48,
+            max_num_seqs=4,
+            max_num_batched_tokens=768,
+            max_model_len=2048,
+            enable_prefix_caching=True,
+        ),
+        speculative_config=NGRAM_K3,
+        requests=_shared_prefix(6, (1200,), 150, 100, every=4, seed=14, prefix="n"),
+    ),
+)
+SCENARIOS.update({s.name: s for s in PREFIX_SCENARIOS})
 
 CI_SCENARIOS: tuple[str, ...] = ("llama_preempt", "qwen3next_preempt")
 

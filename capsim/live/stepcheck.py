@@ -136,6 +136,8 @@ def derive_layout(trace: dict[str, Any], model_config: Path | None = None) -> De
         num_attn_groups=n_attn,
         lookahead_tok=lookahead,
         max_model_len=int(eng["max_model_len"]),
+        enable_caching=bool(eng.get("enable_prefix_caching", False)),
+        max_num_batched_tokens=int(eng["max_num_batched_tokens"]),
     )
     vllm = _vllm_layout_facts(trace) if "groups" in trace else {}
     return DerivedLayout(layout=layout, capsim=capsim, vllm=vllm)
@@ -185,6 +187,7 @@ def replay(
     vsteps = {int(s["iter"]): s for s in trace["steps"]}
     last_iter = max([*vsteps, *(int(i["iter"]) for i in trace.get("idle_iters", []))], default=0)
     pending = sorted(sc["requests"], key=lambda r: (int(r.get("arrival_step", 0)), r["req_id"]))
+    order = {r["req_id"]: i for i, r in enumerate(pending)}
     out_steps: list[dict[str, Any]] = []
     it = 0
     limit = last_iter + 10_000
@@ -197,6 +200,7 @@ def replay(
                     prompt_tok=int(r["prompt_tok"]),
                     max_output_tok=int(r["output_tok"]),
                     arrival_s=float(it),
+                    segments=_segments(r, order[r["req_id"]]),
                 )
             )
         if not sched.has_work:
@@ -219,6 +223,10 @@ def replay(
             "admitted": [r.req_id for r in out.admitted],
             "group_blocks": _group_blocks(sched, layout),
         }
+        if layout.enable_caching:
+            rec["cached"] = {r.req_id: r.num_cached_tok for r in out.admitted}
+            st = sched.kv.prefix_stats
+            rec["prefix_stats"] = [st.queries_tok, st.hits_tok]
         vemit = vstep.get("emitted", {})
         accepted = {rid: max(int(n) - 1, 0) for rid, n in vemit.items()}
         sched.update(out, accepted)
@@ -232,7 +240,27 @@ def replay(
     return out_steps
 
 
+def _segments(r: dict[str, Any], uid: int) -> tuple[tuple[int, int], ...] | None:
+    """Token identity of a scenario request: its prompt ids one token per segment (equal
+    ids = equal tokens), then its outputs, shared with nobody. ``None`` (no prompt ids):
+    vLLM's prompt is random, shared with nobody."""
+    ids = r.get("prompt_ids")
+    if not ids:
+        return None
+    return (*((int(t), 1) for t in ids), (-(1 << 40) - uid, int(r["output_tok"])))
+
+
 def _group_blocks(sched: Scheduler, layout: PoolLayout) -> dict[str, int]:
+    if layout.enable_caching:
+        # vLLM's req_to_blocks lists, null blocks included
+        tables = [sched.kv.block_ids(r) for r in sched.running]
+        groups = sorted({g for t in tables for g in t})
+        per = {g: sum(len(t.get(g, [])) for t in tables) for g in groups}
+        gdn = [per[g] for g in groups[: layout.num_gdn_groups]]
+        out = {"attn": per.get(layout.num_gdn_groups, 0) if groups else 0}
+        if layout.num_gdn_groups:
+            out["gdn"] = (gdn[0] if len(set(gdn)) == 1 else -1) if gdn else 0
+        return out
     attn = sum(r.num_attn_blocks for r in sched.running)
     gdn = sum(r.num_gdn_blocks for r in sched.running)
     out = {"attn": attn // max(layout.num_attn_groups, 1)}
@@ -322,10 +350,11 @@ def compare(
         if v is None or c is None:
             diffs.append(StepDiff(iter=it, field="step", vllm=v is not None, capsim=c is not None))
             continue
-        for f in COMPARED:
+        extra = tuple(f for f in ("cached", "prefix_stats") if f in v and f in c)
+        for f in COMPARED + extra:
             vv = _vllm_group_blocks(trace, v[f]) if f == "group_blocks" else v[f]
             cv = c[f]
-            if f in ("scheduled", "emitted"):
+            if f in ("scheduled", "emitted", "cached"):
                 vv, cv = dict(sorted(vv.items())), dict(sorted(cv.items()))
             if vv != cv:
                 diffs.append(StepDiff(iter=it, field=f, vllm=vv, capsim=cv))

@@ -26,6 +26,7 @@ from capsim.reports.figures import (
     figure4_trees,
     table1,
 )
+from capsim.reports.prefix_figure import figure5_prefix_caching
 from capsim.sweep.knee import knee_table
 from capsim.sweep.store import atomic_write_bytes
 
@@ -34,6 +35,7 @@ FIGURES: tuple[tuple[str, str], ...] = (
     ("figure2_ttft", "Figure 2: p99 TTFT vs concurrency"),
     ("figure3_matched", "Figure 3: matched points, memory-bound vs headroom"),
     ("figure4_trees", "Figure 4: draft-tree study (store-all N+1 slots vs TreeWY 1)"),
+    ("figure5_prefix_caching", "Figure 5: prefix caching on vs off (hit rate, admitted, TTFT)"),
 )
 
 CSS = """
@@ -124,6 +126,8 @@ def build_report(result_dir: Path | str, out_dir: Path | str | None = None) -> P
         "figure3_matched": figure3_matched(matched),
         "figure4_trees": figure4_trees(points),
     }
+    if "prefix_caching" in points.columns and points["prefix_caching"].astype(bool).any():
+        figs["figure5_prefix_caching"] = figure5_prefix_caching(points)
     images: dict[str, bytes] = {}
     for name, fig in figs.items():
         images[name] = png_bytes(fig)
@@ -156,6 +160,8 @@ def build_report(result_dir: Path | str, out_dir: Path | str | None = None) -> P
         _table_html(t1),
     ]
     for name, title in FIGURES:
+        if name not in images:
+            continue
         b64 = base64.b64encode(images[name]).decode()
         parts.append(f"<h2>{html.escape(title)}</h2>")
         parts.append(f"<img alt='{html.escape(title)}' src='data:image/png;base64,{b64}'>")

@@ -42,7 +42,15 @@ def step_time_suffix(points: pd.DataFrame) -> str:
     return ("\nstep time: " + "; ".join(labels)) if labels else ""
 
 
+def caching_off(points: pd.DataFrame) -> pd.DataFrame:
+    """The prefix-caching-off points when a grid has both (Figure 5 shows caching on)."""
+    if "prefix_caching" in points.columns and (~points["prefix_caching"].astype(bool)).any():
+        return points[~points["prefix_caching"].astype(bool)]
+    return points
+
+
 def _chain_concurrency(points: pd.DataFrame) -> pd.DataFrame:
+    points = caching_off(points)
     return points[(points["load_mode"] == "concurrency") & (points["tree"] == "chain")]
 
 
@@ -262,7 +270,8 @@ TREE_METRICS: tuple[tuple[str, str, bool], ...] = (
 
 def _tree_points(points: pd.DataFrame) -> pd.DataFrame:
     """Draft-tree study: every fixed-concurrency point whose shape is given as widths."""
-    conc = points[points["load_mode"] == "concurrency"]
+    conc = caching_off(points)
+    conc = conc[conc["load_mode"] == "concurrency"]
     return conc[conc["tree"] != "chain"]
 
 

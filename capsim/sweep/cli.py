@@ -72,6 +72,12 @@ def _value_error(exc: Exception) -> click.ClickException:
 @click.option("--seed", type=int, default=None, help="root seed (grid default)")
 @click.option("--step-time", default=None, help="step-time model: roofline | calibrated")
 @click.option(
+    "--enable-prefix-caching/--no-enable-prefix-caching",
+    "prefix_caching",
+    default=None,
+    help="run every block with prefix caching on/off (default: the grid's prefix_caching)",
+)
+@click.option(
     "--out",
     "out_dir",
     type=click.Path(file_okay=False, path_type=Path),
@@ -95,6 +101,7 @@ def sweep_cmd(
     num_requests: int | None,
     seed: int | None,
     step_time: str | None,
+    prefix_caching: bool | None,
     out_dir: Path,
     executor: str,
     scheduler: str | None,
@@ -118,6 +125,7 @@ def sweep_cmd(
             num_requests=num_requests,
             seed=seed,
             step_time=step_time,
+            prefix_caching=prefix_caching,
         )
         spec = with_pool(spec, pool_overrides(pool))
         ex = make_executor(executor, jobs=jobs, scheduler=scheduler)
@@ -238,6 +246,13 @@ def report_cmd(result_dir: Path, out_dir: Path | None) -> None:
 @click.option("--seed", type=int, default=0, show_default=True)
 @click.option("--jobs", type=int, default=None, help="parallel searches (default: cores)")
 @pool_override_options
+@click.option(
+    "--enable-prefix-caching/--no-enable-prefix-caching",
+    "prefix_caching",
+    default=False,
+    show_default=True,
+    help="vLLM prefix caching (GDN 'align' mode)",
+)
 def whatif_cmd(
     model: str,
     gpu: str,
@@ -254,6 +269,7 @@ def whatif_cmd(
     num_requests: int,
     seed: int,
     jobs: int | None,
+    prefix_caching: bool,
     **pool: Any,
 ) -> None:
     """Largest load meeting an SLO per commit mode, and the gmu/tree maximising goodput."""
@@ -281,6 +297,7 @@ def whatif_cmd(
                     deployments=(Deployment(model=model, gpu=gpu, tp=tp, gmu=gmus, **pins),),
                     workloads=(WorkloadLoads(name=workload, mode=load_mode, loads=(1.0,)),),  # type: ignore[arg-type]
                     trees=shapes,
+                    prefix_caching=(prefix_caching,),
                 ),
             ),
             commit_modes=mode_list,
@@ -302,6 +319,7 @@ def whatif_cmd(
                 seed=seed,
                 max_load=max_load,
                 pool=tuple(sorted(pins.items())),
+                enable_prefix_caching=prefix_caching,
             )
             for g in gmus
             for t in shapes

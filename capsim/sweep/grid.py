@@ -68,11 +68,12 @@ class Deployment:
     )
     enforce_eager: bool = field(default=False, metadata={"help": "no CUDA graphs"})
 
-    def engine(self, gmu: float) -> EngineConfig:
+    def engine(self, gmu: float, enable_prefix_caching: bool = False) -> EngineConfig:
         """The EngineConfig of this deployment at one gmu (validates the pool flags)."""
         return EngineConfig(
             tp=self.tp,
             gmu=gmu,
+            enable_prefix_caching=enable_prefix_caching,
             vllm_version=self.vllm_version,
             kv_cache_memory_bytes=self.kv_cache_memory_bytes,
             num_gpu_blocks_override=self.num_gpu_blocks_override,
@@ -146,8 +147,14 @@ class Block:
     trees: tuple[tuple[int, ...] | None, ...] = field(
         default=(None,), metadata={"help": "tree widths; None = the chain of num_spec_tok"}
     )
+    prefix_caching: tuple[bool, ...] = field(
+        default=(False,),
+        metadata={"help": "vLLM --enable-prefix-caching values (True = GDN 'align' mode)"},
+    )
 
     def __post_init__(self) -> None:
+        if not self.prefix_caching or any(not isinstance(v, bool) for v in self.prefix_caching):
+            _fail("block", "prefix_caching", self.prefix_caching, "must list true/false values")
         if not self.deployments:
             _fail("block", "deployments", self.deployments, f"block {self.name!r} is empty")
         if not self.workloads:
@@ -263,6 +270,7 @@ class Point:
             "tree": "chain" if tree is None else "x".join(str(w) for w in tree),
             "num_spec_tok": c.spec.num_spec_tok,
             "commit": c.spec.commit,
+            "prefix_caching": bool(c.engine.enable_prefix_caching),
             "num_requests_offered": c.load.num_requests,
             "seed": c.seed,
         }
@@ -324,6 +332,7 @@ def make_config(
     commit: str,
     *,
     num_requests: int | None = None,
+    prefix_caching: bool = False,
 ) -> SimConfig:
     """The SimConfig of one grid cell."""
     n = num_requests or spec.requests_for(wl.mode, load, wl)
@@ -336,7 +345,7 @@ def make_config(
     return SimConfig(
         model=dep.model,
         gpu=dep.gpu,
-        engine=dep.engine(gmu),
+        engine=dep.engine(gmu, enable_prefix_caching=prefix_caching),
         spec=SpecDecodeConfig(
             num_spec_tok=spec.num_spec_tok,
             tree_widths=tree,
@@ -362,20 +371,23 @@ def expand(spec: SweepSpec) -> list[Point]:
                 for wl in block.workloads:
                     for load in wl.loads:
                         for tree in block.trees:
-                            for commit in spec.commit_modes:
-                                cfg = make_config(spec, dep, gmu, wl, load, tree, commit)
-                                pid = point_id_of(cfg)
-                                if pid in seen:
-                                    continue
-                                seen.add(pid)
-                                points.append(
-                                    Point(
-                                        point_id=pid,
-                                        match_id=match_id_of(cfg),
-                                        block=block.name,
-                                        cfg=cfg,
+                            for pc in block.prefix_caching:
+                                for commit in spec.commit_modes:
+                                    cfg = make_config(
+                                        spec, dep, gmu, wl, load, tree, commit, prefix_caching=pc
                                     )
-                                )
+                                    pid = point_id_of(cfg)
+                                    if pid in seen:
+                                        continue
+                                    seen.add(pid)
+                                    points.append(
+                                        Point(
+                                            point_id=pid,
+                                            match_id=match_id_of(cfg),
+                                            block=block.name,
+                                            cfg=cfg,
+                                        )
+                                    )
     if not points:
         raise ValueError("sweep: the grid expands to no points")
     return points
@@ -437,9 +449,15 @@ def spec_from_dict(raw: dict[str, Any], *, where: str = "grid") -> SweepSpec:
         trees: tuple[tuple[int, ...] | None, ...] = (
             (None,) if not trees_raw else tuple(tuple(t) or None for t in trees_raw)
         )
+        pc_raw = b.get("prefix_caching", [False])
+        pc = tuple(pc_raw) if isinstance(pc_raw, list) else (pc_raw,)
         blocks.append(
             Block(
-                name=str(b.get("name", f"block{i}")), deployments=deps, workloads=wls, trees=trees
+                name=str(b.get("name", f"block{i}")),
+                deployments=deps,
+                workloads=wls,
+                trees=trees,
+                prefix_caching=pc,
             )
         )
     kwargs = {k: top[k] for k in known_top if k in top}
@@ -471,8 +489,10 @@ def restrict(
     num_requests: int | None = None,
     seed: int | None = None,
     step_time: str | None = None,
+    prefix_caching: bool | None = None,
 ) -> SweepSpec:
-    """A sub-grid: keep only the given gmu values / models / workloads.
+    """A sub-grid: keep only the given gmu values / models / workloads; ``prefix_caching``
+    (when given) replaces every block's prefix-caching values.
 
     ``gmu`` filters each deployment's own list (the published grid runs the 397B model at
     0.75 and 0.9 only, so ``--gmu 0.6,0.75,0.9`` keeps exactly the published points).
@@ -491,7 +511,10 @@ def restrict(
         if not trees and block.trees != (None,):
             continue
         if deps and wls:
-            blocks.append(replace(block, deployments=tuple(deps), workloads=tuple(wls)))
+            pc = block.prefix_caching if prefix_caching is None else (prefix_caching,)
+            blocks.append(
+                replace(block, deployments=tuple(deps), workloads=tuple(wls), prefix_caching=pc)
+            )
     if not blocks:
         raise ValueError(
             "sweep: the selection leaves an empty grid "

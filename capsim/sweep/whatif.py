@@ -76,6 +76,7 @@ class Candidate:
     """Stop when the bracket is within this fraction of the load (0: exact integers)."""
     pool: tuple[tuple[str, Any], ...] = ()
     """vLLM pool flags as (EngineConfig field, value) pairs: --kv-cache-memory etc."""
+    enable_prefix_caching: bool = False
 
     def requests_at(self, load: float) -> int:
         """At least ``num_requests``; more at high load so the load is really offered.
@@ -100,7 +101,12 @@ class Candidate:
         return SimConfig(
             model=self.model,
             gpu=self.gpu,
-            engine=EngineConfig(tp=self.tp, gmu=self.gmu, **dict(self.pool)),
+            engine=EngineConfig(
+                tp=self.tp,
+                gmu=self.gmu,
+                enable_prefix_caching=self.enable_prefix_caching,
+                **dict(self.pool),
+            ),
             spec=SpecDecodeConfig(
                 num_spec_tok=self.num_spec_tok, tree_widths=self.tree, commit=self.commit
             ),

@@ -9,6 +9,7 @@ table's requests, e.g. ``burstgpt-standin`` lengths on ``azure-code`` timing.
 
 from __future__ import annotations
 
+import dataclasses
 import math
 
 import numpy as np
@@ -29,13 +30,7 @@ def rescale_rate(table: RequestTable, rate_req_per_s: float) -> RequestTable:
         raise ValueError(f"rescale_rate: table {table.name!r} needs >= 2 distinct arrival times")
     factor = (table.num_requests - 1) / (rate_req_per_s * span_s)
     arrival = (table.arrival_s - table.arrival_s[0]) * factor
-    return RequestTable(
-        name=table.name,
-        prompt_tok=table.prompt_tok,
-        output_tok=table.output_tok,
-        arrival_s=arrival,
-        source_id=table.source_id,
-    )
+    return dataclasses.replace(table, arrival_s=arrival)
 
 
 def attach_arrivals(requests: RequestTable, timing: RequestTable) -> RequestTable:
@@ -47,10 +42,8 @@ def attach_arrivals(requests: RequestTable, timing: RequestTable) -> RequestTabl
             f"attach_arrivals: {requests.name!r} has {requests.num_requests} requests, "
             f"timing {timing.name!r} has {timing.num_requests}"
         )
-    return RequestTable(
+    return dataclasses.replace(
+        requests,
         name=f"{requests.name}@{timing.name}",
-        prompt_tok=requests.prompt_tok,
-        output_tok=requests.output_tok,
         arrival_s=np.asarray(timing.arrival_s - timing.arrival_s[0], dtype=np.float64),
-        source_id=requests.source_id,
     )

@@ -14,7 +14,7 @@ from capsim.traces.workloads import WORKLOADS, load_workload
 
 def _load(name: str, num_requests: int, seed: int, model: str, root: Path | None) -> RequestTable:
     try:
-        if name not in WORKLOADS and Path(name).is_file():
+        if name not in WORKLOADS and "+sys=" not in name and Path(name).is_file():
             return load_file(Path(name))
         return load_workload(name, num_requests=num_requests, seed=seed, model=model, root=root)
     except (ValueError, FileNotFoundError) as exc:
@@ -53,14 +53,26 @@ def list_cmd() -> None:
 @click.option(
     "--num-requests", type=int, default=1000, show_default=True, help="requests to sample"
 )
+@click.option(
+    "--block-size",
+    "block_size_tok",
+    type=click.IntRange(min=1),
+    default=1,
+    show_default=True,
+    help="also report the ideal prefix hit rate in blocks of this many tokens",
+)
 @_common
-def stats_cmd(name: str, num_requests: int, seed: int, model: str, root: Path | None) -> None:
-    """Counts, mean/median/p99 of input and output tokens, arrival rate and gap CV.
+def stats_cmd(
+    name: str, num_requests: int, block_size_tok: int, seed: int, model: str, root: Path | None
+) -> None:
+    """Counts, mean/median/p99 of input and output tokens, arrival rate and gap CV, and
+    the ideal prefix hit rate of workloads that share prefixes.
 
-    NAME is a workload from 'capsim traces list', or a path to your own CSV/Parquet/JSONL file.
+    NAME is a workload from 'capsim traces list' (optionally with '+sys=N,TOK[,ZIPF_A]'),
+    or a path to your own CSV/Parquet/JSONL file.
     """
     table = _load(name, num_requests, seed, model, root)
-    click.echo(format_stats(workload_stats(table)))
+    click.echo(format_stats(workload_stats(table, block_size_tok)))
 
 
 @traces.command("show")

@@ -7,6 +7,9 @@ Token counts and arrival offsets only (no text), one Parquet file per source:
 - ``spec_bench.parquet``: all Spec-Bench questions, in file order: ``question_id``,
   ``category``, ``qwen3_raw_tok``, ``qwen3_prompt_tok``, ``qwen35_raw_tok``,
   ``qwen35_prompt_tok`` (``*_prompt_tok``: inside the chat template, what vLLM sends);
+- ``sharegpt_multiturn.parquet``: per turn of the first multi-turn conversations:
+  ``entry_index``, ``turn``, ``qwen3_user_tok``, ``qwen3_asst_tok``, ``qwen35_user_tok``,
+  ``qwen35_asst_tok`` (``capsim.traces.multiturn``; written by ``traces/derive_multiturn.py``);
 - ``azure_conv.parquet``, ``azure_code.parquet``: every request, in time order:
   ``arrival_s``, ``prompt_tok``, ``output_tok``.
 
@@ -41,6 +44,14 @@ COMPACT_COLUMNS: dict[str, dict[str, str]] = {
         "qwen3_prompt_tok": "int32",
         "qwen35_raw_tok": "int32",
         "qwen35_prompt_tok": "int32",
+    },
+    "sharegpt_multiturn": {
+        "entry_index": "int32",
+        "turn": "int32",
+        "qwen3_user_tok": "int32",
+        "qwen3_asst_tok": "int32",
+        "qwen35_user_tok": "int32",
+        "qwen35_asst_tok": "int32",
     },
     "azure_conv": {"arrival_s": "float64", "prompt_tok": "int32", "output_tok": "int32"},
     "azure_code": {"arrival_s": "float64", "prompt_tok": "int32", "output_tok": "int32"},

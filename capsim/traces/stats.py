@@ -6,6 +6,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from capsim.traces.sharing import ideal_hit_rate
 from capsim.traces.table import RequestTable
 
 
@@ -32,6 +33,10 @@ class WorkloadStats:
     prompt: LengthStats
     output: LengthStats
     arrival: ArrivalStats | None  # None for closed-loop workloads
+    ideal_hit_rate: float | None = None
+    """Prefix-cache hit rate with an infinite cache, token granularity (None: no sharing)."""
+    ideal_hit_rate_block: float | None = None
+    block_size_tok: int = 1
 
 
 def _lengths(x: np.ndarray) -> LengthStats:
@@ -43,8 +48,10 @@ def _lengths(x: np.ndarray) -> LengthStats:
     )
 
 
-def workload_stats(table: RequestTable) -> WorkloadStats:
-    """Counts, mean/median/p99/max of lengths, and arrival rate and gap CV when timed."""
+def workload_stats(table: RequestTable, block_size_tok: int = 1) -> WorkloadStats:
+    """Counts, mean/median/p99/max of lengths, arrival rate and gap CV when timed, and
+    the ideal prefix hit rate when requests share content (``capsim.traces.sharing``),
+    also at ``block_size_tok`` granularity."""
     arrival = None
     if table.arrival_s is not None and table.num_requests >= 2:
         gaps = np.diff(table.arrival_s)
@@ -62,6 +69,11 @@ def workload_stats(table: RequestTable) -> WorkloadStats:
         prompt=_lengths(table.prompt_tok),
         output=_lengths(table.output_tok),
         arrival=arrival,
+        ideal_hit_rate=None if table.segments is None else ideal_hit_rate(table),
+        ideal_hit_rate_block=None
+        if table.segments is None
+        else ideal_hit_rate(table, block_size_tok),
+        block_size_tok=block_size_tok,
     )
 
 
@@ -81,4 +93,16 @@ def format_stats(stats: WorkloadStats) -> str:
             f"  arrivals       span {a.span_s:.1f} s  rate {a.rate_req_per_s:.3f} req/s  "
             f"gap mean {a.gap_mean_s:.4f} s  gap CV {a.gap_cv:.2f}"
         )
+    if stats.ideal_hit_rate is None:
+        lines.append("  prefix sharing none (every request's tokens are its own)")
+    else:
+        lines.append(
+            f"  ideal prefix hit rate {stats.ideal_hit_rate:.4f} (token granularity, "
+            "infinite cache)"
+        )
+        if stats.block_size_tok > 1:
+            lines.append(
+                f"  ideal prefix hit rate {stats.ideal_hit_rate_block:.4f} "
+                f"({stats.block_size_tok}-token blocks)"
+            )
     return "\n".join(lines)

@@ -10,6 +10,7 @@ Qwen3-Next (and other Qwen3 names) Qwen3 counts (``shared/traces/NOTES.md`` §6)
 
 from __future__ import annotations
 
+import dataclasses
 from pathlib import Path
 from types import MappingProxyType
 
@@ -17,10 +18,14 @@ import numpy as np
 
 from capsim.traces.burstgpt import burstgpt_standin
 from capsim.traces.compact import read_compact
+from capsim.traces.multiturn import load_multiturn
 from capsim.traces.sampling import check_count, vllm_take_valid, vllm_valid
+from capsim.traces.sharing import attach_system_prompt, parse_sys_suffix
 from capsim.traces.spec_bench import VLLM_SPEC_BENCH_OUTPUT_TOK
 from capsim.traces.synthetic import SYNTHETIC_PRESETS, synthetic_table
 from capsim.traces.table import RequestTable
+
+SHARED_PREFIX_DEFAULT = (16, 2048, 1.0)
 
 WORKLOADS: MappingProxyType[str, str] = MappingProxyType(
     {
@@ -38,6 +43,14 @@ WORKLOADS: MappingProxyType[str, str] = MappingProxyType(
         "burstgpt-standin": (
             "STAND-IN, not BurstGPT data: BurstGPT-Perf's Zipf(1.1) length model below 1024; "
             "arrivals from the load generator"
+        ),
+        "sharegpt-multiturn": (
+            "ShareGPT V3 multi-turn conversations replayed turn by turn (prompt = history + "
+            "new user message; next turn sent when the previous one finished); closed loop"
+        ),
+        "shared-prefix": (
+            "ShareGPT first turns behind 16 shared system prompts of 2,048 tokens, Zipf(1.0) "
+            "popularity (= 'sharegpt+sys=16,2048,1.0'); closed loop"
         ),
         "azure-conv": "Azure LLM inference trace 2023, conversation service: timestamps + lengths",
         "azure-code": "Azure LLM inference trace 2023, code service: timestamps + lengths (bursty)",
@@ -124,7 +137,16 @@ def load_workload(
     model: str = "qwen3.5-35b-a3b",
     root: Path | None = None,
 ) -> RequestTable:
-    """Sample ``num_requests`` requests of workload ``name`` (see ``WORKLOADS``)."""
+    """Sample ``num_requests`` requests of workload ``name`` (see ``WORKLOADS``); a
+    ``+sys=N,TOK[,A]`` suffix attaches shared system prompts (``capsim.traces.sharing``)."""
+    base, sys_prompt = parse_sys_suffix(name)
+    if name == "shared-prefix":
+        base, sys_prompt = "sharegpt", SHARED_PREFIX_DEFAULT
+    if sys_prompt is not None:
+        table = load_workload(base, num_requests=num_requests, seed=seed, model=model, root=root)
+        n, tok, a = sys_prompt
+        out = attach_system_prompt(table, num_prompts=n, prompt_tok=tok, zipf_a=a, seed=seed)
+        return out if name != "shared-prefix" else dataclasses.replace(out, name=name)
     if name not in WORKLOADS:
         raise ValueError(f"workload name={name!r} is unknown; valid names: {sorted(WORKLOADS)}")
     check_count(num_requests, seed)
@@ -137,6 +159,8 @@ def load_workload(
     if name in ("azure-conv", "azure-code"):
         return _azure(name.replace("-", "_"), num_requests, seed, root)
     family = tokenizer_family(model)
+    if name == "sharegpt-multiturn":
+        return load_multiturn(num_requests, seed, family, root)
     if name == "sharegpt":
         return _sharegpt(num_requests, seed, family, root)
     return _spec_bench(num_requests, seed, family, root)

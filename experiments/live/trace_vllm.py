@@ -72,6 +72,20 @@ def _group_info(kv_cfg) -> list[dict]:
     return groups
 
 
+def _prefix_stats(kv) -> list[int]:
+    """Cumulative (queries, hits) token counters of the prefix cache, or [] when off."""
+    st = getattr(kv, "prefix_cache_stats", None)
+    if st is None:
+        return []
+    _prefix_totals[0] += int(st.queries)
+    _prefix_totals[1] += int(st.hits)
+    kv.prefix_cache_stats = type(st)()
+    return list(_prefix_totals)
+
+
+_prefix_totals = [0, 0]
+
+
 def run(scenario: dict, partial: dict | None = None) -> dict:
     """Run the scenario; ``partial["steps"]`` holds the steps recorded so far (kept when
     the engine fails mid-run, e.g. a CPU kernel error under speculative decoding)."""
@@ -89,7 +103,7 @@ def run(scenario: dict, partial: dict | None = None) -> dict:
         "max_num_seqs": int(eng["max_num_seqs"]),
         "max_num_batched_tokens": int(eng["max_num_batched_tokens"]),
         "enable_chunked_prefill": bool(eng.get("enable_chunked_prefill", True)),
-        "enable_prefix_caching": False,
+        "enable_prefix_caching": bool(eng.get("enable_prefix_caching", False)),
         "enforce_eager": True,
         "seed": 0,
         "disable_log_stats": False,
@@ -151,6 +165,15 @@ def run(scenario: dict, partial: dict | None = None) -> dict:
             spec={_ext(r): len(v) for r, v in out.scheduled_spec_decode_tokens.items()},
             preempted=list(preempted_now),
             admitted=admitted,
+            # prefix-cache hit of each admitted request: what it had computed before
+            # its first chunk (num_computed_tokens already includes the chunk here)
+            cached={
+                _ext(r.request_id): int(r.num_computed_tokens)
+                - int(out.num_scheduled_tokens.get(r.request_id, 0))
+                for r in sched.running
+                if r.request_id in waiting_before
+            },
+            prefix_stats=_prefix_stats(kv),
             group_blocks=[sum(len(b) for b in m.req_to_blocks.values()) for m in managers],
             out_before={_ext(r.request_id): r.num_output_tokens for r in sched.running},
         )

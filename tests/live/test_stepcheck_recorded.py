@@ -134,3 +134,42 @@ def test_stepcheck_cli_on_recorded_traces(tmp_path: Path) -> None:
     mtp = summaries[1]
     # fails while capsim's scheduler admits without the MTP lookahead; passes once it does
     assert (both.exit_code == 0) == mtp["equal"]
+
+
+PREFIX = {"llama_prefix": "llama", "qwen3next_prefix": "qwen3next"}
+
+
+@pytest.mark.parametrize("name", sorted(PREFIX))
+def test_prefix_caching_every_step_equals_vllm(name: str) -> None:
+    """Prefix caching on (vLLM 0.32, GDN 'align' mode for the hybrid): every step's
+    counts, block tables, per-request cache hits and the prefix-cache counters agree."""
+    trace = _trace(name)
+    assert trace["scenario"]["engine"]["enable_prefix_caching"]
+    check = compare(trace, derive_layout(trace, DATA / f"{PREFIX[name]}_config.json"))
+    assert check.layout.agrees, (check.layout.capsim, check.layout.vllm)
+    assert check.diffs == [], check.summary()
+    assert check.num_steps_vllm == check.num_steps_capsim > 100
+    hits = {k: v for s in trace["steps"] for k, v in s["cached"].items()}
+    assert sum(v > 0 for v in hits.values()) >= 5  # the scenario really hits
+    queries, hit_tok = trace["steps"][-1]["prefix_stats"]
+    assert 0 < hit_tok < queries
+
+
+def test_prefix_caching_hits_and_evictions_matter_in_the_llama_trace() -> None:
+    """The same trace with caching off in capsim differs at the first hit: the check
+    can fail."""
+    trace = copy.deepcopy(_trace("llama_prefix"))
+    trace["scenario"]["engine"]["enable_prefix_caching"] = False
+    check = compare(trace, derive_layout(trace, _config("llama_preempt")))
+    assert not check.equal
+    assert check.num_preemptions_vllm >= 1
+
+
+@pytest.mark.parametrize("name", ["qwen3next_mtp_prefix", "qwen3next_ngram_prefix"])
+def test_align_mode_with_speculation_is_not_supported_by_the_cpu_build(name: str) -> None:
+    """vLLM 0.32's CPU build cannot run align mode with drafts: the align-mode state
+    pre-copy is a Triton kernel (mamba_utils.precopy_mamba_align_fused_kernel), and the CPU
+    build has no Triton. Recorded as the error vLLM gave."""
+    trace = _trace(name)
+    assert trace["error"] == "TypeError: 'function' object is not subscriptable"
+    assert "precopy_mamba_align_fused_kernel" in trace["traceback"]

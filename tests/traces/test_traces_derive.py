@@ -13,6 +13,7 @@ from trace_helpers import REPO, SHARED_TRACES, needs_shared
 
 from capsim.traces.compact import COMPACT_COLUMNS, DATA_DIR, read_compact
 from capsim.traces.derive import SHAREGPT_DERIVED, derive_frames
+from capsim.traces.multiturn import STEM as MULTITURN_STEM
 
 HAVE_TOKENIZERS = all(importlib.util.find_spec(m) for m in ("tokenizers", "tiktoken"))
 
@@ -39,8 +40,24 @@ def test_derive_script_writes_the_shipped_files(tmp_path):
     done = subprocess.run([*cmd, "--verify-sample", "0"], capture_output=True, text=True)
     assert done.returncode == 0, done.stderr
     for stem in COMPACT_COLUMNS:
+        if stem == MULTITURN_STEM:  # its own script, below
+            continue
         assert f"{stem}.parquet" in done.stdout
         pd.testing.assert_frame_equal(read_compact(stem, tmp_path), read_compact(stem))
+
+
+@needs_shared
+@pytest.mark.skipif(
+    not HAVE_TOKENIZERS, reason="needs 'tokenizers' and 'tiktoken' (capsim[traces])"
+)
+def test_multiturn_script_writes_the_shipped_file(tmp_path):
+    script = REPO / "traces" / "derive_multiturn.py"
+    cmd = [sys.executable, str(script), "--shared", str(SHARED_TRACES), "--out", str(tmp_path)]
+    done = subprocess.run(cmd, capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr
+    pd.testing.assert_frame_equal(
+        read_compact(MULTITURN_STEM, tmp_path), read_compact(MULTITURN_STEM)
+    )
 
 
 @needs_shared
