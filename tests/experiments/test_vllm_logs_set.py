@@ -16,9 +16,64 @@ import pytest
 from capsim.models import PRESETS, model_from_hf_config
 
 SET_DIR = Path(__file__).resolve().parents[2] / "experiments" / "vllm_logs"
-COLUMNS = ["id", "source_url", "vllm_version", "model_hf_id", "quantization", "gpu", "gpu_total_gib", "tp", "pp", "gmu", "max_model_len", "max_num_seqs", "max_num_batched_tokens", "kv_cache_dtype", "mamba_ssm_cache_dtype", "speculative_config", "enable_prefix_caching", "mamba_cache_mode", "enforce_eager", "limit_mm_per_prompt", "cudagraph_capture_sizes_max", "weights_gib", "peak_activation_gib", "non_torch_gib", "cudagraph_gib", "available_kv_gib", "kv_cache_tokens", "max_concurrency", "max_concurrency_tokens", "attention_block_size", "mamba_page_padding_pct", "num_gpu_blocks", "notes"]
-INT_COLUMNS = ["tp", "pp", "max_model_len", "max_num_seqs", "max_num_batched_tokens", "cudagraph_capture_sizes_max", "kv_cache_tokens", "max_concurrency_tokens", "attention_block_size", "num_gpu_blocks"]
-FLOAT_COLUMNS = ["gpu_total_gib", "gmu", "weights_gib", "peak_activation_gib", "non_torch_gib", "cudagraph_gib", "available_kv_gib", "max_concurrency", "mamba_page_padding_pct"]
+COLUMNS = [
+    "id",
+    "source_url",
+    "vllm_version",
+    "model_hf_id",
+    "quantization",
+    "gpu",
+    "gpu_total_gib",
+    "tp",
+    "pp",
+    "gmu",
+    "max_model_len",
+    "max_num_seqs",
+    "max_num_batched_tokens",
+    "kv_cache_dtype",
+    "mamba_ssm_cache_dtype",
+    "speculative_config",
+    "enable_prefix_caching",
+    "mamba_cache_mode",
+    "enforce_eager",
+    "limit_mm_per_prompt",
+    "cudagraph_capture_sizes_max",
+    "weights_gib",
+    "peak_activation_gib",
+    "non_torch_gib",
+    "cudagraph_gib",
+    "available_kv_gib",
+    "kv_cache_tokens",
+    "max_concurrency",
+    "max_concurrency_tokens",
+    "attention_block_size",
+    "mamba_page_padding_pct",
+    "num_gpu_blocks",
+    "notes",
+]
+INT_COLUMNS = [
+    "tp",
+    "pp",
+    "max_model_len",
+    "max_num_seqs",
+    "max_num_batched_tokens",
+    "cudagraph_capture_sizes_max",
+    "kv_cache_tokens",
+    "max_concurrency_tokens",
+    "attention_block_size",
+    "num_gpu_blocks",
+]
+FLOAT_COLUMNS = [
+    "gpu_total_gib",
+    "gmu",
+    "weights_gib",
+    "peak_activation_gib",
+    "non_torch_gib",
+    "cudagraph_gib",
+    "available_kv_gib",
+    "max_concurrency",
+    "mamba_page_padding_pct",
+]
 # HF ids that capsim already knows as presets (capsim/models.py).
 PRESET_IDS = {
     "Qwen/Qwen3.5-35B-A3B": "qwen3.5-35b-a3b",
