@@ -176,7 +176,7 @@ def plan_memory(
     """Size the KV/state pool; raises ValueError for configs vLLM would refuse to start."""
     tp = engine.tp
     max_num_seqs, max_batched = engine.resolved_batch_defaults(gpu)
-    max_model_len = engine.max_model_len or model.max_position_embeddings
+    max_model_len = engine.check_vllm_limits(gpu, model.max_position_embeddings)
     with_mtp = spec.depth > 0
     breakdown = weight_breakdown_bytes(model, tp, with_mtp=with_mtp)
     weights = sum(breakdown.values())
