@@ -58,7 +58,8 @@ class ListOf(click.ParamType):
     def __init__(self, item: click.ParamType, *, max_len: int = 64) -> None:
         self.item = item
         self.max_len = max_len
-        self.name = f"{item.name}[,...]"
+        label = "|".join(map(str, item.choices)) if isinstance(item, click.Choice) else item.name
+        self.name = f"{label}[,...]"
 
     def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> Any:
         if isinstance(value, tuple | list):
@@ -193,10 +194,10 @@ class Opt:
             kw["help"] = self.help or dc_help(cls, name)
         else:
             kw["default"] = self.default
-        if kw["default"] is None:
-            kw["show_default"] = False
         kw.update(dict(self.extra))
         kw.update(override)
+        if kw["default"] is None:
+            kw["show_default"] = False
         decls = self.decls + ((self.dest,) if self.dest else ())
         return click.option(*decls, **kw)
 
