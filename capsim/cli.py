@@ -201,7 +201,7 @@ def step_time_label(model: dict[str, Any]) -> str:
     """'calibrated' or 'calibrated, PROJECTION H200->B200' (as figures and reports say)."""
     kind = str(model.get("kind"))
     projection = model.get("projection")
-    return f"{kind}, {projection}" if projection else kind
+    return f"{kind}, {str(projection).split(':')[0]}" if projection else kind
 
 
 @main.command(context_settings=CONTEXT_SETTINGS)
