@@ -353,6 +353,16 @@ _WORKLOAD_KEYS = {
     "min_requests": "int",
     "acceptance": "list[number]",
 }
+_KIND_WORDS = {
+    "str": "a string",
+    "int": "an integer (not a bool)",
+    "number": "a finite number (not a bool)",
+    "bool": "true or false",
+    "tables": "an array of tables",
+    "list": "a list",
+    "list[number]": "a list of finite numbers",
+    "list[str]": "a list of strings",
+}
 _EXAMPLES = {"list[number]": "[0.9]", "list[str]": '["storeall"]', "list": '["chain", "2x2x1"]'}
 
 
@@ -383,10 +393,10 @@ def _checked(table: Any, schema: dict[str, str], where: str, required: tuple[str
             raise ValueError(f"{where}.{key}: unknown key (known: {', '.join(sorted(schema))})")
         kind = schema[key]
         if not _is_kind(value, kind):
-            shown = kind.replace("number", "finite number")
+            shown = _KIND_WORDS.get(kind, kind)
             example = _EXAMPLES.get(kind)
             hint = f", e.g. {key} = {example}" if example else ""
-            raise ValueError(f"{where}.{key}={value!r}: must be a {shown}{hint}")
+            raise ValueError(f"{where}.{key}={value!r}: must be {shown}{hint}")
     for key in required:
         if key not in table:
             raise ValueError(f"{where}.{key}: missing")
