@@ -209,6 +209,18 @@ def step_time_label(model: dict[str, Any]) -> str:
 @click.option("--replay", is_flag=True, help="send at the trace's own timestamps")
 @options("burstiness", "num_prompts", "seed", "step_time", "out")
 @click.option("--json", "as_json", is_flag=True, help="print the summary as JSON")
+@click.option(
+    "--save-result",
+    is_flag=True,
+    help="also write the result as vllm bench serve does (its metric names, ms)",
+)
+@click.option(
+    "--result-filename",
+    type=click.Path(dir_okay=False, path_type=Path),
+    default=Path("capsim-bench-result.json"),
+    show_default=True,
+    help="where --save-result writes",
+)
 def simulate(
     workload: str,
     concurrency: int | None,
@@ -220,6 +232,8 @@ def simulate(
     step_time: str,
     out: Path | None,
     as_json: bool,
+    save_result: bool,
+    result_filename: Path,
     **params: Any,
 ) -> None:
     """Simulate one point (model, GPU, gmu, speculation, workload, load) end to end.
@@ -256,6 +270,14 @@ def simulate(
             write_result(out, result)
         except OSError as exc:
             raise click.ClickException(f"--out {out}: cannot write results: {exc}") from None
+    if save_result:
+        from capsim.io.atomic import write_json_atomic
+        from capsim.io.bench import bench_result
+
+        try:
+            write_json_atomic(result_filename, bench_result(result))
+        except OSError as exc:
+            raise click.ClickException(f"--result-filename {result_filename}: {exc}") from None
     if as_json:
         click.echo(dumps_json(result.summary))
         return

@@ -183,3 +183,16 @@ def test_unreachable_dask_scheduler_is_one_line_and_fast() -> None:
     with pytest.raises(ValueError, match=r"--scheduler='tcp://127.0.0.1:1': cannot connect"):
         DaskExecutor("tcp://127.0.0.1:1", connect_timeout_s=1.0).connect()
     assert time.perf_counter() - t0 < 15
+
+
+def test_save_result_uses_vllm_bench_metric_names(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    path = tmp_path / "bench.json"
+    res = run(["simulate", "-c", 3, "-n", 6, "--json", "--save-result", "--result-filename", path])
+    assert res.exit_code == 0, res.output
+    summary, bench = json.loads(res.output), json.loads(path.read_text())
+    assert bench["completed"] == summary["num_requests"] == bench["num_prompts"] == 6
+    assert bench["max_concurrency"] == 3 and bench["request_rate"] is None
+    for m in ("ttft", "tpot", "itl", "e2el"):
+        for stat in ("mean", "median", "p99"):
+            assert bench[f"{stat}_{m}_ms"] == pytest.approx(summary[f"{m}_{stat}_s"] * 1e3)
+    assert bench["output_throughput"] == summary["output_throughput_tok_per_s"]
