@@ -9,6 +9,7 @@ executor computed them (the point function is deterministic in its config).
 from __future__ import annotations
 
 import ctypes
+import itertools
 import os
 import signal
 import sys
@@ -72,14 +73,15 @@ class LocalExecutor:
         self, fn: Callable[[Any], Any], tasks: Iterable[Any]
     ) -> Generator[Any, None, None]:
         it = iter(tasks)
-        pool = ProcessPoolExecutor(max_workers=self.max_workers, initializer=die_with_parent)
+        first = list(itertools.islice(it, 2 * self.max_workers))
+        if not first:
+            return
+        # never more workers than tasks (forking 256 workers for 2 tasks costs seconds)
+        workers = min(self.max_workers, len(first))
+        pool = ProcessPoolExecutor(max_workers=workers, initializer=die_with_parent)
         finished = False
         try:
-            pending: set[Future[Any]] = set()
-            for task in it:
-                pending.add(pool.submit(fn, task))
-                if len(pending) >= 2 * self.max_workers:
-                    break
+            pending: set[Future[Any]] = {pool.submit(fn, task) for task in first}
             while pending:
                 done, pending = wait(pending, return_when=FIRST_COMPLETED)
                 for fut in done:
