@@ -177,8 +177,10 @@ def memory(as_json: bool, **params: Any) -> None:
 def _load_mode(replay: bool, rate: float | None, concurrency: int | None) -> str:
     if replay:
         if rate is not None:
-            raise click.BadParameter("--replay sends at the trace's timestamps; drop it or "
-                                     "--request-rate", param_hint="--replay")
+            raise click.BadParameter(
+                "--replay sends at the trace's timestamps; drop it or --request-rate",
+                param_hint="--replay",
+            )
         return "replay"
     if rate is not None:
         return "rate"

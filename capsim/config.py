@@ -205,7 +205,12 @@ class SpecDecodeConfig:
 
     def __post_init__(self) -> None:
         if not _is_int(self.num_spec_tok) or not 0 <= self.num_spec_tok <= MAX_DRAFT_NODES:
-            _fail("spec", "num_spec_tok", self.num_spec_tok, f"must be an int in [0, {MAX_DRAFT_NODES}]")
+            _fail(
+                "spec",
+                "num_spec_tok",
+                self.num_spec_tok,
+                f"must be an int in [0, {MAX_DRAFT_NODES}]",
+            )
         if self.commit not in COMMIT_MODES:
             _fail("spec", "commit", self.commit, f"must be one of {COMMIT_MODES}")
         if self.tree_widths is not None:
@@ -271,7 +276,9 @@ class LoadConfig:
         if self.concurrency is not None and (
             not _is_int(self.concurrency) or not 1 <= self.concurrency <= MAX_CONCURRENCY
         ):
-            _fail("load", "concurrency", self.concurrency, f"must be an int in [1, {MAX_CONCURRENCY}]")
+            _fail(
+                "load", "concurrency", self.concurrency, f"must be an int in [1, {MAX_CONCURRENCY}]"
+            )
         if self.mode == "rate" and (
             self.rate_req_per_s is None
             or not math.isfinite(self.rate_req_per_s)
@@ -282,7 +289,10 @@ class LoadConfig:
             _fail("load", "burstiness", self.burstiness, "must be a finite number > 0")
         if not _is_int(self.num_requests) or not 1 <= self.num_requests <= MAX_NUM_REQUESTS:
             _fail(
-                "load", "num_requests", self.num_requests, f"must be an int in [1, {MAX_NUM_REQUESTS}]"
+                "load",
+                "num_requests",
+                self.num_requests,
+                f"must be an int in [1, {MAX_NUM_REQUESTS}]",
             )
 
     @property

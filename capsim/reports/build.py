@@ -90,7 +90,9 @@ def describe_step_time(calib: dict[str, Any], calibration_id: Any = None) -> str
     parts = [str(calib.get("kind", "?"))]
     if calib.get("table_path"):
         sha = str(calib.get("table_sha256") or "")[:12]
-        parts.append(f"tables {Path(str(calib['table_path'])).name}" + (f" (sha256 {sha})" if sha else ""))
+        parts.append(
+            f"tables {Path(str(calib['table_path'])).name}" + (f" (sha256 {sha})" if sha else "")
+        )
     if calib.get("measured_gpu"):
         parts.append(f"measured on {calib['measured_gpu']}")
     if calibration_id:

@@ -139,7 +139,7 @@ def figure2_ttft(points: pd.DataFrame) -> Figure:
     width_in = max(3.3 * len(workloads), 10.0)
     title = "Figure 2: p99 TTFT vs concurrency (log scale); ratio at the highest load"
     # wrap long step-time labels to the figure, and make room for them above the panels
-    lines = [title] + textwrap.wrap(step_time_suffix(points).strip(), int(width_in * 10))
+    lines = [title, *textwrap.wrap(step_time_suffix(points).strip(), int(width_in * 10))]
     head_in, foot_in = 0.2 + 0.25 * len(lines), 0.45
     fig = Figure(figsize=(width_in, 2.7 * len(panels) + head_in + foot_in))
     axes = fig.subplots(len(panels), len(workloads), squeeze=False, sharex=True)

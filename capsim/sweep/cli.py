@@ -230,7 +230,9 @@ def report_cmd(result_dir: Path, out_dir: Path | None) -> None:
 @click.command("whatif")
 @options("model", "gpu", "tp", "dataset")
 @click.option(
-    "--ttft-p99-ms", type=FiniteFloat(0.0, None, min_open=True), default=None,
+    "--ttft-p99-ms",
+    type=FiniteFloat(0.0, None, min_open=True),
+    default=None,
     help="p99 TTFT target (ms)",
 )
 @click.option(
@@ -249,7 +251,9 @@ def report_cmd(result_dir: Path, out_dir: Path | None) -> None:
     "--modes", type=MODES, default="storeall,reconstruct", show_default=True, help="commit modes"
 )
 @click.option(
-    "--load-mode", type=click.Choice(["concurrency", "rate"]), default="concurrency",
+    "--load-mode",
+    type=click.Choice(["concurrency", "rate"]),
+    default="concurrency",
     show_default=True,
 )
 @click.option(

@@ -384,7 +384,9 @@ def _is_kind(value: Any, kind: str) -> bool:
     raise AssertionError(kind)
 
 
-def _checked(table: Any, schema: dict[str, str], where: str, required: tuple[str, ...] = ()) -> dict[str, Any]:
+def _checked(
+    table: Any, schema: dict[str, str], where: str, required: tuple[str, ...] = ()
+) -> dict[str, Any]:
     """``table`` with every key known and of its kind; errors name the key's path."""
     if not isinstance(table, dict):
         raise ValueError(f"{where}: expected a table, got {type(table).__name__}")
@@ -437,9 +439,7 @@ def spec_from_dict(raw: dict[str, Any], *, where: str = "grid") -> SweepSpec:
 
 def _block(b: dict[str, Any], i: int, bw: str, parse_tree: Any) -> Block:
     deps = tuple(
-        Deployment(
-            model=d["model"], gpu=d["gpu"], tp=d.get("tp", 1), gmu=tuple(d["gmu"])
-        )
+        Deployment(model=d["model"], gpu=d["gpu"], tp=d.get("tp", 1), gmu=tuple(d["gmu"]))
         for j, d in enumerate(b["deployment"])
         if _checked(d, _DEPLOYMENT_KEYS, f"{bw}.deployment[{j}]", ("model", "gpu", "gmu"))
     )

@@ -163,8 +163,9 @@ def run_sweep(
             if why:
                 say(f"{why}; recomputing this point")
             todo.append(p)
-        return _run_locked(spec, store, points, todo, executor, point_fn, keep_steps, progress,
-                           command, t0)
+        return _run_locked(
+            spec, store, points, todo, executor, point_fn, keep_steps, progress, command, t0
+        )
 
 
 def _run_locked(  # type: ignore[no-untyped-def]

@@ -429,6 +429,4 @@ class SweepStore:
         return pd.DataFrame(rows)
 
     def read_wall_s(self, point_ids: Iterable[str]) -> list[float]:
-        return [
-            float(rec["wall_s"]) for pid in point_ids if (rec := self._record(pid)) is not None
-        ]
+        return [float(rec["wall_s"]) for pid in point_ids if (rec := self._record(pid)) is not None]

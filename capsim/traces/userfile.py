@@ -116,7 +116,9 @@ def load_file(path: Path | str, fmt: str | None = None) -> RequestTable:
     kind = _sniff(p, fmt)
     cols, recs = _records(p, kind)
     if not cols:  # no row could be read: say why, line by line
-        raise_if_issues(p, [RowIssue(line, str(r["__bad__"])) for line, r in recs if "__bad__" in r], "workload")
+        raise_if_issues(
+            p, [RowIssue(line, str(r["__bad__"])) for line, r in recs if "__bad__" in r], "workload"
+        )
     dups = sorted({c for c in cols if cols.count(c) > 1})
     if dups:
         raise TraceFormatError(p, f"duplicate column(s) {dups}")

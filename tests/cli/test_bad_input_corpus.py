@@ -71,10 +71,14 @@ def files(tmp_path: Path) -> dict[str, Path]:
     [
         (["simulate", "-n", 20, "--json", "--rate", 10, "--burstiness", "inf"], ["--burstiness"]),
         (["simulate", "-c", 4, "--json", "-n", 2**63], ["--num-prompts", str(2**63)]),
-        (["simulate", "-c", 4, "-n", 20, "--max-num-batched-tokens", 1],
-         ["max_num_batched_tokens (1) must be greater than or equal to max_num_seqs (1024)"]),
-        (["memory", "--max-model-len", 300000],
-         ["max_model_len=300000", "max_position_embeddings=262144"]),
+        (
+            ["simulate", "-c", 4, "-n", 20, "--max-num-batched-tokens", 1],
+            ["max_num_batched_tokens (1) must be greater than or equal to max_num_seqs (1024)"],
+        ),
+        (
+            ["memory", "--max-model-len", 300000],
+            ["max_model_len=300000", "max_position_embeddings=262144"],
+        ),
         (["whatif", "--ttft-p99-ms", 300, "--max-load", "nan"], ["--max-load", "nan"]),
         (["whatif", "--ttft-p99-ms", 300, "--jobs", 1000], ["--jobs", "1000"]),
         (["whatif"], ["--ttft-p99-ms"]),
@@ -130,15 +134,41 @@ def test_valid_extremes_give_sane_results(files) -> None:  # type: ignore[no-unt
 def test_main_whatif_path_at_high_rate_prices_only_scheduled_tokens() -> None:
     """'tok: 16456 is above the measured grid' (issue 15): 1-token prompts of the bursty
     workload were priced as k+1 verify windows, past the 16,384-token budget."""
-    res = run(["simulate", "--commit", "reconstruct", "--gmu", 0.9, "-w", "burstgpt-standin",
-               "--rate", 500, "-n", 3000, "--json"])
+    res = run(
+        [
+            "simulate",
+            "--commit",
+            "reconstruct",
+            "--gmu",
+            0.9,
+            "-w",
+            "burstgpt-standin",
+            "--rate",
+            500,
+            "-n",
+            3000,
+            "--json",
+        ]
+    )
     assert res.exit_code == 0, res.output
     assert json.loads(res.output)["num_requests"] == 3000
 
 
 def test_bench_names_and_old_spellings_agree() -> None:
-    new = run(["simulate", "--max-concurrency", 3, "--num-prompts", 6, "--dataset-name",
-               "spec-bench", "--seed", 2, "--json"])
+    new = run(
+        [
+            "simulate",
+            "--max-concurrency",
+            3,
+            "--num-prompts",
+            6,
+            "--dataset-name",
+            "spec-bench",
+            "--seed",
+            2,
+            "--json",
+        ]
+    )
     old = run(["simulate", "-c", 3, "-n", 6, "-w", "spec-bench", "--seed", 2, "--json"])
     assert new.exit_code == 0 and new.output == old.output
     a = run(["memory", "--json", "--tree", "2x2x1"])
@@ -169,8 +199,11 @@ def test_debug_shows_the_traceback_and_internal_errors_are_one_line(files, monke
 
 def test_vllm_limits_without_chunked_prefill() -> None:
     eng = EngineConfig(enable_chunked_prefill=False, max_num_batched_tokens=4096, max_num_seqs=8)
-    with pytest.raises(ValueError, match=r"max_num_batched_tokens \(4096\) is smaller than "
-                       r"max_model_len \(262144\)"):
+    with pytest.raises(
+        ValueError,
+        match=r"max_num_batched_tokens \(4096\) is smaller than "
+        r"max_model_len \(262144\)",
+    ):
         eng.check_vllm_limits(get_gpu("B200"), 262144)
     assert eng.check_vllm_limits(get_gpu("B200"), 4096) == 4096
 

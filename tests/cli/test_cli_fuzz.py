@@ -119,9 +119,7 @@ def _check_one_line_error(res, names: tuple[str, ...] | None) -> None:  # type: 
         assert any(n in tail for n in names), (names, tail)
 
 
-@pytest.mark.parametrize(
-    ("cmd_name", "param"), FUZZED, ids=[f"{c}{p.opts[0]}" for c, p in FUZZED]
-)
+@pytest.mark.parametrize(("cmd_name", "param"), FUZZED, ids=[f"{c}{p.opts[0]}" for c, p in FUZZED])
 def test_bad_value_gives_one_line_naming_the_option(cmd_name: str, param: click.Option) -> None:
     strategy = bad_values(param)
     assert strategy is not None
@@ -201,7 +199,9 @@ def test_simulate_valid_values_never_crash(opts: dict[str, object], c: int, n: i
 
         summary = json.loads(res.output)  # strict JSON: NaN would not parse with allow_nan off
         assert summary["num_requests"] == n
-        assert all(v is None or not isinstance(v, float) or math.isfinite(v) for v in summary.values())
+        assert all(
+            v is None or not isinstance(v, float) or math.isfinite(v) for v in summary.values()
+        )
     else:
         _check_one_line_error(res, None)
 

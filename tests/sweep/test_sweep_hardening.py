@@ -68,10 +68,19 @@ def _grid(tmp_path: Path, text: str = GRID) -> Path:
 )
 def test_grid_schema_names_the_key_path(tmp_path, old, new, needle) -> None:  # type: ignore[no-untyped-def]
     assert old in GRID
-    res = CliRunner().invoke(main, ["sweep", "--grid", str(_grid(tmp_path, GRID.replace(old, new, 1))),
-                                    "--out", str(tmp_path / "o"), "--no-progress"])
+    res = CliRunner().invoke(
+        main,
+        [
+            "sweep",
+            "--grid",
+            str(_grid(tmp_path, GRID.replace(old, new, 1))),
+            "--out",
+            str(tmp_path / "o"),
+            "--no-progress",
+        ],
+    )
     assert res.exit_code != 0 and "Traceback" not in res.output
-    tail = res.output[res.output.index("Error:"):].strip()
+    tail = res.output[res.output.index("Error:") :].strip()
     assert "\n" not in tail and needle in tail, tail
     assert not (tmp_path / "o" / "points").exists()
 
@@ -89,29 +98,70 @@ def test_both_tree_spellings_in_toml(tmp_path) -> None:  # type: ignore[no-untyp
         ("num_requests = 30", "num_requests = 30\nnum_spec_tok = 1", "no window T=2"),
     ],
 )
-def test_unpriceable_points_refused_before_any_simulation(tmp_path, fake_sim, old, new, needle) -> None:  # type: ignore[no-untyped-def]
-    res = CliRunner().invoke(main, ["sweep", "--grid", str(_grid(tmp_path, GRID.replace(old, new))),
-                                    "--out", str(tmp_path / "o"), "--no-progress"])
+def test_unpriceable_points_refused_before_any_simulation(
+    tmp_path, fake_sim, old, new, needle
+) -> None:  # type: ignore[no-untyped-def]
+    res = CliRunner().invoke(
+        main,
+        [
+            "sweep",
+            "--grid",
+            str(_grid(tmp_path, GRID.replace(old, new))),
+            "--out",
+            str(tmp_path / "o"),
+            "--no-progress",
+        ],
+    )
     assert res.exit_code != 0
-    tail = res.output[res.output.index("Error:"):].strip()
+    tail = res.output[res.output.index("Error:") :].strip()
     assert needle in tail and "--step-time roofline" in tail and "\n" not in tail
     assert not (tmp_path / "o" / "points").exists()
     # the fix it names works: the roofline prices it
-    ok = CliRunner().invoke(main, ["sweep", "--grid", str(_grid(tmp_path, GRID.replace(old, new))),
-                                   "--out", str(tmp_path / "o"), "--no-progress", "--executor",
-                                   "serial", "--step-time", "roofline"])
+    ok = CliRunner().invoke(
+        main,
+        [
+            "sweep",
+            "--grid",
+            str(_grid(tmp_path, GRID.replace(old, new))),
+            "--out",
+            str(tmp_path / "o"),
+            "--no-progress",
+            "--executor",
+            "serial",
+            "--step-time",
+            "roofline",
+        ],
+    )
     assert ok.exit_code == 0, ok.output
 
 
 def _sweep(tmp_path: Path, out: Path):  # type: ignore[no-untyped-def]
-    return CliRunner().invoke(main, ["sweep", "--grid", str(_grid(tmp_path)), "--out", str(out),
-                                     "--no-progress", "--executor", "serial"])
+    return CliRunner().invoke(
+        main,
+        [
+            "sweep",
+            "--grid",
+            str(_grid(tmp_path)),
+            "--out",
+            str(out),
+            "--no-progress",
+            "--executor",
+            "serial",
+        ],
+    )
 
 
 @pytest.mark.parametrize(
     "damage",
-    ["truncate", "garbage", "negative_ttft", "nan_throughput", "wrong_point", "steps_garbage",
-     "steps_missing"],
+    [
+        "truncate",
+        "garbage",
+        "negative_ttft",
+        "nan_throughput",
+        "wrong_point",
+        "steps_garbage",
+        "steps_missing",
+    ],
 )
 def test_bad_reused_files_are_recomputed_with_a_warning(tmp_path, fake_sim, damage) -> None:  # type: ignore[no-untyped-def]
     out = tmp_path / "res"
@@ -167,7 +217,8 @@ def test_second_writer_gets_the_holders_pid_and_runs_are_recorded(tmp_path, fake
 
 def test_pool_workers_die_with_their_parent(tmp_path) -> None:  # type: ignore[no-untyped-def]
     script = tmp_path / "parent.py"
-    script.write_text(textwrap.dedent(f"""
+    script.write_text(
+        textwrap.dedent(f"""
         import os, sys, time
         sys.path[:0] = {sys.path!r}
         from capsim.sweep.executors import LocalExecutor
@@ -179,7 +230,8 @@ def test_pool_workers_die_with_their_parent(tmp_path) -> None:  # type: ignore[n
         if __name__ == "__main__":
             for _ in LocalExecutor(2).map_unordered(task, range(4)):
                 pass
-    """))
+    """)
+    )
     parent = subprocess.Popen([sys.executable, str(script)])
     try:
         deadline = time.time() + 30
