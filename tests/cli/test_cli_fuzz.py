@@ -1,6 +1,7 @@
 """Property-based fuzz of the real CLI (click's CliRunner, no subprocess).
 
-For every option of ``memory``, ``simulate``, ``whatif`` and ``sweep`` a bad value is
+For every option of ``memory``, ``simulate``, ``whatif``, ``sweep``, ``calibrate``,
+``traces stats|show`` and ``live`` (``BASE``) a bad value is
 generated from the option's own click type (out of its range, not finite, not a number,
 not a choice, an empty list item, a malformed tree shape, a missing file, an empty path).
 Each run must exit non-zero with one ``Error:`` line that names the option, and never
@@ -27,13 +28,16 @@ from hypothesis import strategies as st
 from capsim.cli import main
 from capsim.cliopts import FiniteFloat, ListOf, NameOrFile, OutDir, TreeShape, TreeShapes
 
-COMMANDS = ("memory", "simulate", "whatif", "sweep")
-# the minimum other arguments each command needs to reach option validation
-BASE: dict[str, list[str]] = {
-    "memory": [],
-    "simulate": ["-c", "2", "-n", "4"],
-    "whatif": ["--ttft-p99-ms", "500"],
-    "sweep": ["--no-progress"],
+# command path -> the minimum other arguments it needs to reach option validation
+BASE: dict[tuple[str, ...], list[str]] = {
+    ("memory",): [],
+    ("simulate",): ["-c", "2", "-n", "4"],
+    ("whatif",): ["--ttft-p99-ms", "500"],
+    ("sweep",): ["--no-progress"],
+    ("calibrate",): ["--tpot"],
+    ("traces", "stats"): ["sharegpt"],
+    ("traces", "show"): ["sharegpt"],
+    ("live",): ["--url", "http://127.0.0.1:9", "--out", "/nonexistent/capsim-live", "-c", "1"],
 }
 BAD_PER_OPTION = 8
 CASES: list[tuple[str, ...]] = []
@@ -95,16 +99,18 @@ def _bad_for_type(t: click.ParamType) -> st.SearchStrategy[str] | None:
     return None
 
 
-def _fuzzable(cmd_name: str) -> list[tuple[str, click.Option]]:
-    cmd = main.commands[cmd_name]
+def _fuzzable(path: tuple[str, ...]) -> list[tuple[tuple[str, ...], click.Option]]:
+    cmd: click.Command = main
+    for name in path:
+        cmd = cmd.commands[name]  # type: ignore[attr-defined]
     return [
-        (cmd_name, p)
+        (path, p)
         for p in cmd.params
         if isinstance(p, click.Option) and p.name != "help" and bad_values(p) is not None
     ]
 
 
-FUZZED = [pair for name in COMMANDS for pair in _fuzzable(name)]
+FUZZED = [pair for path in BASE for pair in _fuzzable(path)]
 
 
 def _check_one_line_error(res, names: tuple[str, ...] | None) -> None:  # type: ignore[no-untyped-def]
@@ -119,8 +125,12 @@ def _check_one_line_error(res, names: tuple[str, ...] | None) -> None:  # type: 
         assert any(n in tail for n in names), (names, tail)
 
 
-@pytest.mark.parametrize(("cmd_name", "param"), FUZZED, ids=[f"{c}{p.opts[0]}" for c, p in FUZZED])
-def test_bad_value_gives_one_line_naming_the_option(cmd_name: str, param: click.Option) -> None:
+@pytest.mark.parametrize(
+    ("path", "param"), FUZZED, ids=[f"{'-'.join(c)}{p.opts[0]}" for c, p in FUZZED]
+)
+def test_bad_value_gives_one_line_naming_the_option(
+    path: tuple[str, ...], param: click.Option
+) -> None:
     strategy = bad_values(param)
     assert strategy is not None
 
@@ -133,7 +143,7 @@ def test_bad_value_gives_one_line_naming_the_option(cmd_name: str, param: click.
     )
     @given(strategy)
     def run(value: str) -> None:
-        args = [cmd_name, *BASE[cmd_name], f"{param.opts[0]}={value}"]
+        args = [*path, *BASE[path], f"{param.opts[0]}={value}"]
         CASES.append(tuple(args))
         t0 = time.perf_counter()
         res = CliRunner().invoke(main, args)
