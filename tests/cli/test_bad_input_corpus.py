@@ -229,3 +229,12 @@ def test_save_result_uses_vllm_bench_metric_names(tmp_path) -> None:  # type: ig
         for stat in ("mean", "median", "p99"):
             assert bench[f"{stat}_{m}_ms"] == pytest.approx(summary[f"{m}_{stat}_s"] * 1e3)
     assert bench["output_throughput"] == summary["output_throughput_tok_per_s"]
+
+
+def test_simulate_out_files_are_world_readable(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    out = tmp_path / "pt"
+    res = run(["simulate", "-c", 2, "-n", 4, "--out", out])
+    assert res.exit_code == 0, res.output
+    for name in ("summary.json", "requests.parquet", "steps.parquet"):
+        assert (out / name).stat().st_mode & 0o777 == 0o644
+    assert "PROJECTION H200->B200" in res.output  # the summary says B200 times are projected

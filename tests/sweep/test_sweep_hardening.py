@@ -256,3 +256,13 @@ def test_pool_workers_die_with_their_parent(tmp_path) -> None:  # type: ignore[n
     while any(alive(p) for p in pids) and time.time() < deadline:
         time.sleep(0.1)
     assert not any(alive(p) for p in pids)
+
+
+def test_requested_gmu_missing_from_a_deployment_is_said(tmp_path, fake_sim) -> None:  # type: ignore[no-untyped-def]
+    res = CliRunner().invoke(
+        main,
+        ["sweep", "--grid", str(_grid(tmp_path)), "--out", str(tmp_path / "o"), "--no-progress",
+         "--executor", "serial", "--gmu", "0.6,0.9"],
+    )  # fmt: skip
+    assert res.exit_code == 0, res.output
+    assert "qwen3.5-35b-a3b on B200 tp=1 has no gmu 0.6 in the grid (its list: 0.9)" in res.output
