@@ -371,7 +371,7 @@ def collect(target: str, params: dict[str, Any]) -> dict[str, Any]:
     for opt in OPTIONS.values():
         if opt.target != target:
             continue
-        dest = opt.dest or opt.decls[0].lstrip("-").replace("-", "_")
+        dest = opt.dest or opt.decls[0].split("/")[0].lstrip("-").replace("-", "_")
         if dest in params:
             out[dest] = params[dest]
     return out
