@@ -2,15 +2,17 @@
 
 from __future__ import annotations
 
-import dataclasses
-import json
+import math
+import os
 import sys
 import time
 from dataclasses import asdict
 from pathlib import Path
+from typing import Any
 
 import click
 
+from capsim.cliopts import collect, options
 from capsim.config import (
     AcceptanceConfig,
     EngineConfig,
@@ -18,157 +20,96 @@ from capsim.config import (
     SimConfig,
     SpecDecodeConfig,
 )
-from capsim.cost.base import COMMIT_MODES
-from capsim.gpus import GPUS, get_gpu
-from capsim.memory_cli import (
-    apply_pool,
-    memory_mode_options,
-    pool_options,
-    resolve_gmu,
-    run_memory_mode,
-)
-from capsim.models import PRESETS, get_model
+from capsim.core.vllm_versions import DEFAULT_VLLM_VERSION
+from capsim.gpus import get_gpu
+from capsim.io.atomic import dumps_json
+from capsim.memory_cli import memory_mode_options, resolve_gmu, run_memory_mode
+from capsim.models import get_model
 from capsim.units import GiB, MiB
 
 CONTEXT_SETTINGS = {"help_option_names": ["-h", "--help"], "max_content_width": 100}
 
 
-def parse_int_list(field_name: str, text: str | None) -> tuple[int, ...] | None:
-    """'2,2,2' -> (2, 2, 2); errors name the option and the value."""
-    if text is None or text == "":
-        return None
-    try:
-        return tuple(int(x) for x in text.split(","))
-    except ValueError:
-        raise click.BadParameter(
-            f"{text!r} is not a comma list of integers", param_hint=field_name
-        ) from None
+class CapsimGroup(click.Group):
+    """The ``capsim`` group: every error ends in one line; ``--debug`` shows tracebacks.
+
+    Bad input raises ``ValueError`` naming the field and value (configs, loaders) or a
+    click error naming the option; both become ``Error: <one line>`` and exit code 1/2.
+    Anything else is a bug: one line naming the exception, the traceback with ``--debug``.
+    """
+
+    def invoke(self, ctx: click.Context) -> object:
+        try:
+            return super().invoke(ctx)
+        except click.ClickException as exc:
+            exc.message = one_line(exc.message)
+            raise
+        except (click.exceptions.Exit, click.exceptions.Abort, KeyboardInterrupt):
+            raise
+        except Exception as exc:
+            if _debug(ctx):
+                raise
+            if isinstance(exc, ValueError):
+                raise click.ClickException(one_line(str(exc))) from None
+            raise click.ClickException(
+                one_line(f"internal error {type(exc).__name__}: {exc}")
+                + " (rerun with --debug for the traceback)"
+            ) from None
 
 
-def parse_float_list(field_name: str, text: str | None) -> tuple[float, ...] | None:
-    if text is None or text == "":
-        return None
-    try:
-        return tuple(float(x) for x in text.split(","))
-    except ValueError:
-        raise click.BadParameter(
-            f"{text!r} is not a comma list of numbers", param_hint=field_name
-        ) from None
+def one_line(text: str) -> str:
+    """Collapse a multi-line message into one line (``; `` between the lines)."""
+    lines = [ln.strip() for ln in str(text).splitlines() if ln.strip()]
+    return "; ".join(lines)
 
 
-def _spec_from_options(
-    spec_tokens: int, tree_widths: str | None, commit: str, acceptance: str | None
-) -> SpecDecodeConfig:
-    widths = parse_int_list("--tree-widths", tree_widths)
-    acc = parse_float_list("--acceptance", acceptance)
+def _debug(ctx: click.Context) -> bool:
+    return bool((ctx.find_root().obj or {}).get("debug")) or os.environ.get("CAPSIM_DEBUG") == "1"
+
+
+@click.group(cls=CapsimGroup, context_settings=CONTEXT_SETTINGS)
+@click.version_option(package_name="capsim")
+@click.option("--debug", is_flag=True, help="show Python tracebacks (also CAPSIM_DEBUG=1)")
+@click.pass_context
+def main(ctx: click.Context, debug: bool) -> None:
+    """capsim: how many requests a vLLM deployment of a GDN hybrid admits, where it
+    saturates, and what TTFT/TPOT/throughput it gives, with store-all GDN state snapshots
+    versus TreeWY's single reconstructed state."""
+    ctx.obj = {"debug": debug}
+
+
+ENGINE_OPTIONS = (
+    "model",
+    "gpu",
+    "tp",
+    "gmu",
+    "max_num_seqs",
+    "max_num_batched_tokens",
+    "max_model_len",
+    "ssm_state_dtype",
+    "vllm_version",
+    "kv_cache_memory",
+    "num_gpu_blocks_override",
+    "limit_mm_per_prompt",
+    "enforce_eager",
+    "prefix_caching",
+)
+SPEC_OPTIONS = ("spec_tokens", "tree", "commit", "acceptance")
+
+
+def spec_config(params: dict[str, Any]) -> SpecDecodeConfig:
+    acc = params.get("acceptance")
     return SpecDecodeConfig(
-        num_spec_tok=spec_tokens,
-        tree_widths=widths,
-        commit=commit,  # type: ignore[arg-type]
+        **collect("spec", params),
         acceptance=AcceptanceConfig(conditional=acc) if acc else AcceptanceConfig(),
     )
 
 
-def _run_or_fail(fn, *args, **kwargs):  # type: ignore[no-untyped-def]
-    """Turn a ValueError (bad config/input) into a clean message and exit code 1."""
-    try:
-        return fn(*args, **kwargs)
-    except ValueError as exc:
-        raise click.ClickException(str(exc)) from None
-
-
-@click.group(context_settings=CONTEXT_SETTINGS)
-@click.version_option(package_name="capsim")
-def main() -> None:
-    """capsim: how many requests a vLLM deployment of a GDN hybrid admits, where it
-    saturates, and what TTFT/TPOT/throughput it gives, with store-all GDN state snapshots
-    versus TreeWY's single reconstructed state."""
-
-
-spec_options = [
-    click.option(
-        "--spec-tokens",
-        "-k",
-        type=int,
-        default=3,
-        show_default=True,
-        help="MTP chain depth k (0 = no speculation); ignored with --tree-widths",
-    ),
-    click.option(
-        "--tree-widths",
-        type=str,
-        default=None,
-        help="draft tree branching per depth, e.g. 2,2,2 (N = 2+4+8 = 14 nodes)",
-    ),
-    click.option(
-        "--commit",
-        type=click.Choice(COMMIT_MODES),
-        default="storeall",
-        show_default=True,
-        help="GDN state handling during verification",
-    ),
-    click.option(
-        "--acceptance",
-        type=str,
-        default=None,
-        help="per-depth conditional acceptance, e.g. 0.9,0.8,0.7 "
-        "(default: 0.8522 at every depth = 3.2 tok/step for k=3)",
-    ),
-]
-
-engine_options = [
-    click.option(
-        "--model",
-        "-m",
-        default="qwen3.5-35b-a3b",
-        show_default=True,
-        help=f"preset ({', '.join(PRESETS)}) or path to an HF config.json",
-    ),
-    click.option("--gpu", "-g", default="B200", show_default=True, help=f"GPU ({', '.join(GPUS)})"),
-    click.option("--tp", type=int, default=1, show_default=True, help="tensor-parallel size"),
-    click.option(
-        "--gmu",
-        type=float,
-        default=None,
-        help="gpu_memory_utilization (default: --vllm-version's, 0.92 for 0.33)",
-    ),
-    click.option("--max-num-seqs", type=int, default=None, help="default: vLLM's for the GPU tier"),
-    click.option(
-        "--max-num-batched-tokens", type=int, default=None, help="default: vLLM's for the GPU tier"
-    ),
-    click.option(
-        "--max-model-len",
-        type=int,
-        default=None,
-        help="default: the model's max_position_embeddings",
-    ),
-    click.option(
-        "--ssm-state-dtype",
-        type=click.Choice(["float32", "bfloat16"]),
-        default=None,
-        help="GDN recurrent state dtype (default: the model's vLLM default)",
-    ),
-]
-
-
-def add_options(options):  # type: ignore[no-untyped-def]
-    def wrap(fn):  # type: ignore[no-untyped-def]
-        for opt in reversed(options):
-            fn = opt(fn)
-        return fn
-
-    return wrap
-
-
-def _engine(tp, gmu, max_num_seqs, max_num_batched_tokens, max_model_len, ssm_state_dtype):  # type: ignore[no-untyped-def]
-    return EngineConfig(
-        tp=tp,
-        gmu=gmu,
-        max_num_seqs=max_num_seqs,
-        max_num_batched_tokens=max_num_batched_tokens,
-        max_model_len=max_model_len,
-        ssm_state_dtype=ssm_state_dtype,
-    )
+def engine_config(params: dict[str, Any]) -> EngineConfig:
+    """The EngineConfig of the engine options; gmu not given -> the vLLM version's default."""
+    fields = collect("engine", params, given_only=True)
+    fields["gmu"] = resolve_gmu(fields.get("gmu"), fields.get("vllm_version", DEFAULT_VLLM_VERSION))
+    return EngineConfig(**fields)
 
 
 def memory_report(plan) -> str:  # type: ignore[no-untyped-def]
@@ -222,7 +163,7 @@ def memory_report(plan) -> str:  # type: ignore[no-untyped-def]
         f"  vLLM would log         GPU KV cache size: {plan.vllm_kv_cache_tokens():,} tokens",
         "  max concurrency at context:",
     ]
-    for ctx in CONTEXTS_TOK:
+    for ctx in contexts_for(plan):
         lines.append(
             f"      {ctx:>6} tok: {plan.max_concurrency(ctx):6d} requests "
             f"({plan.blocks_per_request(ctx)} blocks each)"
@@ -233,243 +174,198 @@ def memory_report(plan) -> str:  # type: ignore[no-untyped-def]
 CONTEXTS_TOK: tuple[int, ...] = (1024, 2048, 4096, 8192, 32768)
 
 
+def contexts_for(plan) -> tuple[int, ...]:  # type: ignore[no-untyped-def]
+    """The table's context lengths that fit max_model_len (max_model_len itself if none)."""
+    fit = tuple(c for c in CONTEXTS_TOK if c <= plan.max_model_len)
+    return fit or (plan.max_model_len,)
+
+
 def memory_json(plan) -> dict:  # type: ignore[no-untyped-def,type-arg]
     d = asdict(plan)
     d["max_concurrency_at_context_tok"] = {
-        str(ctx): plan.max_concurrency(ctx) for ctx in CONTEXTS_TOK
+        str(ctx): plan.max_concurrency(ctx) for ctx in contexts_for(plan)
     }
     return d
 
 
 @main.command(context_settings=CONTEXT_SETTINGS)
-@add_options(engine_options)
-@add_options(spec_options)
-@pool_options
+@options(*ENGINE_OPTIONS, *SPEC_OPTIONS)
 @memory_mode_options
 @click.option("--json", "as_json", is_flag=True, help="print the plan as JSON")
 @click.pass_context
-def memory(
-    ctx,
-    model,
-    gpu,
-    tp,
-    gmu,
-    max_num_seqs,
-    max_num_batched_tokens,
-    max_model_len,  # type: ignore[no-untyped-def]
-    ssm_state_dtype,
-    spec_tokens,
-    tree_widths,
-    commit,
-    acceptance,
-    as_json,
-    **pool,
-) -> None:
+def memory(ctx: click.Context, as_json: bool, **params: Any) -> None:
     """Print the KV/state pool vLLM would build: budget, weights, page, block size,
     groups, blocks, GDN slots per request and capacity at a few context lengths.
     --from-log compares with a real vLLM start-up, --validate reproduces a set of them."""
     from capsim.core.memory_plan import plan_memory
 
-    def engine_and_spec():  # type: ignore[no-untyped-def]
-        spec = _spec_from_options(spec_tokens, tree_widths, commit, acceptance)
-        engine = _engine(
-            tp,
-            resolve_gmu(gmu, pool["vllm_version"]),
-            max_num_seqs,
-            max_num_batched_tokens,
-            max_model_len,
-            ssm_state_dtype,
-        )
-        return apply_pool(engine, pool), spec
+    spec = spec_config(params)
+    engine = engine_config(params)
 
-    def build():  # type: ignore[no-untyped-def]
-        engine, spec = engine_and_spec()
-        return plan_memory(get_model(model), get_gpu(gpu), engine, spec)
+    def given(name: str) -> bool:
+        source = ctx.get_parameter_source(name)
+        return source is not None and source.name != "DEFAULT"
 
-    def mode():  # type: ignore[no-untyped-def]
-        engine, spec = engine_and_spec()
-
-        def given(name: str) -> bool:
-            source = ctx.get_parameter_source(name)
-            return source is not None and source.name != "DEFAULT"
-
-        return run_memory_mode(
-            pool,
-            model_name=model,
-            gpu_name=gpu,
-            engine=engine,
-            spec=spec,
-            model_given=given("model"),
-            as_json=as_json,
-            gpu_given=given("gpu"),
-        )
-
-    if _run_or_fail(mode):
+    if run_memory_mode(
+        params,
+        model_name=params["model"],
+        gpu_name=params["gpu"],
+        engine=engine,
+        spec=spec,
+        model_given=given("model"),
+        as_json=as_json,
+        gpu_given=given("gpu"),
+    ):
         return
-    plan = _run_or_fail(build)
+    plan = plan_memory(get_model(params["model"]), get_gpu(params["gpu"]), engine, spec)
     if as_json:
-        click.echo(json.dumps(memory_json(plan), indent=2))
+        click.echo(dumps_json(memory_json(plan)))
     else:
         click.echo(memory_report(plan))
 
 
+def _load_mode(replay: bool, rate: float | None, concurrency: int | None) -> str:
+    if replay:
+        if rate is not None:
+            raise click.BadParameter(
+                "--replay sends at the trace's timestamps; drop it or --request-rate",
+                param_hint="--replay",
+            )
+        return "replay"
+    if rate is not None:
+        return "rate"
+    if concurrency is None:
+        raise click.UsageError("give --max-concurrency C, --request-rate R or --replay")
+    return "concurrency"
+
+
+def _workload_table(workload: str):  # type: ignore[no-untyped-def]
+    """A user file's RequestTable, or None for a registered workload name."""
+    path = Path(workload)
+    if path.suffix in (".csv", ".parquet", ".jsonl", ".gz") or path.is_file():
+        from capsim.traces import load_file
+
+        return load_file(path)
+    return None
+
+
+def step_time_label(model: dict[str, Any]) -> str:
+    """'calibrated' or 'calibrated, PROJECTION H200->B200' (as figures and reports say)."""
+    kind = str(model.get("kind"))
+    projection = model.get("projection")
+    return f"{kind}, {str(projection).split(':')[0]}" if projection else kind
+
+
 @main.command(context_settings=CONTEXT_SETTINGS)
-@add_options(engine_options)
-@add_options(spec_options)
-@click.option(
-    "--workload",
-    "-w",
-    default="sharegpt",
-    show_default=True,
-    help="workload name (see 'capsim traces list') or a CSV/Parquet/JSONL file",
-)
-@click.option(
-    "--concurrency",
-    "-c",
-    type=int,
-    default=None,
-    help="closed loop: max requests in flight (vllm bench --max-concurrency)",
-)
-@click.option("--rate", type=float, default=None, help="open loop: requests per second")
+@options(*ENGINE_OPTIONS, *SPEC_OPTIONS, "dataset", "max_concurrency", "request_rate")
 @click.option("--replay", is_flag=True, help="send at the trace's own timestamps")
-@click.option(
-    "--burstiness",
-    type=float,
-    default=1.0,
-    show_default=True,
-    help="gamma shape of open-loop gaps (1 = Poisson)",
-)
-@click.option("--num-requests", "-n", type=int, default=1000, show_default=True)
-@click.option("--seed", type=int, default=0, show_default=True)
-@click.option(
-    "--step-time",
-    type=click.Choice(["roofline", "calibrated"]),
-    default="calibrated",
-    show_default=True,
-    help="step-time model",
-)
-@click.option(
-    "--out",
-    "-o",
-    type=click.Path(file_okay=False, path_type=Path),
-    default=None,
-    help="write requests.parquet, steps.parquet and summary.json here",
-)
+@options("burstiness", "num_prompts", "seed", "step_time", "out")
 @click.option("--json", "as_json", is_flag=True, help="print the summary as JSON")
-@pool_options
 @click.option(
-    "--enable-prefix-caching/--no-enable-prefix-caching",
-    "prefix_caching",
-    default=False,
+    "--save-result",
+    is_flag=True,
+    help="also write the result as vllm bench serve does (its metric names, ms)",
+)
+@click.option(
+    "--result-filename",
+    type=click.Path(dir_okay=False, path_type=Path),
+    default=Path("capsim-bench-result.json"),
     show_default=True,
-    help="vLLM prefix caching (GDN state in 'align' mode); vLLM 0.33 turns it on by default",
+    help="where --save-result writes",
 )
 def simulate(
-    model,
-    gpu,
-    tp,
-    gmu,
-    max_num_seqs,
-    max_num_batched_tokens,
-    max_model_len,  # type: ignore[no-untyped-def]
-    ssm_state_dtype,
-    spec_tokens,
-    tree_widths,
-    commit,
-    acceptance,
-    workload,
-    concurrency,
-    rate,
-    replay,
-    burstiness,
-    num_requests,
-    seed,
-    step_time,
-    out,
-    as_json,
-    prefix_caching,
-    **pool,
+    workload: str,
+    concurrency: int | None,
+    rate: float | None,
+    replay: bool,
+    burstiness: float,
+    num_requests: int,
+    seed: int,
+    step_time: str,
+    out: Path | None,
+    as_json: bool,
+    save_result: bool,
+    result_filename: Path,
+    **params: Any,
 ) -> None:
-    """Simulate one point (model, GPU, gmu, speculation, workload, load) end to end."""
+    """Simulate one point (model, GPU, gmu, speculation, workload, load) end to end.
+
+    Load flags are vllm bench serve's: --max-concurrency (closed loop), --request-rate
+    (open loop, gamma gaps of shape --burstiness), --num-prompts, --dataset-name."""
     from capsim.io.results import write_result
     from capsim.simulate import simulate as run_point
 
-    if replay:
-        mode = "replay"
-    elif rate is not None:
-        mode = "rate"
-    else:
-        mode = "concurrency"
-        if concurrency is None:
-            raise click.UsageError("give --concurrency C, --rate R or --replay")
-
-    def build_and_run():  # type: ignore[no-untyped-def]
-        workload_table = None
-        wl_path = Path(workload)
-        if wl_path.suffix in (".csv", ".parquet", ".jsonl") or wl_path.is_file():
-            from capsim.traces import load_file
-
-            workload_table = load_file(wl_path)
-        cfg = SimConfig(
-            model=model,
-            gpu=gpu,
-            engine=apply_pool(
-                dataclasses.replace(
-                    _engine(
-                        tp,
-                        resolve_gmu(gmu, pool["vllm_version"]),
-                        max_num_seqs,
-                        max_num_batched_tokens,
-                        max_model_len,
-                        ssm_state_dtype,
-                    ),
-                    enable_prefix_caching=prefix_caching,
-                ),
-                pool,
-            ),
-            spec=_spec_from_options(spec_tokens, tree_widths, commit, acceptance),
-            workload=workload,
-            load=LoadConfig(
-                mode=mode,
-                concurrency=concurrency,
-                rate_req_per_s=rate,
-                burstiness=burstiness,
-                num_requests=num_requests,
-            ),
-            seed=seed,
-            step_time=step_time,
-        )
-        return run_point(cfg, workload=workload_table)
-
+    mode = _load_mode(replay, rate, concurrency)
+    if out is not None and out.exists() and not out.is_dir():
+        raise click.BadParameter(f"{str(out)!r} exists and is not a directory", param_hint="--out")
+    cfg = SimConfig(
+        model=params["model"],
+        gpu=params["gpu"],
+        engine=engine_config(params),
+        spec=spec_config(params),
+        workload=workload,
+        load=LoadConfig(
+            mode=mode,  # type: ignore[arg-type]
+            concurrency=concurrency,
+            rate_req_per_s=rate,
+            burstiness=burstiness,
+            num_requests=num_requests,
+        ),
+        seed=seed,
+        step_time=step_time,
+    )
     t0 = time.perf_counter()
-    result = _run_or_fail(build_and_run)
+    result = run_point(cfg, workload=_workload_table(workload))
     wall_s = time.perf_counter() - t0
     if out is not None:
         try:
             write_result(out, result)
         except OSError as exc:
             raise click.ClickException(f"--out {out}: cannot write results: {exc}") from None
+    if save_result:
+        from capsim.io.atomic import write_json_atomic
+        from capsim.io.bench import bench_result
+
+        try:
+            write_json_atomic(result_filename, bench_result(result))
+        except OSError as exc:
+            raise click.ClickException(f"--result-filename {result_filename}: {exc}") from None
     if as_json:
-        click.echo(json.dumps(result.summary, indent=2, default=float))
+        click.echo(dumps_json(result.summary))
         return
     s = result.summary
+    load = "replay" if mode == "replay" else f"{s['offered_load']:g}"
     click.echo(
         f"{result.config['model']} on {result.config['gpu']} "
         + (
-            f"kv pinned {result.config['engine']['kv_cache_memory_bytes'] / GiB:.2f} GiB "
-            if result.config["engine"].get("kv_cache_memory_bytes")
-            else f"gmu={result.config['engine']['gmu']} "
+            f"kv pinned {cfg.engine.kv_cache_memory_bytes / GiB:.2f} GiB "
+            if cfg.engine.kv_cache_memory_bytes
+            else f"gmu={cfg.engine.gmu} "
         )
-        + f"vLLM {result.config['engine']['vllm_version']} "
+        + f"vLLM {cfg.engine.vllm_version} "
         f"commit={result.config['spec']['commit']} workload={workload} "
-        f"load={s['offered_load']}  ({wall_s:.2f} s wall)"
+        f"load={load}  ({wall_s:.2f} s wall)"
     )
+    for k, v in summary_rows(s, result.step_time_model, cfg.engine.enable_prefix_caching):
+        click.echo(f"  {k:<24}{v}")
+    if out is not None:
+        click.echo(f"wrote {out}/summary.json, requests.parquet, steps.parquet")
+
+
+def _ms(value: float, digits: int = 1) -> str:
+    return "n/a" if value is None or not math.isfinite(value) else f"{value * 1e3:.{digits}f}"
+
+
+def summary_rows(
+    s: dict[str, Any], step_time_model: dict[str, Any], prefix_caching: bool = False
+) -> list[tuple[str, str]]:
+    """The printed summary of ``simulate`` (n/a where a metric is undefined)."""
     rows = [
         ("requests", f"{s['num_requests']}"),
         ("duration", f"{s['duration_s']:.2f} s"),
         ("output throughput", f"{s['output_throughput_tok_per_s']:.1f} tok/s"),
-        ("TTFT mean / p99", f"{s['ttft_mean_s'] * 1e3:.1f} / {s['ttft_p99_s'] * 1e3:.1f} ms"),
-        ("TPOT mean / p99", f"{s['tpot_mean_s'] * 1e3:.2f} / {s['tpot_p99_s'] * 1e3:.2f} ms"),
+        ("TTFT mean / p99", f"{_ms(s['ttft_mean_s'])} / {_ms(s['ttft_p99_s'])} ms"),
+        ("TPOT mean / p99", f"{_ms(s['tpot_mean_s'], 2)} / {_ms(s['tpot_p99_s'], 2)} ms"),
         ("E2EL mean", f"{s['e2el_mean_s']:.2f} s"),
         ("peak KV/state usage", f"{s['peak_kv_usage'] * 100:.1f} %"),
         ("peak running / waiting", f"{s['peak_running']} / {s['peak_waiting']}"),
@@ -481,7 +377,7 @@ def simulate(
             f"{s['gdn_blocks_per_request']} GDN blocks/request, analytical capacity "
             f"{s['analytical_capacity_req']} at {s['mean_context_tok']} tok",
         ),
-        ("step-time model", str(result.step_time_model.get("kind"))),
+        ("step-time model", step_time_label(step_time_model)),
     ]
     if prefix_caching:
         rows.append(
@@ -492,10 +388,7 @@ def simulate(
                 "cached blocks evicted",
             )
         )
-    for k, v in rows:
-        click.echo(f"  {k:<24}{v}")
-    if out is not None:
-        click.echo(f"wrote {out}/summary.json, requests.parquet, steps.parquet")
+    return rows
 
 
 def _register_commands() -> None:

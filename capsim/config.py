@@ -18,8 +18,26 @@ from capsim.units import dtype_bytes
 CommitMode = Literal["storeall", "reconstruct", "deferred"]
 
 
+MAX_NUM_REQUESTS = 10_000_000
+"""Most requests one simulation accepts (a guard before allocating per-request arrays)."""
+MAX_CONCURRENCY = 1_000_000
+"""Most concurrent requests / max_num_seqs accepted."""
+MAX_TOKENS = 2**31 - 1
+"""Largest token count accepted for a length or a budget (vLLM keeps them in int32)."""
+MAX_DRAFT_NODES = 1024
+"""Most draft nodes per request per step (a tree of 10x10x10 has 1110)."""
+
+
 def _fail(owner: str, name: str, value: object, why: str) -> None:
     raise ValueError(f"{owner}.{name}={value!r}: {why}")
+
+
+def _is_int(value: object) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def _is_num(value: object) -> bool:
+    return isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value)
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -74,14 +92,18 @@ class EngineConfig:
 
     def __post_init__(self) -> None:
         o = "engine"
-        if not isinstance(self.tp, int) or self.tp < 1:
+        if not _is_int(self.tp) or self.tp < 1:
             _fail(o, "tp", self.tp, "must be an int >= 1")
-        if not (isinstance(self.gmu, float | int) and 0.0 < self.gmu <= 1.0):
+        if not (_is_num(self.gmu) and 0.0 < self.gmu <= 1.0):
             _fail(o, "gmu", self.gmu, "must be in (0, 1]")
-        for name in ("max_num_seqs", "max_num_batched_tokens", "max_model_len"):
+        for name, high in (
+            ("max_num_seqs", MAX_CONCURRENCY),
+            ("max_num_batched_tokens", MAX_TOKENS),
+            ("max_model_len", MAX_TOKENS),
+        ):
             value = getattr(self, name)
-            if value is not None and (not isinstance(value, int) or value < 1):
-                _fail(o, name, value, "must be None or an int >= 1")
+            if value is not None and (not _is_int(value) or not 1 <= value <= high):
+                _fail(o, name, value, f"must be None or an int in [1, {high}]")
         if self.num_gpu_blocks_override is not None and self.num_gpu_blocks_override < 2:
             _fail(o, "num_gpu_blocks_override", self.num_gpu_blocks_override, "must be >= 2")
         if self.kv_cache_memory_bytes is not None and (
@@ -113,6 +135,41 @@ class EngineConfig:
         seqs = self.max_num_seqs if self.max_num_seqs is not None else seqs
         tokens = self.max_num_batched_tokens if self.max_num_batched_tokens is not None else tokens
         return seqs, tokens
+
+    def check_vllm_limits(self, gpu: GpuSpec, model_max_len: int) -> int:
+        """Refuse what vLLM's engine arguments refuse (its wording); returns max_model_len.
+
+        vLLM ``SchedulerConfig`` / ``ModelConfig`` checks: the token budget must cover
+        ``max_num_seqs``; without chunked prefill it must cover ``max_model_len``; a
+        ``max_model_len`` above the model's ``max_position_embeddings`` is refused.
+        """
+        seqs, tokens = self.resolved_batch_defaults(gpu)
+        max_len = self.max_model_len if self.max_model_len is not None else model_max_len
+        if self.max_model_len is not None and self.max_model_len > model_max_len:
+            _fail(
+                "engine",
+                "max_model_len",
+                self.max_model_len,
+                f"User-specified max_model_len ({self.max_model_len}) is greater than the "
+                f"derived max_model_len (max_position_embeddings={model_max_len})",
+            )
+        if tokens < seqs:
+            _fail(
+                "engine",
+                "max_num_batched_tokens",
+                tokens,
+                f"max_num_batched_tokens ({tokens}) must be greater than or equal to "
+                f"max_num_seqs ({seqs})",
+            )
+        if not self.enable_chunked_prefill and tokens < max_len:
+            _fail(
+                "engine",
+                "max_num_batched_tokens",
+                tokens,
+                f"max_num_batched_tokens ({tokens}) is smaller than max_model_len ({max_len}); "
+                "increase max_num_batched_tokens or decrease max_model_len",
+            )
+        return max_len
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -160,19 +217,29 @@ class SpecDecodeConfig:
     acceptance: AcceptanceConfig = field(default_factory=AcceptanceConfig)
 
     def __post_init__(self) -> None:
-        if not isinstance(self.num_spec_tok, int) or self.num_spec_tok < 0:
-            _fail("spec", "num_spec_tok", self.num_spec_tok, "must be an int >= 0")
+        if not _is_int(self.num_spec_tok) or not 0 <= self.num_spec_tok <= MAX_DRAFT_NODES:
+            _fail(
+                "spec",
+                "num_spec_tok",
+                self.num_spec_tok,
+                f"must be an int in [0, {MAX_DRAFT_NODES}]",
+            )
         if self.commit not in COMMIT_MODES:
             _fail("spec", "commit", self.commit, f"must be one of {COMMIT_MODES}")
         if self.tree_widths is not None:
             widths = tuple(self.tree_widths)
-            if not widths or any((not isinstance(w, int)) or w < 1 for w in widths):
+            if not widths or any((not _is_int(w)) or w < 1 for w in widths):
                 _fail("spec", "tree_widths", self.tree_widths, "every width must be an int >= 1")
             object.__setattr__(self, "tree_widths", widths)
-            if self.num_spec_tok not in (0, len(widths), 3):
-                # k defaults to 3; a tree sets its own depth.
-                pass
+            # k defaults to 3; a tree sets its own depth.
             object.__setattr__(self, "num_spec_tok", len(widths))
+            if self.num_draft_nodes > MAX_DRAFT_NODES:
+                _fail(
+                    "spec",
+                    "tree_widths",
+                    self.tree_widths,
+                    f"{self.num_draft_nodes} draft nodes; at most {MAX_DRAFT_NODES}",
+                )
 
     @property
     def depth(self) -> int:
@@ -217,20 +284,29 @@ class LoadConfig:
     def __post_init__(self) -> None:
         if self.mode not in ("concurrency", "rate", "replay"):
             _fail("load", "mode", self.mode, "must be concurrency, rate or replay")
-        if self.mode == "concurrency" and (self.concurrency is None or self.concurrency < 1):
+        if self.mode == "concurrency" and self.concurrency is None:
             _fail("load", "concurrency", self.concurrency, "must be an int >= 1")
-        if self.concurrency is not None and self.concurrency < 1:
-            _fail("load", "concurrency", self.concurrency, "must be >= 1 when given")
+        if self.concurrency is not None and (
+            not _is_int(self.concurrency) or not 1 <= self.concurrency <= MAX_CONCURRENCY
+        ):
+            _fail(
+                "load", "concurrency", self.concurrency, f"must be an int in [1, {MAX_CONCURRENCY}]"
+            )
         if self.mode == "rate" and (
             self.rate_req_per_s is None
             or not math.isfinite(self.rate_req_per_s)
             or self.rate_req_per_s <= 0
         ):
             _fail("load", "rate_req_per_s", self.rate_req_per_s, "must be a finite rate > 0")
-        if not self.burstiness > 0:
-            _fail("load", "burstiness", self.burstiness, "must be > 0")
-        if not isinstance(self.num_requests, int) or self.num_requests < 1:
-            _fail("load", "num_requests", self.num_requests, "must be an int >= 1")
+        if not (_is_num(self.burstiness) and self.burstiness > 0):
+            _fail("load", "burstiness", self.burstiness, "must be a finite number > 0")
+        if not _is_int(self.num_requests) or not 1 <= self.num_requests <= MAX_NUM_REQUESTS:
+            _fail(
+                "load",
+                "num_requests",
+                self.num_requests,
+                f"must be an int in [1, {MAX_NUM_REQUESTS}]",
+            )
 
     @property
     def offered_load(self) -> float:
@@ -258,8 +334,8 @@ class SimConfig:
     )
 
     def __post_init__(self) -> None:
-        if not isinstance(self.seed, int) or self.seed < 0:
-            _fail("sim", "seed", self.seed, "must be an int >= 0")
+        if not _is_int(self.seed) or not 0 <= self.seed < 2**63:
+            _fail("sim", "seed", self.seed, "must be an int in [0, 2**63)")
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)

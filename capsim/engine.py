@@ -94,11 +94,17 @@ class EngineSim:
     def _shape(self, out: SchedulerOutput) -> BatchShape:
         cols = self.scheduler.store.cols
         comp = out.computed_before
-        # a decode: a verify window, or (no speculation) one token on a computed sequence
-        is_dec = out.verify | (
-            (out.num_new == 1)
-            & (comp == cols["prompt_tok"][out.slots] + cols["num_output_tok"][out.slots] - 1)
-        )
+        w = self.window_tok
+        if w > 1:
+            # a decode is a full verify window; anything else (a 1-token prompt, a window
+            # clipped by the token budget or max_model_len) is priced as the chunk it is, so
+            # the priced token count is the scheduled one and never exceeds the budget
+            is_dec = out.verify & (out.num_new == w)
+        else:
+            # no speculation: one token on an otherwise computed sequence
+            is_dec = (out.num_new == 1) & (
+                comp == cols["prompt_tok"][out.slots] + cols["num_output_tok"][out.slots] - 1
+            )
         return BatchShape(
             num_decode_req=int(is_dec.sum()),
             query_tok_per_decode=self.window_tok,

@@ -1,33 +1,25 @@
-"""Click glue of the memory-plan options (issue 11), kept apart from ``cli.py``.
+"""Click glue of ``capsim memory``'s modes (issue 11), kept apart from ``cli.py``.
 
-``pool_options`` (``pool_override_options`` where a grid TOML gives defaults) adds
-vLLM's own flags that shape or pin the pool (``--vllm-version``,
-``--kv-cache-memory``, ``--num-gpu-blocks-override``, ``--limit-mm-per-prompt``,
-``--enforce-eager``) to any command; ``apply_pool`` folds them into an ``EngineConfig``.
-``memory_mode_options`` adds ``--from-log``, ``--validate`` and ``--version-rules`` to
-``capsim memory``; ``run_memory_mode`` runs whichever was given.
+The pool flags vLLM itself has (``--vllm-version``, ``--kv-cache-memory``,
+``--num-gpu-blocks-override``, ``--limit-mm-per-prompt``, ``--enforce-eager``) are entries
+of ``capsim.cliopts.OPTIONS`` (engine target). Here: ``memory_mode_options`` adds
+``--from-log``, ``--validate``, ``--validate-out`` and ``--version-rules`` to
+``capsim memory``; ``run_memory_mode`` runs whichever was given; ``resolve_gmu`` gives
+the release's default gpu_memory_utilization when ``--gmu`` is not given.
 """
 
 from __future__ import annotations
 
 import json
 from collections.abc import Callable
-from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
 import click
 
 from capsim.config import EngineConfig, SpecDecodeConfig
-from capsim.core.vllm_versions import DEFAULT_VLLM_VERSION, rules_for, rules_table
+from capsim.core.vllm_versions import rules_for, rules_table
 
-POOL_KEYS: tuple[str, ...] = (
-    "vllm_version",
-    "kv_cache_memory",
-    "num_gpu_blocks_override",
-    "limit_mm_per_prompt",
-    "enforce_eager",
-)
 MODE_KEYS: tuple[str, ...] = ("from_log", "validate", "version_rules", "validate_out")
 
 
@@ -40,74 +32,17 @@ def _opts(options: list[Callable[[Any], Any]]) -> Callable[[Any], Any]:
     return wrap
 
 
-def make_pool_options(version_default: str | None) -> Callable[[Any], Any]:
-    """The pool flags; ``version_default=None`` for commands whose inputs (a grid TOML)
-    already say the version, so that only a given flag overrides them."""
-    return _opts(
-        [
-            click.option(
-                "--vllm-version",
-                default=version_default,
-                show_default=version_default is not None,
-                help="vLLM release whose memory accounting to follow "
-                "(capsim memory --version-rules lists the rules)",
-            ),
-            click.option(
-                "--kv-cache-memory",
-                "kv_cache_memory",
-                type=click.IntRange(min=1),
-                default=None,
-                help="vLLM --kv-cache-memory BYTES: pin the KV pool (gmu then ignored)",
-            ),
-            click.option(
-                "--num-gpu-blocks-override",
-                type=click.IntRange(min=2),
-                default=None,
-                help="vLLM --num-gpu-blocks-override N: pin the number of blocks",
-            ),
-            click.option(
-                "--limit-mm-per-prompt",
-                type=click.IntRange(min=0),
-                default=None,
-                help="images per prompt; 0 = text only (no vision tower, no encoder "
-                "profiling); default: the model's multimodal default",
-            ),
-            click.option(
-                "--enforce-eager/--no-enforce-eager",
-                default=None,
-                help="vLLM --enforce-eager: no CUDA graphs",
-            ),
-        ]
-    )
-
-
-pool_options = make_pool_options(DEFAULT_VLLM_VERSION)
-pool_override_options = make_pool_options(None)
-
-
-def pool_overrides(params: dict[str, Any]) -> dict[str, Any]:
-    """The pool flags given on the command line, as EngineConfig/Deployment field names."""
-    out = {
-        "vllm_version": params.get("vllm_version"),
-        "kv_cache_memory_bytes": params.get("kv_cache_memory"),
-        "num_gpu_blocks_override": params.get("num_gpu_blocks_override"),
-        "limit_mm_per_prompt": params.get("limit_mm_per_prompt"),
-        "enforce_eager": params.get("enforce_eager"),
-    }
-    return {k: v for k, v in out.items() if v is not None}
-
-
 memory_mode_options = _opts(
     [
         click.option(
             "--from-log",
-            type=click.Path(dir_okay=False, path_type=Path),
+            type=click.Path(exists=True, dir_okay=False, path_type=Path),
             default=None,
             help="a vLLM start-up log: plan with its settings and compare term by term",
         ),
         click.option(
             "--validate",
-            type=click.Path(file_okay=False, path_type=Path),
+            type=click.Path(exists=True, file_okay=False, path_type=Path),
             default=None,
             help="a directory with startups.csv (+ models/): reproduce every row",
         ),
@@ -127,11 +62,6 @@ memory_mode_options = _opts(
 def resolve_gmu(gmu: float | None, vllm_version: str) -> float:
     """--gmu when given, else the release's default gpu_memory_utilization."""
     return float(gmu) if gmu is not None else rules_for(vllm_version).default_gmu
-
-
-def apply_pool(engine: EngineConfig, params: dict[str, Any]) -> EngineConfig:
-    """The pool options of ``params`` (click kwargs) on top of ``engine``."""
-    return replace(engine, **pool_overrides(params))
 
 
 def run_memory_mode(

@@ -284,7 +284,23 @@ def model_from_hf_config(path: Path) -> ModelSpec:
         raise ValueError(f"model config {path} does not exist") from None
     except json.JSONDecodeError as exc:
         raise ValueError(f"model config {path} is not valid JSON: {exc}") from None
-    cfg = raw.get("text_config", raw)
+    except (OSError, UnicodeDecodeError) as exc:
+        raise ValueError(f"model config {path} cannot be read: {exc}") from None
+    cfg = raw.get("text_config", raw) if isinstance(raw, dict) else raw
+    if not isinstance(cfg, dict):
+        raise ValueError(
+            f"model config {path}: expected a JSON object (an HF config.json), "
+            f"got a {type(cfg).__name__}"
+        )
+    try:
+        return _model_from_dict(cfg, path, raw if isinstance(raw, dict) else {})
+    except (TypeError, ValueError, OverflowError) as exc:
+        if str(exc).startswith(str(path)) or str(exc).startswith("model "):
+            raise
+        raise ValueError(f"model config {path}: {exc}") from None
+
+
+def _model_from_dict(cfg: dict[str, Any], path: Path, raw: dict[str, Any]) -> ModelSpec:
     num_layers = int(_get(cfg, "num_hidden_layers", path))
     layer_types = cfg.get("layer_types")
     if not cfg.get("linear_num_value_heads"):

@@ -78,11 +78,13 @@ def simulate(
     n = min(cfg.load.num_requests, table.num_requests)
     prompt = table.prompt_tok[:n]
     output = table.output_tok[:n]
-    too_long = np.nonzero(prompt + output > plan.max_model_len)[0]
+    # compared without adding first: prompt + output can overflow int64 on a bad file
+    limit = plan.max_model_len
+    too_long = np.nonzero((prompt > limit) | (output > limit - np.minimum(prompt, limit)))[0]
     if too_long.size:
         i = int(too_long[0])
         raise ValueError(
-            f"workload {table.name!r} row {i}: prompt+output={int(prompt[i] + output[i])} "
+            f"workload {table.name!r} row {i}: prompt+output={int(prompt[i]) + int(output[i])} "
             f"tokens exceeds max_model_len={plan.max_model_len}"
         )
     arrivals_ss, accept_ss = np.random.SeedSequence(cfg.seed).spawn(2)

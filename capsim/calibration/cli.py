@@ -10,7 +10,8 @@ import click
 import numpy as np
 
 from capsim.calibration.tables import load_tables
-from capsim.config import SpecDecodeConfig
+from capsim.cliopts import ListOf, options
+from capsim.config import MAX_CONCURRENCY, MAX_TOKENS, SpecDecodeConfig
 from capsim.cost.base import COMMIT_MODES, BatchShape
 from capsim.gpus import get_gpu
 from capsim.models import get_model
@@ -69,16 +70,25 @@ def tpot_table(
     help="Rebuild the packaged tables from a results dir (e.g. kernels/results/h200).",
 )
 @click.option("--tpot", is_flag=True, help="Print predicted decode TPOT per commit mode.")
-@click.option("--model", "model_name", default="qwen3.5-35b-a3b", show_default=True)
-@click.option(
-    "--gpu", "gpu_name", default="H200", show_default=True, help="H200 measured; others projected."
-)
-@click.option("--tp", default=1, show_default=True, type=int)
-@click.option(
-    "--running", default="1,64,256", show_default=True, help="running requests for --tpot"
+@options(
+    "model",
+    "gpu",
+    "tp",
+    gpu={"default": "H200", "help": "GPU (the tables are H200 measurements; others projected)"},
 )
 @click.option(
-    "--ctx-tok", default=2048, show_default=True, type=int, help="decode context for --tpot"
+    "--running",
+    type=ListOf(click.IntRange(1, MAX_CONCURRENCY)),
+    default="1,64,256",
+    show_default=True,
+    help="running requests for --tpot",
+)
+@click.option(
+    "--ctx-tok",
+    type=click.IntRange(1, MAX_TOKENS),
+    default=2048,
+    show_default=True,
+    help="decode context for --tpot",
 )
 @click.option(
     "--data-dir",
@@ -93,10 +103,10 @@ def calibrate(
     check: bool,
     build_from: Path | None,
     tpot: bool,
-    model_name: str,
-    gpu_name: str,
+    model: str,
+    gpu: str,
     tp: int,
-    running: str,
+    running: tuple[int, ...],
     ctx_tok: int,
     data_dir: Path | None,
     json_out: Path | None,
@@ -119,13 +129,8 @@ def calibrate(
         click.echo(text)
         payload["check"] = data
     if tpot:
-        try:
-            counts = tuple(int(x) for x in running.split(","))
-        except ValueError:
-            raise click.BadParameter(
-                f"--running={running!r} must be comma-separated ints"
-            ) from None
-        rows = tpot_table(model_name, gpu_name, tp, counts, ctx_tok, data_dir)
+        model_name, gpu_name = model, gpu
+        rows = tpot_table(model_name, gpu_name, tp, running, ctx_tok, data_dir)
         label = rows[0]["projection"] if rows else False
         click.echo(
             f"\npredicted decode TPOT, {model_name} tp{tp} on {gpu_name}, depth-3 chain, "

@@ -362,7 +362,7 @@ def plan_memory(
     log_terms = log_terms or {}
     tp = engine.tp
     max_num_seqs, max_batched = engine.resolved_batch_defaults(gpu)
-    max_model_len = engine.max_model_len or model.max_position_embeddings
+    max_model_len = engine.check_vllm_limits(gpu, model.max_position_embeddings)
     with_mtp = spec.depth > 0
     multimodal = model.vision is not None and engine.limit_mm_per_prompt != 0
     breakdown = weight_breakdown_bytes(model, tp, with_mtp=with_mtp, with_vision=multimodal)

@@ -1,14 +1,22 @@
-"""Atomic file writes: write to a temporary file in the same folder, then rename."""
+"""Atomic file writes: write to a temporary file in the same folder, then rename.
+
+Files get mode 0644 (``mkstemp`` creates 0600; results are meant to be shared). JSON is
+strict: NaN and infinities are written as ``null`` (``json_safe``), never as ``NaN``.
+"""
 
 from __future__ import annotations
 
+import contextlib
 import json
+import math
 import os
 import tempfile
 from pathlib import Path
 from typing import Any
 
 import pandas as pd
+
+FILE_MODE = 0o644
 
 
 def _tmp_path(path: Path) -> Path:
@@ -18,38 +26,48 @@ def _tmp_path(path: Path) -> Path:
     return Path(name)
 
 
+def _commit(tmp: Path, path: Path) -> None:
+    os.chmod(tmp, FILE_MODE)
+    os.replace(tmp, path)
+
+
 def write_bytes_atomic(path: Path, data: bytes) -> None:
     tmp = _tmp_path(path)
     try:
         tmp.write_bytes(data)
-        os.replace(tmp, path)
+        _commit(tmp, path)
     finally:
-        tmp.unlink(missing_ok=True)
+        with contextlib.suppress(FileNotFoundError):
+            tmp.unlink()
+
+
+def json_safe(obj: Any) -> Any:
+    """``obj`` with numpy scalars/arrays as Python values and non-finite floats as None."""
+    if isinstance(obj, dict):
+        return {str(k): json_safe(v) for k, v in obj.items()}
+    if isinstance(obj, list | tuple | set):
+        return [json_safe(v) for v in obj]
+    if hasattr(obj, "tolist") and not isinstance(obj, str):  # numpy scalar or array
+        return json_safe(obj.tolist())
+    if isinstance(obj, float) and not math.isfinite(obj):
+        return None
+    return obj
+
+
+def dumps_json(obj: Any, indent: int | None = 2) -> str:
+    """Strict JSON text (NaN -> null); anything else unknown is written as its str()."""
+    return json.dumps(json_safe(obj), indent=indent, sort_keys=True, default=str, allow_nan=False)
 
 
 def write_json_atomic(path: Path, obj: Any) -> None:
-    text = json.dumps(obj, indent=2, sort_keys=True, default=_json_default) + "\n"
-    write_bytes_atomic(path, text.encode())
+    write_bytes_atomic(path, (dumps_json(obj) + "\n").encode())
 
 
-def write_parquet_atomic(path: Path, df: pd.DataFrame) -> None:
+def write_parquet_atomic(path: Path, df: pd.DataFrame, **kwargs: Any) -> None:
     tmp = _tmp_path(path)
     try:
-        df.to_parquet(tmp, index=False)
-        os.replace(tmp, path)
+        df.to_parquet(tmp, index=False, **kwargs)
+        _commit(tmp, path)
     finally:
-        tmp.unlink(missing_ok=True)
-
-
-def _json_default(obj: Any) -> Any:
-    import numpy as np
-
-    if isinstance(obj, np.integer):
-        return int(obj)
-    if isinstance(obj, np.floating):
-        return float(obj)
-    if isinstance(obj, np.ndarray):
-        return obj.tolist()
-    if isinstance(obj, tuple | set):
-        return list(obj)
-    raise TypeError(f"not JSON serialisable: {type(obj).__name__}")
+        with contextlib.suppress(FileNotFoundError):
+            tmp.unlink()

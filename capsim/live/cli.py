@@ -10,32 +10,38 @@ from pathlib import Path
 
 import click
 
+from capsim.cliopts import OutDir, options
+from capsim.config import MAX_TOKENS
+from capsim.traces import WORKLOADS
+
 
 @click.command("live")
 @click.option(
     "--url", required=True, help="OpenAI-compatible vLLM server, e.g. http://127.0.0.1:8077"
 )
-@click.option(
-    "--workload",
-    "workload",
-    default="sharegpt",
-    show_default=True,
-    help="capsim workload name (capsim traces)",
+@options(
+    "dataset",
+    "max_concurrency",
+    "num_prompts",
+    "seed",
+    dataset={
+        "type": click.Choice(sorted(WORKLOADS)),
+        "help": "capsim workload name (capsim traces list)",
+    },
+    max_concurrency={"required": True, "help": "requests in flight (closed loop)"},
+    num_prompts={"default": 100},
 )
-@click.option("--concurrency", type=int, required=True, help="requests in flight (closed loop)")
-@click.option("--num-requests", type=int, default=100, show_default=True)
-@click.option("--seed", type=int, default=0, show_default=True)
 @click.option("--served-name", default="tiny", show_default=True, help="--served-model-name")
 @click.option(
     "--vocab-size",
-    type=int,
+    type=click.IntRange(4, 1 << 24),
     default=512,
     show_default=True,
     help="prompt token ids are drawn from [3, vocab)",
 )
 @click.option(
     "--max-model-len",
-    type=int,
+    type=click.IntRange(1, MAX_TOKENS),
     default=None,
     help="drop workload rows with prompt+output above this (server's max_model_len)",
 )
@@ -51,7 +57,7 @@ import click
     default=None,
     help="the server's engine arguments (for crosscheck); copied into --out",
 )
-@click.option("--out", "out_dir", type=click.Path(path_type=Path), required=True)
+@click.option("--out", "out_dir", type=OutDir(), required=True)
 def live(
     url: str,
     workload: str,

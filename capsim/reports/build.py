@@ -85,6 +85,23 @@ def _fmt(v: float) -> str:
     return f"{v:.3g}"
 
 
+def describe_step_time(calib: dict[str, Any], calibration_id: Any = None) -> str:
+    """The step-time model in words (kind, tables and their hash); full record: manifest."""
+    if not calib:
+        return "?"
+    parts = [str(calib.get("kind", "?"))]
+    if calib.get("table_path"):
+        sha = str(calib.get("table_sha256") or "")[:12]
+        parts.append(
+            f"tables {Path(str(calib['table_path'])).name}" + (f" (sha256 {sha})" if sha else "")
+        )
+    if calib.get("measured_gpu"):
+        parts.append(f"measured on {calib['measured_gpu']}")
+    if calibration_id:
+        parts.append(f"calibration id {calibration_id}")
+    return "; ".join(parts) + " (full record: manifest.json 'calibration')"
+
+
 def _provenance(manifest: dict[str, Any], points: pd.DataFrame) -> str:
     calib = manifest.get("calibration") or {}
     items = {
@@ -92,7 +109,7 @@ def _provenance(manifest: dict[str, Any], points: pd.DataFrame) -> str:
         "points": f"{len(points)} ({points['match_id'].nunique()} matched)",
         "requests per point": _requests_rule(manifest.get("spec", {})),
         "root seed": str(manifest.get("seeds", {}).get("root_seed", "?")),
-        "step-time model": json.dumps(calib, sort_keys=True)[:300] if calib else "?",
+        "step-time model": describe_step_time(calib, manifest.get("calibration_id")),
         "git sha": str(manifest.get("git_sha", "?")),
         "created (UTC)": str(manifest.get("created_utc", "?")),
         "versions": ", ".join(f"{k} {v}" for k, v in manifest.get("versions", {}).items()),

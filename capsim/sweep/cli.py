@@ -7,7 +7,7 @@ any simulation runs, with a message naming the flag and value.
 from __future__ import annotations
 
 import json
-import math
+import os
 import time
 from pathlib import Path
 from typing import Any
@@ -15,93 +15,115 @@ from typing import Any
 import click
 import pandas as pd
 
-from capsim.memory_cli import pool_override_options, pool_overrides
+from capsim.cliopts import FiniteFloat, ListOf, OutDir, TreeShapes, collect, options
+from capsim.config import MAX_CONCURRENCY
+from capsim.cost.base import COMMIT_MODES
+from capsim.memory_cli import resolve_gmu
 from capsim.sweep.executors import EXECUTORS, make_executor
-from capsim.sweep.grid import PUBLISHED_GRID, load_spec, restrict, with_pool
+from capsim.sweep.grid import PUBLISHED_GRID, SweepSpec, load_spec, restrict, with_pool
+
+MODES = ListOf(click.Choice(COMMIT_MODES))
+
+POOL_OPTIONS = (
+    "vllm_version",
+    "kv_cache_memory",
+    "num_gpu_blocks_override",
+    "limit_mm_per_prompt",
+    "enforce_eager",
+)
+"""vLLM's pool flags (``capsim.cliopts.OPTIONS``), on ``sweep`` and ``whatif``."""
+
+# On ``sweep`` a flag left out keeps the grid TOML's value: no defaults.
+_GRID_OVERRIDE = {name: {"default": None, "show_default": False} for name in POOL_OPTIONS}
 
 
-def _floats(text: str | None, flag: str) -> tuple[float, ...] | None:
-    if text is None:
-        return None
-    try:
-        values = tuple(float(x) for x in text.split(",") if x.strip())
-    except ValueError:
-        raise click.BadParameter(f"{text!r} is not a comma-separated list of numbers") from None
-    if not values:
-        raise click.BadParameter(f"{flag} is empty")
-    return values
-
-
-def _trees(text: str | None) -> tuple[tuple[int, ...] | None, ...]:
-    """'chain;2x2x1;3x3x3' -> (None, (2,2,1), (3,3,3))."""
-    if not text:
-        return (None,)
-    out: list[tuple[int, ...] | None] = []
-    for part in text.replace(";", ",").split(","):
-        part = part.strip().lower()
-        if part in ("", "chain"):
-            out.append(None)
-            continue
-        try:
-            out.append(tuple(int(w) for w in part.split("x")))
-        except ValueError:
-            raise click.BadParameter(
-                f"tree {part!r}: write widths as e.g. 2x2x1 (or 'chain')", param_hint="--tree"
-            ) from None
-    return tuple(out)
+def pool_pins(params: dict[str, Any]) -> dict[str, Any]:
+    """The pool flags given (not None), as Deployment/EngineConfig field -> value."""
+    return collect("engine", params, given_only=True)
 
 
 def _value_error(exc: Exception) -> click.ClickException:
     return click.ClickException(str(exc))
 
 
+def skipped_gmu(spec: SweepSpec, gmu: tuple[float, ...] | None) -> list[str]:
+    """One line per deployment that lacks a requested gmu value (it is not run there)."""
+    if gmu is None:
+        return []
+    notes = []
+    for block in spec.blocks:
+        for dep in block.deployments:
+            missing = [g for g in gmu if all(abs(g - x) > 1e-9 for x in dep.gmu)]
+            if missing:
+                notes.append(
+                    f"note: block {block.name!r}: {dep.model} on {dep.gpu} tp={dep.tp} has no "
+                    f"gmu {', '.join(f'{g:g}' for g in missing)} in the grid (its list: "
+                    f"{', '.join(f'{g:g}' for g in dep.gmu)}); not run there"
+                )
+    return notes
+
+
 @click.command("sweep")
 @click.option(
     "--grid",
     "grid_path",
-    type=click.Path(dir_okay=False, path_type=Path),
+    type=click.Path(exists=True, dir_okay=False, path_type=Path),
     default=None,
     help=f"grid TOML (default: the published grid, {PUBLISHED_GRID.name})",
 )
-@click.option("--gmu", default=None, help="keep these gmu values of each deployment, e.g. 0.6,0.9")
+@options("gmu_list")
 @click.option("--model", "models", multiple=True, help="keep only this model (repeatable)")
 @click.option("--workload", "workloads", multiple=True, help="keep only this workload")
-@click.option("--trees/--no-trees", default=True, help="include the tree-shape block")
-@click.option("--modes", default=None, help="commit modes, e.g. storeall,reconstruct,deferred")
-@click.option("--num-requests", type=int, default=None, help="requests per point (grid default)")
-@click.option("--seed", type=int, default=None, help="root seed (grid default)")
-@click.option("--step-time", default=None, help="step-time model: roofline | calibrated")
 @click.option(
-    "--enable-prefix-caching/--no-enable-prefix-caching",
+    "--tree-block/--no-tree-block",
+    "--trees/--no-trees",
+    "trees",
+    default=True,
+    show_default=True,
+    help="include the blocks that list tree shapes",
+)
+@click.option("--modes", type=MODES, default=None, help="commit modes, e.g. storeall,reconstruct")
+@options(
+    "num_prompts",
+    "seed",
+    "step_time",
+    num_prompts={"default": None, "help": "requests per point (default: the grid's rule)"},
+    seed={"default": None, "help": "root seed (default: the grid's)"},
+    step_time={"default": None, "help": "step-time model (default: the grid's)"},
+)
+@options(
     "prefix_caching",
-    default=None,
-    help="run every block with prefix caching on/off (default: the grid's prefix_caching)",
+    prefix_caching={
+        "default": None,
+        "show_default": False,
+        "help": "run every block with prefix caching on/off (default: the grid's prefix_caching)",
+    },
 )
 @click.option(
     "--out",
     "out_dir",
-    type=click.Path(file_okay=False, path_type=Path),
-    default=Path("results/sweep"),
+    type=OutDir(),
+    default=Path("runs/sweep"),
     show_default=True,
     help="results directory; rerunning into it resumes",
 )
 @click.option("--executor", type=click.Choice(EXECUTORS), default="local", show_default=True)
 @click.option("--scheduler", default=None, help="dask scheduler address (with --executor dask)")
-@click.option("--jobs", type=int, default=None, help="local worker processes (default: cores)")
+@options("jobs")
 @click.option("--steps/--no-steps", default=True, help="keep per-step time series in steps/")
 @click.option("--progress/--no-progress", default=True, help="show a progress bar")
-@pool_override_options
+@options(*POOL_OPTIONS, **_GRID_OVERRIDE)  # type: ignore[arg-type]
 def sweep_cmd(
     grid_path: Path | None,
-    gmu: str | None,
+    gmu: tuple[float, ...] | None,
     models: tuple[str, ...],
     workloads: tuple[str, ...],
     trees: bool,
-    modes: str | None,
+    modes: tuple[str, ...] | None,
     num_requests: int | None,
     seed: int | None,
     step_time: str | None,
-    prefix_caching: bool | None,
+    enable_prefix_caching: bool | None,
     out_dir: Path,
     executor: str,
     scheduler: str | None,
@@ -114,23 +136,25 @@ def sweep_cmd(
     from capsim.sweep.runner import run_sweep, summary_table
 
     try:
-        spec = load_spec(grid_path or PUBLISHED_GRID)
+        full = load_spec(grid_path or PUBLISHED_GRID)
         spec = restrict(
-            spec,
-            gmu=_floats(gmu, "--gmu"),
+            full,
+            gmu=gmu,
             models=models or None,
             workloads=workloads or None,
             trees=trees,
-            commit_modes=tuple(m.strip() for m in modes.split(",")) if modes else None,
+            commit_modes=modes,
             num_requests=num_requests,
             seed=seed,
             step_time=step_time,
-            prefix_caching=prefix_caching,
+            prefix_caching=enable_prefix_caching,
         )
-        spec = with_pool(spec, pool_overrides(pool))
+        spec = with_pool(spec, pool_pins(pool))
         ex = make_executor(executor, jobs=jobs, scheduler=scheduler)
     except ValueError as exc:
         raise _value_error(exc) from None
+    for note in skipped_gmu(spec, gmu):
+        click.echo(note, err=True)
     ctx = click.get_current_context()
     command = f"{ctx.command_path} " + json.dumps(
         {k: str(v) if isinstance(v, Path) else v for k, v in ctx.params.items()}, sort_keys=True
@@ -143,6 +167,7 @@ def sweep_cmd(
             keep_steps=steps,
             progress=progress,
             command=command,
+            warn=lambda msg: click.echo(f"warning: {msg}", err=True),
         )
     except ValueError as exc:
         raise _value_error(exc) from None
@@ -150,17 +175,22 @@ def sweep_cmd(
     with pd.option_context("display.width", 200, "display.float_format", "{:.3f}".format):
         click.echo(table.to_string(index=False) if not table.empty else "(no matched points)")
     per_pt = report.point_wall_s
-    mean_pt = sum(per_pt) / len(per_pt) if per_pt else math.nan
+    timing = (
+        f"{sum(per_pt) / len(per_pt):.3f} s per simulated point on average"
+        if per_pt
+        else "nothing left to simulate"
+    )
     click.echo(
         f"\n{report.num_points} points ({report.num_computed} simulated, {report.num_reused} "
-        f"reused) in {report.wall_s:.1f} s wall; {mean_pt:.3f} s per simulated point on "
-        f"average; {len(report.failures)} failed -> {report.out_dir}"
+        f"reused) in {report.wall_s:.1f} s wall; {timing}; {len(report.failures)} failed "
+        f"-> {report.out_dir}"
     )
     if report.failures:
-        first = next(iter(report.failures.items()))
+        pid, err = next(iter(report.failures.items()))
+        last = [ln for ln in err.strip().splitlines() if ln.strip()][-1:] or [""]
         raise click.ClickException(
-            f"{len(report.failures)} point(s) failed (see failures.json); first "
-            f"{first[0]}:\n{first[1]}"
+            f"{len(report.failures)} point(s) failed (tracebacks in "
+            f"{report.out_dir}/failures.json); first {pid}: {last[0].strip()}"
         )
 
 
@@ -219,7 +249,7 @@ def knee_cmd(result_dir: Path, csv_out: bool) -> None:
     help="where to write PNGs and report.html (default: RESULT_DIR/report)",
 )
 def report_cmd(result_dir: Path, out_dir: Path | None) -> None:
-    """Figures 1-3, Table 1 and the knee table as PNGs plus one self-contained HTML page."""
+    """Figures 1-4, Table 1 and the knee table as PNGs plus one self-contained HTML page."""
     from capsim.reports.build import build_report
 
     try:
@@ -230,29 +260,52 @@ def report_cmd(result_dir: Path, out_dir: Path | None) -> None:
 
 
 @click.command("whatif")
-@click.option("--model", required=True, help="model preset")
-@click.option("--gpu", default="B200", show_default=True)
-@click.option("--tp", type=int, default=1, show_default=True)
-@click.option("--workload", required=True)
-@click.option("--ttft-p99-ms", type=float, default=None, help="p99 TTFT target (ms)")
-@click.option("--tpot-ms", type=float, default=None, help="TPOT target (ms)")
-@click.option("--tpot-stat", type=click.Choice(["mean", "p99"]), default="mean")
-@click.option("--gmu", default="0.9", show_default=True, help="gmu candidates, e.g. 0.6,0.75,0.9")
-@click.option("--tree", default="chain", show_default=True, help="shapes, e.g. chain,2x2x1")
-@click.option("--modes", default="storeall,reconstruct", show_default=True)
-@click.option("--load-mode", type=click.Choice(["concurrency", "rate"]), default="concurrency")
-@click.option("--max-load", type=float, default=1024.0, show_default=True)
-@click.option("--num-requests", type=int, default=200, show_default=True)
-@click.option("--seed", type=int, default=0, show_default=True)
-@click.option("--jobs", type=int, default=None, help="parallel searches (default: cores)")
-@pool_override_options
+@options("model", "gpu", "tp", "dataset")
 @click.option(
-    "--enable-prefix-caching/--no-enable-prefix-caching",
-    "prefix_caching",
-    default=False,
-    show_default=True,
-    help="vLLM prefix caching (GDN 'align' mode)",
+    "--ttft-p99-ms",
+    type=FiniteFloat(0.0, None, min_open=True),
+    default=None,
+    help="p99 TTFT target (ms)",
 )
+@click.option(
+    "--tpot-ms", type=FiniteFloat(0.0, None, min_open=True), default=None, help="TPOT target (ms)"
+)
+@click.option("--tpot-stat", type=click.Choice(["mean", "p99"]), default="mean", show_default=True)
+@options(
+    "gmu_list",
+    gmu_list={"help": "gmu candidates, e.g. 0.6,0.75,0.9 (default: --vllm-version's gmu)"},
+)
+@click.option(
+    "--tree",
+    type=TreeShapes(),
+    default="chain",
+    show_default=True,
+    help="shapes to try, e.g. chain,2x2x1 (see simulate --tree)",
+)
+@click.option(
+    "--modes", type=MODES, default="storeall,reconstruct", show_default=True, help="commit modes"
+)
+@click.option(
+    "--load-mode",
+    type=click.Choice(["concurrency", "rate"]),
+    default="concurrency",
+    show_default=True,
+)
+@click.option(
+    "--max-load",
+    type=FiniteFloat(0.0, float(MAX_CONCURRENCY), min_open=True),
+    default=1024.0,
+    show_default=True,
+    help="search limit (concurrent requests or req/s)",
+)
+@options(
+    "num_prompts",
+    "seed",
+    "jobs",
+    num_prompts={"default": 200, "help": "requests per short simulation (at least)"},
+)
+@click.option("--progress/--no-progress", default=True, help="show a progress bar")
+@options(*POOL_OPTIONS, "prefix_caching")
 def whatif_cmd(
     model: str,
     gpu: str,
@@ -261,15 +314,16 @@ def whatif_cmd(
     ttft_p99_ms: float | None,
     tpot_ms: float | None,
     tpot_stat: str,
-    gmu: str,
-    tree: str,
-    modes: str,
+    gmu: tuple[float, ...] | None,
+    tree: tuple[tuple[int, ...] | None, ...],
+    modes: tuple[str, ...],
     load_mode: str,
     max_load: float,
     num_requests: int,
     seed: int,
     jobs: int | None,
-    prefix_caching: bool,
+    progress: bool,
+    enable_prefix_caching: bool,
     **pool: Any,
 ) -> None:
     """Largest load meeting an SLO per commit mode, and the gmu/tree maximising goodput."""
@@ -285,64 +339,89 @@ def whatif_cmd(
             tpot_s=None if tpot_ms is None else tpot_ms / 1e3,
             tpot_stat=tpot_stat,  # type: ignore[arg-type]
         )
-        gmus = _floats(gmu, "--gmu") or ()
-        pins = pool_overrides(pool)
-        shapes = _trees(tree)
-        mode_list = tuple(m.strip() for m in modes.split(",") if m.strip())
-        # Validate everything (names, memory plans) through the sweep's fail-fast path.
-        spec = SweepSpec(
-            blocks=(
-                Block(
-                    name="whatif",
-                    deployments=(Deployment(model=model, gpu=gpu, tp=tp, gmu=gmus, **pins),),
-                    workloads=(WorkloadLoads(name=workload, mode=load_mode, loads=(1.0,)),),  # type: ignore[arg-type]
-                    trees=shapes,
-                    prefix_caching=(prefix_caching,),
-                ),
+    except ValueError:
+        raise click.UsageError("give --ttft-p99-ms, --tpot-ms or both") from None
+    pins = pool_pins(pool)
+    if gmu is None:
+        gmu = (resolve_gmu(None, pins["vllm_version"]),)
+    # Validate everything (names, memory plans, pricing) through the sweep's fail-fast path.
+    spec = SweepSpec(
+        blocks=(
+            Block(
+                name="whatif",
+                deployments=(Deployment(model=model, gpu=gpu, tp=tp, gmu=gmu, **pins),),
+                workloads=(WorkloadLoads(name=workload, mode=load_mode, loads=(1.0,)),),  # type: ignore[arg-type]
+                trees=tree,
+                prefix_caching=(enable_prefix_caching,),
             ),
-            commit_modes=mode_list,
+        ),
+        commit_modes=tuple(dict.fromkeys(modes)),
+        num_requests=num_requests,
+        seed=seed,
+    )
+    validate_points(spec, expand(spec))
+    candidates = [
+        Candidate(
+            model=model,
+            gpu=gpu,
+            tp=tp,
+            gmu=g,
+            tree=t,
+            commit=m,
+            workload=workload,
+            load_mode=load_mode,  # type: ignore[arg-type]
             num_requests=num_requests,
             seed=seed,
+            max_load=max_load,
+            pool=tuple(sorted(pins.items())),
+            enable_prefix_caching=enable_prefix_caching,
         )
-        validate_points(spec, expand(spec))
-        candidates = [
-            Candidate(
-                model=model,
-                gpu=gpu,
-                tp=tp,
-                gmu=g,
-                tree=t,
-                commit=m,
-                workload=workload,
-                load_mode=load_mode,  # type: ignore[arg-type]
-                num_requests=num_requests,
-                seed=seed,
-                max_load=max_load,
-                pool=tuple(sorted(pins.items())),
-                enable_prefix_caching=prefix_caching,
-            )
-            for g in gmus
-            for t in shapes
-            for m in mode_list
-        ]
-        ex = LocalExecutor(jobs) if len(candidates) > 1 else None
-        allres, best = whatif(candidates, slo, executor=ex)
-    except ValueError as exc:
-        raise _value_error(exc) from None
+        for g in dict.fromkeys(gmu)
+        for t in dict.fromkeys(tree)
+        for m in dict.fromkeys(modes)
+    ]
+    workers = min(jobs or os.cpu_count() or 1, len(candidates))
+    ex = LocalExecutor(workers) if workers > 1 else None
+    bar = None
+    if progress:
+        from tqdm import tqdm
+
+        bar = tqdm(total=len(candidates), desc="capsim whatif", unit="candidate", leave=False)
+    try:
+        allres, best = whatif(candidates, slo, executor=ex, on_done=bar.update if bar else None)
+    finally:
+        if bar is not None:
+            bar.close()
     unit = "concurrent requests" if load_mode == "concurrency" else "req/s"
-    with pd.option_context("display.width", 200, "display.float_format", "{:.4g}".format):
-        click.echo(f"All candidates (max_load in {unit}; goodput = output tok/s at max_load):")
-        click.echo(allres.to_string(index=False))
-        click.echo("\nBest per commit mode:")
-        click.echo(
-            best[
-                ["commit", "gmu", "tree", "max_load", "goodput_tok_per_s", "at_search_limit"]
-            ].to_string(index=False)
-        )
+    click.echo(f"All candidates (max_load in {unit}; goodput = output tok/s at max_load):")
+    click.echo(format_whatif(allres).to_string(index=False))
+    click.echo("\nBest per commit mode:")
+    cols = ["commit", "gmu", "tree", "max_load", "goodput_tok_per_s", "at_search_limit"]
+    click.echo(format_whatif(best[cols]).to_string(index=False))
     click.echo(
         f"\n{int(allres['num_sims'].sum())} short simulations (>= {num_requests} requests each) "
         f"in {time.perf_counter() - t0:.1f} s"
     )
+
+
+WHATIF_FORMATS: dict[str, str] = {
+    "gmu": "{:.2f}",
+    "max_load": "{:.1f}",
+    "goodput_tok_per_s": "{:.0f}",
+    "ttft_p99_s": "{:.4f}",
+    "tpot_mean_s": "{:.4f}",
+    "peak_running": "{:.0f}",
+    "analytical_capacity_req": "{:.0f}",
+}
+"""One fixed-point format per column (no '4813' next to '1.472e+04')."""
+
+
+def format_whatif(df: pd.DataFrame) -> pd.DataFrame:
+    out = df.copy()
+    for col, fmt in WHATIF_FORMATS.items():
+        if col in out:
+            out[col] = [fmt.format(v) if pd.notna(v) else "n/a" for v in out[col]]
+    return out
 
 
 # The names capsim.cli looks up when it attaches these commands to the ``capsim`` group.

@@ -8,7 +8,11 @@ executor computed them (the point function is deterministic in its config).
 
 from __future__ import annotations
 
+import ctypes
+import itertools
 import os
+import signal
+import sys
 from collections.abc import Callable, Generator, Iterable
 from concurrent.futures import FIRST_COMPLETED, Future, ProcessPoolExecutor, wait
 from typing import Any, Protocol
@@ -38,6 +42,23 @@ class SerialExecutor:
             yield fn(task)
 
 
+PR_SET_PDEATHSIG = 1  # linux/prctl.h
+
+
+def die_with_parent() -> None:
+    """Pool-worker initializer: the kernel kills this worker when its parent dies (Linux
+    ``PR_SET_PDEATHSIG``), so a ``kill -9`` of the sweep leaves no orphans."""
+    if not sys.platform.startswith("linux"):
+        return
+    try:
+        libc = ctypes.CDLL(None, use_errno=True)
+        libc.prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
+    except (OSError, AttributeError):
+        return
+    if os.getppid() == 1:  # the parent died before prctl took effect
+        os._exit(1)
+
+
 class LocalExecutor:
     """A process pool on this machine; at most ``2 * max_workers`` tasks in flight."""
 
@@ -52,14 +73,15 @@ class LocalExecutor:
         self, fn: Callable[[Any], Any], tasks: Iterable[Any]
     ) -> Generator[Any, None, None]:
         it = iter(tasks)
-        pool = ProcessPoolExecutor(max_workers=self.max_workers)
+        first = list(itertools.islice(it, 2 * self.max_workers))
+        if not first:
+            return
+        # never more workers than tasks (forking 256 workers for 2 tasks costs seconds)
+        workers = min(self.max_workers, len(first))
+        pool = ProcessPoolExecutor(max_workers=workers, initializer=die_with_parent)
         finished = False
         try:
-            pending: set[Future[Any]] = set()
-            for task in it:
-                pending.add(pool.submit(fn, task))
-                if len(pending) >= 2 * self.max_workers:
-                    break
+            pending: set[Future[Any]] = {pool.submit(fn, task) for task in first}
             while pending:
                 done, pending = wait(pending, return_when=FIRST_COMPLETED)
                 for fut in done:
@@ -86,18 +108,35 @@ class DaskExecutor:
 
     name = "dask"
 
-    def __init__(self, scheduler: Any) -> None:
+    def __init__(self, scheduler: Any, *, connect_timeout_s: float = 10.0) -> None:
         if scheduler is None or scheduler == "":
             raise ValueError("--executor dask needs --scheduler ADDRESS (e.g. tcp://host:8786)")
         self.scheduler = scheduler
+        self.connect_timeout_s = connect_timeout_s
+        self._own = False
+
+    def connect(self) -> None:
+        """Connect now (fail fast with one line naming the address); idempotent."""
+        from distributed import Client
+
+        if isinstance(self.scheduler, Client):
+            return
+        try:
+            self.scheduler = Client(self.scheduler, timeout=f"{self.connect_timeout_s}s")
+            self._own = True
+        except (OSError, TimeoutError, ValueError, TypeError) as exc:
+            raise ValueError(
+                f"--scheduler={self.scheduler!r}: cannot connect to a dask scheduler "
+                f"({type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''})"
+            ) from None
 
     def map_unordered(
         self, fn: Callable[[Any], Any], tasks: Iterable[Any]
     ) -> Generator[Any, None, None]:
-        from distributed import Client, as_completed
+        from distributed import as_completed
 
-        own = not isinstance(self.scheduler, Client)
-        client = Client(self.scheduler, timeout="30s") if own else self.scheduler
+        self.connect()
+        own, client = self._own, self.scheduler
         try:
             futures = client.map(fn, list(tasks), pure=False)
             for fut in as_completed(futures):
@@ -110,6 +149,8 @@ class DaskExecutor:
 
 def make_executor(name: str, *, jobs: int | None = None, scheduler: Any = None) -> Executor:
     """An executor by CLI name; errors name the flag."""
+    if scheduler is not None and name != "dask":
+        raise ValueError(f"--scheduler={scheduler!r} is only used with --executor dask")
     if name == "local":
         return LocalExecutor(jobs)
     if name == "serial":
@@ -121,5 +162,7 @@ def make_executor(name: str, *, jobs: int | None = None, scheduler: Any = None) 
             raise ValueError(
                 "--executor dask needs dask.distributed: pip install 'capsim[dask]'"
             ) from None
-        return DaskExecutor(scheduler)
+        dask_ex = DaskExecutor(scheduler)
+        dask_ex.connect()
+        return dask_ex
     raise ValueError(f"--executor={name!r}: choose one of {EXECUTORS}")

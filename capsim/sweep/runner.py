@@ -9,8 +9,10 @@ from __future__ import annotations
 
 import contextlib
 import math
+import os
 import time
 import traceback
+import warnings
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -142,21 +144,45 @@ def run_sweep(
     workloads: frozenset[str] | None = None,
     plan_fn: PlanFn | None = None,
     command: str = "",
+    warn: Callable[[str], None] | None = None,
 ) -> SweepReport:
-    """Simulate every missing point of ``spec`` into ``out_dir`` and consolidate."""
+    """Simulate every missing point of ``spec`` into ``out_dir`` and consolidate.
+
+    ``warn`` receives one line per stored point that cannot be reused (it is recomputed).
+    """
     t0 = time.perf_counter()
     points = expand(spec)
     validate_points(spec, points, workloads=workloads, plan_fn=plan_fn)
-    store = SweepStore.open(out_dir, spec)
+    say = warn or (lambda msg: warnings.warn(msg, stacklevel=2))
+    with SweepStore.open(out_dir, spec) as store:
+        todo = []
+        for p in points:
+            why = store.reusable(p, keep_steps)
+            if why is None:
+                continue
+            if why:
+                say(f"{why}; recomputing this point")
+            todo.append(p)
+        return _run_locked(
+            spec, store, points, todo, executor, point_fn, keep_steps, progress, command, t0
+        )
+
+
+def _run_locked(  # type: ignore[no-untyped-def]
+    spec, store, points, todo, executor, point_fn, keep_steps, progress, command, t0
+) -> SweepReport:
     fn = point_fn or default_point_fn()
-    todo = [p for p in points if not store.has(p.point_id)]
     ex = executor or SerialExecutor()
     run_entry: dict[str, Any] = {
         "started_utc": now_utc(),
+        "pid": os.getpid(),
+        "status": "running",
         "executor": ex.name,
         "command": command,
         "num_todo": len(todo),
     }
+    store.manifest.setdefault("runs", []).append(run_entry)
+    store.write_manifest()
     failures: dict[str, str] = {}
     bar = None
     if progress and todo:
@@ -178,13 +204,16 @@ def run_sweep(
                     num_done += 1
                 if bar is not None:
                     bar.update(1)
+        run_entry["status"] = "finished"
+    except BaseException as exc:
+        run_entry["status"] = f"failed: {type(exc).__name__}"
+        raise
     finally:
         if bar is not None:
             bar.close()
         run_entry["finished_utc"] = now_utc()
         run_entry["num_computed"] = num_done
         run_entry["num_failed"] = len(failures)
-        store.manifest.setdefault("runs", []).append(run_entry)
         store.manifest["num_points"] = len(points)
         store.manifest["complete"] = all(store.has(p.point_id) for p in points)
         store.write_manifest()

@@ -36,13 +36,23 @@ def validate_points(
     *,
     workloads: Iterable[str] | None = None,
     plan_fn: PlanFn | None = None,
+    check_pricing: bool | None = None,
 ) -> None:
-    """Raise one ValueError listing every invalid model / GPU / workload / memory plan."""
+    """Raise one ValueError listing every invalid model / GPU / workload / memory plan, and
+    every point the step-time model cannot price (e.g. no calibration for tp=2 or k=1).
+
+    ``check_pricing`` defaults to True with the real memory plan (tests that stub the plan
+    pass their own ``plan_fn`` and skip it)."""
+    from capsim.cost.factory import build_step_time_model
+
+    if check_pricing is None:
+        check_pricing = plan_fn is None
     errors: list[str] = []
     names = frozenset(workloads) if workloads is not None else known_workloads()
     plan = plan_fn or default_plan_fn()
     checked: set[tuple[Any, ...]] = set()
     from capsim.cost.factory import STEP_TIME_MODELS
+    from capsim.treeshape import format_tree
 
     if spec.step_time not in STEP_TIME_MODELS:
         errors.append(f"step_time={spec.step_time!r} is unknown: choose one of {STEP_TIME_MODELS}")
@@ -56,19 +66,32 @@ def validate_points(
         if key in checked:
             continue
         checked.add(key)
+        where = (
+            f"[{c.model} {c.gpu} tp={c.engine.tp} gmu={c.engine.gmu} "
+            f"tree={format_tree(c.spec.tree_widths)} k={c.spec.num_spec_tok} {c.spec.commit}] "
+        )
         try:
             model = get_model(c.model)
             gpu = get_gpu(c.gpu)
             plan(model, gpu, c.engine, c.spec)
         except ValueError as exc:
             msg = str(exc)
-            where = (
-                f"[{c.model} {c.gpu} tp={c.engine.tp} gmu={c.engine.gmu} "
-                f"tree={c.spec.tree_widths} {c.spec.commit}] "
-            )
             if not any(msg in e for e in errors):
                 errors.append(where + msg)
+            continue
+        if check_pricing and spec.step_time in STEP_TIME_MODELS:
+            # the step-time model is built (tables looked up) before any simulation runs
+            try:
+                build_step_time_model(c, model, gpu)
+            except ValueError as exc:
+                msg = str(exc)
+                if not any(msg in e for e in errors):
+                    errors.append(
+                        f"{where}{msg}; fix: price it with step_time = 'roofline' (labelled "
+                        "analytical estimate, --step-time roofline) or use a measured "
+                        "configuration (tp=1, a chain of k=3 or a measured tree)"
+                    )
     if errors:
-        shown = "\n  ".join(errors[:20])
-        more = f"\n  ... and {len(errors) - 20} more" if len(errors) > 20 else ""
-        raise ValueError(f"sweep: invalid grid ({len(errors)} problem(s)):\n  {shown}{more}")
+        shown = "; ".join(errors[:5])
+        more = f"; ... and {len(errors) - 5} more" if len(errors) > 5 else ""
+        raise ValueError(f"sweep: invalid grid ({len(errors)} problem(s)): {shown}{more}")

@@ -197,8 +197,11 @@ def whatif(
     *,
     point_fn: Callable[[SimConfig], Any] | None = None,
     executor: Any = None,
+    on_done: Callable[[], None] | None = None,
 ) -> tuple[pd.DataFrame, pd.DataFrame]:
-    """(every candidate's result, the goodput-maximising candidate per commit mode)."""
+    """(every candidate's result, the goodput-maximising candidate per commit mode).
+
+    ``on_done`` is called once per finished candidate (a progress bar)."""
     from capsim.sweep.executors import SerialExecutor
     from capsim.sweep.runner import default_point_fn
 
@@ -207,7 +210,11 @@ def whatif(
     fn = point_fn or default_point_fn()
     ex = executor or SerialExecutor()
     order = {c: i for i, c in enumerate(candidates)}
-    results = list(ex.map_unordered(search_max_load, [SearchTask(c, slo, fn) for c in candidates]))
+    results = []
+    for res in ex.map_unordered(search_max_load, [SearchTask(c, slo, fn) for c in candidates]):
+        results.append(res)
+        if on_done is not None:
+            on_done()
     df = pd.DataFrame(results)
     df["_order"] = [order[next(c for c in candidates if _same(c, r))] for r in results]
     df = df.sort_values("_order").drop(columns="_order").reset_index(drop=True)

@@ -6,6 +6,8 @@ from pathlib import Path
 
 import click
 
+from capsim.cliopts import options
+from capsim.config import MAX_TOKENS
 from capsim.traces.stats import format_stats, workload_stats
 from capsim.traces.table import RequestTable
 from capsim.traces.userfile import load_file
@@ -28,11 +30,7 @@ def _common(f):  # type: ignore[no-untyped-def]
         default=None,
         help="folder of compact Parquet files (default: the shipped ones)",
     )(f)
-    f = click.option(
-        "--model", default="qwen3.5-35b-a3b", show_default=True, help="selects tokenizer counts"
-    )(f)
-    f = click.option("--seed", type=int, default=0, show_default=True, help="sampling seed")(f)
-    return f
+    return options("model", "seed", model={"help": "selects tokenizer counts"})(f)
 
 
 @click.group("traces")
@@ -50,13 +48,11 @@ def list_cmd() -> None:
 
 @traces.command("stats")
 @click.argument("name")
-@click.option(
-    "--num-requests", type=int, default=1000, show_default=True, help="requests to sample"
-)
+@options("num_prompts", num_prompts={"default": 1000, "help": "requests to sample"})
 @click.option(
     "--block-size",
     "block_size_tok",
-    type=click.IntRange(min=1),
+    type=click.IntRange(1, MAX_TOKENS),
     default=1,
     show_default=True,
     help="also report the ideal prefix hit rate in blocks of this many tokens",
@@ -77,9 +73,7 @@ def stats_cmd(
 
 @traces.command("show")
 @click.argument("name")
-@click.option(
-    "--num-requests", type=int, default=10, show_default=True, help="requests to sample and print"
-)
+@options("num_prompts", num_prompts={"default": 10, "help": "requests to sample and print"})
 @_common
 def show_cmd(name: str, num_requests: int, seed: int, model: str, root: Path | None) -> None:
     """Print the sampled requests, one per line.

@@ -81,9 +81,12 @@ def _records(path: Path, fmt: str) -> tuple[list[str], list[tuple[int, dict[str,
         if not line.strip():
             continue
         try:
-            obj = json.loads(line)
+            obj = json.loads(line, object_pairs_hook=_no_duplicate_keys)
         except json.JSONDecodeError as exc:
             recs.append((lineno, {"__bad__": f"invalid JSON: {exc.msg}"}))
+            continue
+        except ValueError as exc:
+            recs.append((lineno, {"__bad__": str(exc)}))
             continue
         if not isinstance(obj, dict):
             recs.append((lineno, {"__bad__": "line is not a JSON object"}))
@@ -95,6 +98,14 @@ def _records(path: Path, fmt: str) -> tuple[list[str], list[tuple[int, dict[str,
     return cols_seen, recs
 
 
+def _no_duplicate_keys(pairs: list[tuple[str, object]]) -> dict[str, object]:
+    keys = [k for k, _ in pairs]
+    dups = sorted({k for k in keys if keys.count(k) > 1})
+    if dups:
+        raise ValueError(f"duplicate key(s) {dups}")
+    return dict(pairs)
+
+
 def _blank(value: object) -> bool:
     return value is None or (isinstance(value, str) and not value.strip())
 
@@ -104,6 +115,13 @@ def load_file(path: Path | str, fmt: str | None = None) -> RequestTable:
     p = Path(path)
     kind = _sniff(p, fmt)
     cols, recs = _records(p, kind)
+    if not cols:  # no row could be read: say why, line by line
+        raise_if_issues(
+            p, [RowIssue(line, str(r["__bad__"])) for line, r in recs if "__bad__" in r], "workload"
+        )
+    dups = sorted({c for c in cols if cols.count(c) > 1})
+    if dups:
+        raise TraceFormatError(p, f"duplicate column(s) {dups}")
     unknown = [c for c in cols if c not in REQUIRED + OPTIONAL]
     missing = [c for c in REQUIRED if c not in cols]
     if unknown or missing:

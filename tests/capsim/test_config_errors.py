@@ -35,10 +35,10 @@ def test_bad_values_name_the_field(factory, pattern) -> None:  # type: ignore[no
     ("args", "pattern"),
     [
         (["memory", "--gmu", "0.3"], "engine.gmu=0.3"),
-        (["memory", "--model", "nope"], "model='nope' is unknown"),
-        (["memory", "--tree-widths", "2,0"], "spec.tree_widths=(2, 0)"),
-        (["memory", "-k", "-1"], "spec.num_spec_tok=-1"),
-        (["simulate", "--rate", "-1", "-n", "5"], "load.rate_req_per_s=-1.0"),
+        (["memory", "--model", "nope"], "'nope' is neither a model preset"),
+        (["memory", "--tree-widths", "2,0"], "every width must be in [1, 64]"),
+        (["memory", "-k", "-1"], "'--num-speculative-tokens' / '--spec-tokens' / '-k'"),
+        (["simulate", "--rate", "-1", "-n", "5"], "'--request-rate' / '--rate'"),
     ],
 )
 def test_cli_exits_nonzero_with_message(args, pattern) -> None:  # type: ignore[no-untyped-def]

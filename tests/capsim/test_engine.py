@@ -158,3 +158,31 @@ def test_matched_points_share_arrivals_and_acceptance() -> None:
     assert a.summary["mean_acceptance_len_tok"] == pytest.approx(
         b.summary["mean_acceptance_len_tok"], rel=0.02
     )
+
+
+@pytest.mark.parametrize("k", [0, 3])
+def test_priced_tokens_are_the_scheduled_tokens(k: int) -> None:
+    """The step-time model is handed exactly the tokens the scheduler scheduled: a 1-token
+    prompt is a 1-token chunk (not a k+1 verify window) and a window clipped by the budget
+    is the chunk it is. Regression for 'tok: 16456 is above the measured grid' (issue 15)."""
+    rng = np.random.default_rng(1)
+    n = 300
+    prompts = np.where(rng.random(n) < 0.3, 1, rng.integers(2, 200, n))
+    table = RequestTable(name="t", prompt_tok=prompts, output_tok=rng.integers(1, 40, n))
+    budget = 97  # not a multiple of the window: verify windows get clipped
+    cost = ConstantStepTime(0.01)
+    res = simulate(
+        _cfg(
+            engine=EngineConfig(gmu=0.9, max_num_batched_tokens=budget, max_num_seqs=64),
+            spec=SpecDecodeConfig(num_spec_tok=k),
+            load=LoadConfig(concurrency=64, num_requests=n),
+        ),
+        workload=table,
+        cost=cost,
+    )
+    w = k + 1
+    priced = [s.num_decode_req * w + s.num_prefill_tok for s in cost.shapes]
+    steps = res.steps
+    assert priced == steps["num_scheduled_tok"].tolist()
+    assert max(priced) <= budget
+    assert (steps["num_scheduled_tok"] == budget).any()  # the budget binds somewhere

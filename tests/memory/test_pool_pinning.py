@@ -98,7 +98,7 @@ def test_grid_toml_pins_the_pool_and_cli_overrides_it() -> None:
     assert over.cfg.engine.num_gpu_blocks_override == 400
     assert over.cfg.engine.vllm_version == "0.33"
     assert over.point_id != point.point_id
-    with pytest.raises(ValueError, match="kv_cache_memory_bytes='x' must be an integer"):
+    with pytest.raises(ValueError, match="kv_cache_memory_bytes='x': must be an integer"):
         _grid(kv_cache_memory_bytes="x")
 
 
