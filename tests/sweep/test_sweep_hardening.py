@@ -64,6 +64,18 @@ def _grid(tmp_path: Path, text: str = GRID) -> Path:
         ("num_requests = 30", "num_requests = 30.5", "num_requests=30.5: must be an integer"),
         ('name = "main"', 'name = "main"\ntrees = ["0x2"]', "block[0].trees[0]='0x2'"),
         ("num_requests = 30", "num_requests = 100000000000", "num_requests"),
+        # memplan's pool pins and prefix's per-block prefix caching are schema keys too
+        ("tp = 1", 'tp = 1\n  kv_cache_memory_bytes = "20G"', "kv_cache_memory_bytes='20G': must"),
+        ("tp = 1", "tp = 1\n  num_gpu_blocks_override = 1.5", "num_gpu_blocks_override=1.5"),
+        ("tp = 1", "tp = 1\n  num_gpu_blocks_override = 1", "num_gpu_blocks_override=1: must"),
+        ("tp = 1", "tp = 1\n  limit_mm_per_prompt = true", "limit_mm_per_prompt=True: must"),
+        ("tp = 1", 'tp = 1\n  enforce_eager = "yes"', "enforce_eager='yes': must be true or"),
+        ("tp = 1", "tp = 1\n  vllm_version = 0.26", "vllm_version=0.26: must be a string"),
+        ("tp = 1", 'tp = 1\n  vllm_version = "new"', "vllm_version='new'"),
+        ("tp = 1", "tp = 1\n  kv_cache_memory = 1", "deployment[0].kv_cache_memory: unknown"),
+        ('name = "main"', 'name = "main"\nprefix_caching = "on"', "block[0].prefix_caching='on'"),
+        ('name = "main"', 'name = "main"\nprefix_caching = [1]', "prefix_caching=[1]: must"),
+        ('name = "main"', 'name = "main"\nprefix_caching = []', "prefix_caching"),
     ],
 )
 def test_grid_schema_names_the_key_path(tmp_path, old, new, needle) -> None:  # type: ignore[no-untyped-def]
@@ -83,6 +95,21 @@ def test_grid_schema_names_the_key_path(tmp_path, old, new, needle) -> None:  # 
     tail = res.output[res.output.index("Error:") :].strip()
     assert "\n" not in tail and needle in tail, tail
     assert not (tmp_path / "o" / "points").exists()
+
+
+def test_pool_pins_and_prefix_caching_in_toml(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    text = GRID.replace('name = "main"', 'name = "main"\nprefix_caching = [false, true]').replace(
+        "tp = 1",
+        'tp = 1\n  vllm_version = "0.26"\n  num_gpu_blocks_override = 400\n  enforce_eager = true',
+    )
+    spec = load_spec(_grid(tmp_path, text))
+    (dep,) = spec.blocks[0].deployments
+    assert (dep.vllm_version, dep.num_gpu_blocks_override, dep.enforce_eager) == ("0.26", 400, True)
+    assert spec.blocks[0].prefix_caching == (False, True)
+    one = load_spec(
+        _grid(tmp_path, GRID.replace('name = "main"', 'name = "main"\nprefix_caching = true'))
+    )
+    assert one.blocks[0].prefix_caching == (True,)
 
 
 def test_both_tree_spellings_in_toml(tmp_path) -> None:  # type: ignore[no-untyped-def]
