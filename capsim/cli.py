@@ -17,6 +17,7 @@ from capsim.config import (
     SimConfig,
     SpecDecodeConfig,
 )
+from capsim.core.draft_rank import TREE_MODELS
 from capsim.cost.base import COMMIT_MODES
 from capsim.gpus import GPUS, get_gpu
 from capsim.models import PRESETS, get_model
@@ -49,15 +50,21 @@ def parse_float_list(field_name: str, text: str | None) -> tuple[float, ...] | N
 
 
 def _spec_from_options(
-    spec_tokens: int, tree_widths: str | None, commit: str, acceptance: str | None
+    spec_tokens: int,
+    tree_widths: str | None,
+    commit: str,
+    acceptance: str | None,
+    tree_model: str = "rank",
+    temperature: float = 0.0,
 ) -> SpecDecodeConfig:
     widths = parse_int_list("--tree-widths", tree_widths)
     acc = parse_float_list("--acceptance", acceptance)
+    extra = {"tree_model": tree_model, "temperature": temperature}
     return SpecDecodeConfig(
         num_spec_tok=spec_tokens,
         tree_widths=widths,
         commit=commit,  # type: ignore[arg-type]
-        acceptance=AcceptanceConfig(conditional=acc) if acc else AcceptanceConfig(),
+        acceptance=AcceptanceConfig(conditional=acc, **extra) if acc else AcceptanceConfig(**extra),
     )
 
 
@@ -290,6 +297,21 @@ def memory(
     help="write requests.parquet, steps.parquet and summary.json here",
 )
 @click.option("--json", "as_json", is_flag=True, help="print the summary as JSON")
+@click.option(
+    "--tree-model",
+    type=click.Choice(TREE_MODELS),
+    default="rank",
+    show_default=True,
+    help="draft-tree acceptance: rank (calibrated on top-k draft data) | independent "
+    "(upper bound)",
+)
+@click.option(
+    "--temperature",
+    type=float,
+    default=0.0,
+    show_default=True,
+    help="sampling temperature of verification (0 = greedy; > 0 lowers acceptance)",
+)
 def simulate(
     model,
     gpu,
@@ -313,6 +335,8 @@ def simulate(
     step_time,
     out,
     as_json,
+    tree_model,
+    temperature,
 ) -> None:
     """Simulate one point (model, GPU, gmu, speculation, workload, load) end to end."""
     from capsim.io.results import write_result
@@ -340,7 +364,9 @@ def simulate(
             engine=_engine(
                 tp, gmu, max_num_seqs, max_num_batched_tokens, max_model_len, ssm_state_dtype
             ),
-            spec=_spec_from_options(spec_tokens, tree_widths, commit, acceptance),
+            spec=_spec_from_options(
+                spec_tokens, tree_widths, commit, acceptance, tree_model, temperature
+            ),
             workload=workload,
             load=LoadConfig(
                 mode=mode,

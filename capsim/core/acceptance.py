@@ -6,9 +6,10 @@ simulations that differ only in the commit mode see identical acceptance per req
 common random numbers for matched points.
 
 Chain of depth k: depth d is accepted with conditional probability p_d given depths
-< d were; accepted = number of leading successes. Tree of widths (w_1..w_d): a depth is
-accepted if any of its w_d candidates matches, each independently with p_d:
-q_d = 1 - (1 - p_d)^w_d (an optimistic bound for correlated top-w drafts).
+< d were; accepted = number of leading successes. Tree of widths (w_1..w_d): depth d is
+accepted when the target's token is among its top w_d candidates, q_d = sum_{r<=w_d}
+pi_d(r) under the rank model (or the independence upper bound), see ``draft_rank``; a
+sampling temperature scales every q_d (``draft_rank.temperature_factor``).
 """
 
 from __future__ import annotations
@@ -16,16 +17,21 @@ from __future__ import annotations
 import numpy as np
 
 from capsim.config import SpecDecodeConfig
+from capsim.core.draft_rank import temperature_factor, width_acceptance
 
 
 def depth_acceptance(spec: SpecDecodeConfig) -> np.ndarray:
     """Per-depth conditional acceptance q_d, shape [depth]."""
-    depth = spec.depth
-    p = np.array([spec.acceptance.at_depth(d) for d in range(1, depth + 1)], dtype=np.float64)
-    if spec.tree_widths is not None:
-        widths = np.asarray(spec.tree_widths, dtype=np.float64)
-        p = 1.0 - (1.0 - p) ** widths
-    return p
+    acc = spec.acceptance
+    widths = spec.tree_widths or (1,) * spec.depth
+    q = np.array(
+        [
+            width_acceptance(acc.at_depth(d), widths[d - 1], acc.tree_model)
+            for d in range(1, spec.depth + 1)
+        ],
+        dtype=np.float64,
+    )
+    return q * temperature_factor(float(acc.temperature))
 
 
 def expected_tokens_per_step(spec: SpecDecodeConfig) -> float:

@@ -157,8 +157,13 @@ class SweepSpec:
     max_requests: int = field(default=1000, metadata={"help": "upper clamp (vllm bench: 1000)"})
     seed: int = field(default=0, metadata={"help": "root seed of every point"})
     step_time: str = field(default="calibrated", metadata={"help": "step-time model"})
+    tree_model: str = field(
+        default="rank", metadata={"help": "draft-tree acceptance: rank | independent (bound)"}
+    )
+    temperature: float = field(default=0.0, metadata={"help": "verification temperature"})
 
     def __post_init__(self) -> None:
+        AcceptanceConfig(tree_model=self.tree_model, temperature=self.temperature)  # validates
         if not self.blocks:
             _fail("sweep", "blocks", self.blocks, "the grid is empty")
         if not self.commit_modes:
@@ -236,6 +241,8 @@ class Point:
             "load_mode": c.load.mode,
             "load": float(c.load.offered_load),
             "tree": "chain" if tree is None else "x".join(str(w) for w in tree),
+            "tree_model": c.spec.acceptance.tree_model,
+            "temperature": float(c.spec.acceptance.temperature),
             "num_spec_tok": c.spec.num_spec_tok,
             "commit": c.spec.commit,
             "num_requests_offered": c.load.num_requests,
@@ -285,8 +292,10 @@ def make_config(
             num_spec_tok=spec.num_spec_tok,
             tree_widths=tree,
             commit=commit,  # type: ignore[arg-type]
-            acceptance=(
-                AcceptanceConfig(conditional=wl.acceptance) if wl.acceptance else AcceptanceConfig()
+            acceptance=AcceptanceConfig(
+                conditional=wl.acceptance or AcceptanceConfig().conditional,
+                tree_model=spec.tree_model,
+                temperature=spec.temperature,
             ),
         ),
         workload=wl.name,
@@ -348,6 +357,8 @@ def spec_from_dict(raw: dict[str, Any], *, where: str = "grid") -> SweepSpec:
         "max_requests",
         "seed",
         "step_time",
+        "tree_model",
+        "temperature",
     }
     unknown = set(top) - known_top
     if unknown:
