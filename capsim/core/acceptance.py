@@ -43,7 +43,7 @@ def expected_tokens_per_step(spec: SpecDecodeConfig) -> float:
 class AcceptanceDraws:
     """Pre-drawn accepted-draft counts: ``draw_many(i, n)`` gives request i's n-th verify."""
 
-    __slots__ = ("_draws", "_offsets")
+    __slots__ = ("_draws", "_nsafe", "_offsets", "_start")
 
     def __init__(
         self, spec: SpecDecodeConfig, output_tok: np.ndarray, rng: np.random.Generator
@@ -57,12 +57,18 @@ class AcceptanceDraws:
         steps = np.minimum(out, np.ceil(out / mean_tok * 1.25).astype(np.int64) + 8)
         self._offsets = np.concatenate([[0], np.cumsum(steps)])
         total = int(self._offsets[-1])
+        # draw_many reads draws[start + k % n]; a request with no draws points at a
+        # trailing 0 (the sentinel at index ``total``).
+        self._start = np.where(steps > 0, self._offsets[:-1], total)
+        self._nsafe = np.maximum(steps, 1)
         if q.size == 0 or total == 0:
-            self._draws = np.zeros(total, dtype=np.int16)
+            self._draws = np.zeros(total + 1, dtype=np.int64)
             return
         u = rng.random((total, q.size), dtype=np.float32)
         ok = u < q.astype(np.float32)[None, :]
-        self._draws = np.cumprod(ok, axis=1).sum(axis=1).astype(np.int16)
+        # accepted = leading successes = index of the first failure (depth if none)
+        lead = np.where(ok.all(axis=1), q.size, ok.argmin(axis=1))
+        self._draws = np.append(lead, 0).astype(np.int64)
 
     def mean_tokens_over_used(self, used_steps: np.ndarray) -> float:
         """Mean tokens per verify step (bonus included) over the draws requests used."""
@@ -82,12 +88,4 @@ class AcceptanceDraws:
     def draw_many(self, indices: np.ndarray, steps: np.ndarray) -> np.ndarray:
         """Accepted drafts of requests ``indices`` at their ``steps``-th verify (0-based);
         past the pre-drawn steps a request wraps around its own sequence."""
-        start = self._offsets[indices]
-        n = self._offsets[indices + 1] - start
-        safe_n = np.maximum(n, 1)
-        out = self._draws[np.minimum(start + steps % safe_n, max(self._draws.size - 1, 0))]
-        return (
-            np.where(n > 0, out, 0).astype(np.int64)
-            if self._draws.size
-            else np.zeros(indices.size, dtype=np.int64)
-        )
+        return self._draws[self._start[indices] + steps % self._nsafe[indices]]
