@@ -401,6 +401,17 @@ def simulate(
         ("requests", f"{s['num_requests']}"),
         ("duration", f"{s['duration_s']:.2f} s"),
         ("output throughput", f"{s['output_throughput_tok_per_s']:.1f} tok/s"),
+        (
+            "warm-up / cool-down",
+            f"{s['warmup_s']:.2f} s / {s['cooldown_s']:.2f} s at "
+            f"{s['warmup_output_throughput_tok_per_s']:.1f} / "
+            f"{s['cooldown_output_throughput_tok_per_s']:.1f} tok/s",
+        ),
+        (
+            "under load (no drain)",
+            f"{s['load_output_throughput_tok_per_s']:.1f} tok/s; p99 TTFT after the burst "
+            f"{s['steady_ttft_p99_s'] * 1e3:.1f} ms ({s['steady_num_requests']} requests)",
+        ),
         ("TTFT mean / p99", f"{s['ttft_mean_s'] * 1e3:.1f} / {s['ttft_p99_s'] * 1e3:.1f} ms"),
         ("TPOT mean / p99", f"{s['tpot_mean_s'] * 1e3:.2f} / {s['tpot_p99_s'] * 1e3:.2f} ms"),
         ("E2EL mean", f"{s['e2el_mean_s']:.2f} s"),
