@@ -302,8 +302,7 @@ def memory(
     type=click.Choice(TREE_MODELS),
     default="rank",
     show_default=True,
-    help="draft-tree acceptance: rank (calibrated on top-k draft data) | independent "
-    "(upper bound)",
+    help="draft-tree acceptance: rank (calibrated on top-k draft data) | independent (upper bound)",
 )
 @click.option(
     "--temperature",

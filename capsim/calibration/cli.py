@@ -16,7 +16,6 @@ from capsim.cost.base import COMMIT_MODES, BatchShape
 from capsim.gpus import get_gpu
 from capsim.models import get_model
 
-
 tokens_per_step = expected_tokens_per_step
 """Expected tokens emitted per decode step: 1 + sum_d prod_{j<=d} q_j."""
 

@@ -48,9 +48,13 @@ def test_rank_probabilities_are_a_sub_distribution_starting_at_p(p) -> None:
 def test_chain_is_unchanged_by_the_tree_model() -> None:
     for widths in (None, (1, 1, 1)):
         for model in ("rank", "independent"):
-            spec = SpecDecodeConfig(tree_widths=widths, acceptance=AcceptanceConfig(tree_model=model))
+            spec = SpecDecodeConfig(
+                tree_widths=widths, acceptance=AcceptanceConfig(tree_model=model)
+            )
             np.testing.assert_allclose(depth_acceptance(spec), [0.8522] * 3)
-            assert expected_tokens_per_step(spec) == pytest.approx(1 + 0.8522 + 0.8522**2 + 0.8522**3)
+            assert expected_tokens_per_step(spec) == pytest.approx(
+                1 + 0.8522 + 0.8522**2 + 0.8522**3
+            )
 
 
 def test_beta_constants_are_the_fit_of_the_published_medusa_table() -> None:
@@ -118,13 +122,11 @@ def test_predicted_tree_acceptance(widths) -> None:
 
 def test_temperature_lowers_acceptance_and_zero_is_greedy() -> None:
     assert temperature_factor(0.0) == 1.0
-    assert TEMPERATURE_SLOPE == pytest.approx(temperature_slope_from_measurement(), abs=1e-3)
+    assert pytest.approx(temperature_slope_from_measurement(), abs=1e-3) == TEMPERATURE_SLOPE
     base = expected_tokens_per_step(SpecDecodeConfig())
     prev = base
     for t in (0.3, 0.7, 1.0, 1.5):
-        cur = expected_tokens_per_step(
-            SpecDecodeConfig(acceptance=AcceptanceConfig(temperature=t))
-        )
+        cur = expected_tokens_per_step(SpecDecodeConfig(acceptance=AcceptanceConfig(temperature=t)))
         assert cur < prev
         prev = cur
     q = depth_acceptance(SpecDecodeConfig(acceptance=AcceptanceConfig(temperature=1.0)))
