@@ -1,8 +1,7 @@
 """The steady-state table of README.md from the committed CSVs (no simulation).
 
-published_x2.csv is the whole published grid; published_x2_genheavy.csv reran
-synthetic-generation-heavy after its rule went from 1.5 to 2 requests per client slot and
-replaces those rows.  Usage: python experiments/steady_state/table.py
+published_x2.csv: every point of the published grid at N and 2N requests (steady_state.py).
+Usage: python experiments/steady_state/table.py
 """
 
 from __future__ import annotations
@@ -16,10 +15,7 @@ METRICS = ("thr", "p99", "load_thr", "steady_p99", "served", "r_thr", "r_p99")
 
 
 def combined() -> pd.DataFrame:
-    full = pd.read_csv(HERE / "published_x2.csv")
-    gen = pd.read_csv(HERE / "published_x2_genheavy.csv")
-    heavy = "synthetic-generation-heavy"
-    return pd.concat([full[full["workload"] != heavy], gen], ignore_index=True)
+    return pd.read_csv(HERE / "published_x2.csv")
 
 
 def table(df: pd.DataFrame) -> pd.DataFrame:
