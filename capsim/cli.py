@@ -95,13 +95,15 @@ ENGINE_OPTIONS = (
     "prefix_caching",
 )
 SPEC_OPTIONS = ("spec_tokens", "tree", "commit", "acceptance")
+ACCEPTANCE_OPTIONS = ("tree_model", "temperature")  # how drafts are accepted: simulate only
 
 
 def spec_config(params: dict[str, Any]) -> SpecDecodeConfig:
     acc = params.get("acceptance")
+    extra = collect("acceptance", params)
     return SpecDecodeConfig(
         **collect("spec", params),
-        acceptance=AcceptanceConfig(conditional=acc) if acc else AcceptanceConfig(),
+        acceptance=AcceptanceConfig(conditional=acc, **extra) if acc else AcceptanceConfig(**extra),
     )
 
 
@@ -257,7 +259,8 @@ def step_time_label(model: dict[str, Any]) -> str:
 
 
 @main.command(context_settings=CONTEXT_SETTINGS)
-@options(*ENGINE_OPTIONS, *SPEC_OPTIONS, "dataset", "max_concurrency", "request_rate")
+@options(*ENGINE_OPTIONS, *SPEC_OPTIONS, *ACCEPTANCE_OPTIONS)
+@options("dataset", "max_concurrency", "request_rate")
 @click.option("--replay", is_flag=True, help="send at the trace's own timestamps")
 @options("burstiness", "num_prompts", "seed", "step_time", "out")
 @click.option("--json", "as_json", is_flag=True, help="print the summary as JSON")
@@ -352,8 +355,15 @@ def simulate(
         click.echo(f"wrote {out}/summary.json, requests.parquet, steps.parquet")
 
 
-def _ms(value: float, digits: int = 1) -> str:
-    return "n/a" if value is None or not math.isfinite(value) else f"{value * 1e3:.{digits}f}"
+def _num(value: float | None, digits: int = 1, scale: float = 1.0) -> str:
+    """``value * scale`` with ``digits`` decimals; n/a where undefined (None or NaN)."""
+    if value is None or not math.isfinite(value):
+        return "n/a"
+    return f"{value * scale:.{digits}f}"
+
+
+def _ms(value: float | None, digits: int = 1) -> str:
+    return _num(value, digits, 1e3)
 
 
 def summary_rows(
@@ -364,6 +374,18 @@ def summary_rows(
         ("requests", f"{s['num_requests']}"),
         ("duration", f"{s['duration_s']:.2f} s"),
         ("output throughput", f"{s['output_throughput_tok_per_s']:.1f} tok/s"),
+        (
+            "warm-up / cool-down",
+            f"{_num(s.get('warmup_s'), 2)} s / {_num(s.get('cooldown_s'), 2)} s at "
+            f"{_num(s.get('warmup_output_throughput_tok_per_s'))} / "
+            f"{_num(s.get('cooldown_output_throughput_tok_per_s'))} tok/s",
+        ),
+        (
+            "under load (no drain)",
+            f"{_num(s.get('load_output_throughput_tok_per_s'))} tok/s; p99 TTFT after the "
+            f"burst {_ms(s.get('steady_ttft_p99_s'))} ms "
+            f"({s.get('steady_num_requests', 0)} requests)",
+        ),
         ("TTFT mean / p99", f"{_ms(s['ttft_mean_s'])} / {_ms(s['ttft_p99_s'])} ms"),
         ("TPOT mean / p99", f"{_ms(s['tpot_mean_s'], 2)} / {_ms(s['tpot_p99_s'], 2)} ms"),
         ("E2EL mean", f"{s['e2el_mean_s']:.2f} s"),

@@ -3,8 +3,9 @@
 Every command builds its options from ``OPTIONS`` (``@options("model", "gpu", ...)``), so a
 flag is spelled, bounded, defaulted and documented once. Defaults and help come from the
 config dataclasses (``capsim.config``), so ``--help`` and the config cannot disagree.
-Options with a ``target`` (``engine``, ``spec``, ``load``) are collected into that config by
-``collect``; adding an ``EngineConfig`` flag is one entry here plus the dataclass field.
+Options with a ``target`` (``engine``, ``spec``, ``acceptance``, ``load``) are collected
+into that config by ``collect``; adding an ``EngineConfig`` flag is one entry here plus the
+dataclass field.
 
 Flag names follow ``vllm bench serve`` where it has one (``--num-prompts``,
 ``--max-concurrency``, ``--request-rate``, ``--burstiness``, ``--dataset-name``,
@@ -25,11 +26,13 @@ from capsim.config import (
     MAX_CONCURRENCY,
     MAX_NUM_REQUESTS,
     MAX_TOKENS,
+    AcceptanceConfig,
     EngineConfig,
     LoadConfig,
     SimConfig,
     SpecDecodeConfig,
 )
+from capsim.core.draft_rank import MAX_TEMPERATURE, TREE_MODELS
 from capsim.core.vllm_versions import DEFAULT_VLLM_VERSION, rules_for
 from capsim.cost.base import COMMIT_MODES
 from capsim.gpus import GPUS
@@ -227,7 +230,7 @@ class Opt:
     default: Any = None
     help: str = ""
     source: tuple[type, str] | None = None  # (dataclass, field) giving default and help
-    target: str | None = None  # "engine" | "spec" | "load": collected into that config
+    target: str | None = None  # "engine" | "spec" | "acceptance" | "load": collected there
     dest: str | None = None  # parameter / config field name (default: from the flag)
     extra: tuple[tuple[str, Any], ...] = ()
 
@@ -377,6 +380,21 @@ OPTIONS: dict[str, Opt] = {
         default=None,
         help="per-depth conditional acceptance, e.g. 0.9,0.8,0.7 "
         "(default: 0.8522 at every depth = 3.2 tok/step for k=3)",
+    ),
+    "tree_model": Opt(
+        ("--tree-model",),
+        type=click.Choice(TREE_MODELS),
+        source=(AcceptanceConfig, "tree_model"),
+        help="draft-tree acceptance: rank (calibrated on top-k draft data) | independent "
+        "(upper bound)",
+        target="acceptance",
+    ),
+    "temperature": Opt(
+        ("--temperature",),
+        type=FiniteFloat(0.0, MAX_TEMPERATURE),
+        source=(AcceptanceConfig, "temperature"),
+        help="sampling temperature of verification (0 = greedy; > 0 lowers acceptance)",
+        target="acceptance",
     ),
     # load, named as in `vllm bench serve`
     "dataset": Opt(

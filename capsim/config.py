@@ -11,6 +11,7 @@ import math
 from dataclasses import asdict, dataclass, field
 from typing import Any, Literal
 
+from capsim.core.draft_rank import TREE_MODELS, temperature_factor
 from capsim.cost.base import COMMIT_MODES
 from capsim.gpus import GpuSpec
 from capsim.units import dtype_bytes
@@ -176,11 +177,14 @@ class EngineConfig:
 class AcceptanceConfig:
     """Per-depth conditional acceptance of draft tokens.
 
-    ``conditional[d]`` is P(the draft at depth d+1 is accepted | depths 1..d were). For a
-    tree with width w at depth d, capsim assumes the w candidates match independently with
-    that probability, so the depth is accepted with ``1 - (1 - p)**w``; this is an upper
-    bound for real top-w drafts, whose candidates are correlated. A list shorter than the
-    draft depth repeats its last value.
+    ``conditional[d]`` is P(the draft at depth d+1 is accepted | depths 1..d were), i.e. the
+    probability that the target's token is the draft's top-1 candidate there. A tree of
+    width w at a depth is accepted when the target's token is among the top w candidates:
+    ``tree_model="rank"`` (default) uses the rank model calibrated on published top-k draft
+    accuracies, ``"independent"`` the upper bound ``1 - (1 - p)**w``
+    (``capsim/core/draft_rank.py`` has both, with sources). ``temperature`` > 0 (sampling
+    instead of greedy verification) lowers every depth's acceptance by a cited linear
+    factor. A list shorter than the draft depth repeats its last value.
 
     Default: one constant p such that a depth-3 chain emits 3.2 tokens per step on average
     (bonus included): p + p^2 + p^3 = 2.2 -> p = 0.8522. 3.2 is the published mean
@@ -190,8 +194,20 @@ class AcceptanceConfig:
     conditional: tuple[float, ...] = field(
         default=(0.8522,), metadata={"help": "per-depth conditional acceptance probabilities"}
     )
+    tree_model: str = field(
+        default="rank",
+        metadata={"help": "draft-tree acceptance: rank (calibrated) | independent (upper bound)"},
+    )
+    temperature: float = field(
+        default=0.0, metadata={"help": "sampling temperature of verification (0 = greedy)"}
+    )
 
     def __post_init__(self) -> None:
+        if self.tree_model not in TREE_MODELS:
+            _fail("acceptance", "tree_model", self.tree_model, f"must be one of {TREE_MODELS}")
+        if isinstance(self.temperature, bool) or not isinstance(self.temperature, float | int):
+            _fail("acceptance", "temperature", self.temperature, "must be a number")
+        temperature_factor(float(self.temperature))  # raises naming the field
         if not self.conditional:
             _fail("acceptance", "conditional", self.conditional, "must not be empty")
         for p in self.conditional:

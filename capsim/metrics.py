@@ -12,6 +12,8 @@ request that was never preempted): per step ``num_prefix_query_tok``/``num_prefi
 (hit rate over time = their ratio over a window), ``num_evictions`` (cached blocks reused,
 cumulative), ``num_cached_free_blocks`` (free blocks still holding a cached prefix:
 evictable). vLLM's ``kv_usage`` counts those as free; ``kv_cached_usage`` is their share.
+
+Warm-up, steady state and cool-down are reported separately as well (``phases``).
 """
 
 from __future__ import annotations
@@ -89,6 +91,50 @@ def hit_rate_over_time(steps: pd.DataFrame, window_s: float) -> pd.DataFrame:
     )
 
 
+def phases(requests: pd.DataFrame, steps: pd.DataFrame) -> dict[str, float]:
+    """Warm-up, load and cool-down of one run, reported separately from the whole run.
+
+    - warm-up: [0, first finish): the run fills from empty (closed loop: the burst of C
+      sends at t=0; open loop: the queue building up);
+    - cool-down: (last send, end]: the drain, fewer and fewer requests in flight, the tail
+      of the longest outputs alone;
+    - under load: [0, last send]: every client busy (closed loop) or arrivals still coming
+      (open loop). ``load_output_throughput`` = tokens emitted by steps ending in it / its
+      length: the whole-run figure without the drain, which with heavy-tailed outputs and
+      few requests per client dominates ``vllm bench``'s duration.
+    - ``steady_ttft_*``: over requests sent in [first finish, last send], i.e. without the
+      initial burst (NaN when every request was sent in the burst, N <= C).
+    """
+    nan = float("nan")
+    out: dict[str, float] = {}
+    if not len(requests):
+        return out
+    a = float(requests["finish_s"].min())
+    b = float(requests["send_s"].max())
+    end = float(requests["finish_s"].max())
+    t_end = (steps["t_start_s"] + steps["step_s"]).to_numpy() if len(steps) else np.zeros(0)
+    emitted = steps["num_emitted_tok"].to_numpy() if len(steps) else np.zeros(0)
+
+    def tok_rate(lo: float, hi: float) -> float:
+        if not hi > lo:
+            return nan
+        sel = (t_end > lo) & (t_end <= hi) if lo > 0 else (t_end <= hi)
+        return float(emitted[sel].sum()) / (hi - lo)
+
+    send = requests["send_s"].to_numpy()
+    ttft = requests["ttft_s"].to_numpy()[(send >= a) & (send <= b)]
+    out["warmup_s"] = a
+    out["warmup_output_throughput_tok_per_s"] = tok_rate(0.0, a)
+    out["cooldown_s"] = end - b
+    out["cooldown_output_throughput_tok_per_s"] = tok_rate(b, end)
+    out["load_window_s"] = b
+    out["load_output_throughput_tok_per_s"] = tok_rate(0.0, b)
+    out["steady_num_requests"] = int(ttft.size)
+    out["steady_ttft_mean_s"] = float(ttft.mean()) if ttft.size else nan
+    out["steady_ttft_p99_s"] = float(np.percentile(ttft, 99)) if ttft.size else nan
+    return out
+
+
 def summarize(requests: pd.DataFrame, steps: pd.DataFrame, itl_s: np.ndarray) -> dict[str, float]:
     """Scalar metrics of one run."""
     duration = float(requests["finish_s"].max()) if len(requests) else 0.0
@@ -128,4 +174,5 @@ def summarize(requests: pd.DataFrame, steps: pd.DataFrame, itl_s: np.ndarray) ->
         summary["num_cached_block_evictions"] = int(steps["num_evictions"].iloc[-1])
     if "cached_tok" in requests:
         summary["mean_cached_tok_per_request"] = float(requests["cached_tok"].mean())
+    summary |= phases(requests, steps)
     return summary

@@ -12,18 +12,13 @@ import numpy as np
 from capsim.calibration.tables import load_tables
 from capsim.cliopts import ListOf, options
 from capsim.config import MAX_CONCURRENCY, MAX_TOKENS, SpecDecodeConfig
+from capsim.core.acceptance import expected_tokens_per_step
 from capsim.cost.base import COMMIT_MODES, BatchShape
 from capsim.gpus import get_gpu
 from capsim.models import get_model
 
-
-def tokens_per_step(spec: SpecDecodeConfig) -> float:
-    """Expected tokens emitted per decode step of a chain: 1 + sum_d prod_{j<=d} p_j."""
-    total, run = 1.0, 1.0
-    for d in range(1, spec.depth + 1):
-        run *= spec.acceptance.at_depth(d)
-        total += run
-    return total
+tokens_per_step = expected_tokens_per_step
+"""Expected tokens emitted per decode step: 1 + sum_d prod_{j<=d} q_j."""
 
 
 def tpot_table(

@@ -6,9 +6,10 @@ simulations that differ only in the commit mode see identical acceptance per req
 common random numbers for matched points.
 
 Chain of depth k: depth d is accepted with conditional probability p_d given depths
-< d were; accepted = number of leading successes. Tree of widths (w_1..w_d): a depth is
-accepted if any of its w_d candidates matches, each independently with p_d:
-q_d = 1 - (1 - p_d)^w_d (an optimistic bound for correlated top-w drafts).
+< d were; accepted = number of leading successes. Tree of widths (w_1..w_d): depth d is
+accepted when the target's token is among its top w_d candidates, q_d = sum_{r<=w_d}
+pi_d(r) under the rank model (or the independence upper bound), see ``draft_rank``; a
+sampling temperature scales every q_d (``draft_rank.temperature_factor``).
 """
 
 from __future__ import annotations
@@ -16,16 +17,21 @@ from __future__ import annotations
 import numpy as np
 
 from capsim.config import SpecDecodeConfig
+from capsim.core.draft_rank import temperature_factor, width_acceptance
 
 
 def depth_acceptance(spec: SpecDecodeConfig) -> np.ndarray:
     """Per-depth conditional acceptance q_d, shape [depth]."""
-    depth = spec.depth
-    p = np.array([spec.acceptance.at_depth(d) for d in range(1, depth + 1)], dtype=np.float64)
-    if spec.tree_widths is not None:
-        widths = np.asarray(spec.tree_widths, dtype=np.float64)
-        p = 1.0 - (1.0 - p) ** widths
-    return p
+    acc = spec.acceptance
+    widths = spec.tree_widths or (1,) * spec.depth
+    q = np.array(
+        [
+            width_acceptance(acc.at_depth(d), widths[d - 1], acc.tree_model)
+            for d in range(1, spec.depth + 1)
+        ],
+        dtype=np.float64,
+    )
+    return q * temperature_factor(float(acc.temperature))
 
 
 def expected_tokens_per_step(spec: SpecDecodeConfig) -> float:
@@ -37,7 +43,7 @@ def expected_tokens_per_step(spec: SpecDecodeConfig) -> float:
 class AcceptanceDraws:
     """Pre-drawn accepted-draft counts: ``draw_many(i, n)`` gives request i's n-th verify."""
 
-    __slots__ = ("_draws", "_offsets")
+    __slots__ = ("_draws", "_nsafe", "_offsets", "_start")
 
     def __init__(
         self, spec: SpecDecodeConfig, output_tok: np.ndarray, rng: np.random.Generator
@@ -51,12 +57,18 @@ class AcceptanceDraws:
         steps = np.minimum(out, np.ceil(out / mean_tok * 1.25).astype(np.int64) + 8)
         self._offsets = np.concatenate([[0], np.cumsum(steps)])
         total = int(self._offsets[-1])
+        # draw_many reads draws[start + k % n]; a request with no draws points at a
+        # trailing 0 (the sentinel at index ``total``).
+        self._start = np.where(steps > 0, self._offsets[:-1], total)
+        self._nsafe = np.maximum(steps, 1)
         if q.size == 0 or total == 0:
-            self._draws = np.zeros(total, dtype=np.int16)
+            self._draws = np.zeros(total + 1, dtype=np.int64)
             return
         u = rng.random((total, q.size), dtype=np.float32)
         ok = u < q.astype(np.float32)[None, :]
-        self._draws = np.cumprod(ok, axis=1).sum(axis=1).astype(np.int16)
+        # accepted = leading successes = index of the first failure (depth if none)
+        lead = np.where(ok.all(axis=1), q.size, ok.argmin(axis=1))
+        self._draws = np.append(lead, 0).astype(np.int64)
 
     def mean_tokens_over_used(self, used_steps: np.ndarray) -> float:
         """Mean tokens per verify step (bonus included) over the draws requests used."""
@@ -76,12 +88,4 @@ class AcceptanceDraws:
     def draw_many(self, indices: np.ndarray, steps: np.ndarray) -> np.ndarray:
         """Accepted drafts of requests ``indices`` at their ``steps``-th verify (0-based);
         past the pre-drawn steps a request wraps around its own sequence."""
-        start = self._offsets[indices]
-        n = self._offsets[indices + 1] - start
-        safe_n = np.maximum(n, 1)
-        out = self._draws[np.minimum(start + steps % safe_n, max(self._draws.size - 1, 0))]
-        return (
-            np.where(n > 0, out, 0).astype(np.int64)
-            if self._draws.size
-            else np.zeros(indices.size, dtype=np.int64)
-        )
+        return self._draws[self._start[indices] + steps % self._nsafe[indices]]

@@ -278,6 +278,19 @@ TREE_METRICS: tuple[tuple[str, str, bool], ...] = (
 )
 
 
+TREE_MODEL_LABEL = {"rank": "rank model", "independent": "independence upper bound"}
+
+
+def tree_model_suffix(df: pd.DataFrame) -> str:
+    """'; tree acceptance: rank model' (and the temperature when > 0) for figure titles."""
+    if "tree_model" not in df.columns:  # results written before the rank model
+        return "; tree acceptance: independence upper bound"
+    models = sorted(df["tree_model"].dropna().unique())
+    text = "; tree acceptance: " + ", ".join(TREE_MODEL_LABEL.get(m, m) for m in models)
+    temps = sorted(t for t in df.get("temperature", pd.Series(dtype=float)).unique() if t > 0)
+    return text + (f", T={', '.join(f'{t:g}' for t in temps)}" if temps else "")
+
+
 def _tree_points(points: pd.DataFrame) -> pd.DataFrame:
     """Draft-tree study: every fixed-concurrency point whose shape is given as widths."""
     conc = caching_off(points)
@@ -323,6 +336,7 @@ def figure4_trees(points: pd.DataFrame) -> Figure:
     fig.suptitle(
         f"Figure 4: draft-tree study, {_short(model)} gmu {gmu:g}, "
         f"{', '.join(sorted(df['workload'].unique()))} (solid TreeWY, dashed store-all)"
+        + tree_model_suffix(df)
         + step_time_suffix(points)
     )
     fig.tight_layout()

@@ -33,6 +33,7 @@ from capsim.config import (
     SimConfig,
     SpecDecodeConfig,
 )
+from capsim.core.draft_rank import MAX_TEMPERATURE, TREE_MODELS
 from capsim.cost.base import COMMIT_MODES
 
 RECORD_SCHEMA = 1
@@ -189,8 +190,20 @@ class SweepSpec:
     max_requests: int = field(default=1000, metadata={"help": "upper clamp (vllm bench: 1000)"})
     seed: int = field(default=0, metadata={"help": "root seed of every point"})
     step_time: str = field(default="calibrated", metadata={"help": "step-time model"})
+    tree_model: str = field(
+        default="rank", metadata={"help": "draft-tree acceptance: rank | independent (bound)"}
+    )
+    temperature: float = field(default=0.0, metadata={"help": "verification temperature"})
 
     def __post_init__(self) -> None:
+        if self.tree_model not in TREE_MODELS:
+            _fail("sweep", "tree_model", self.tree_model, f"must be one of {TREE_MODELS}")
+        if not (
+            type(self.temperature) in (int, float)
+            and math.isfinite(self.temperature)
+            and 0.0 <= self.temperature <= MAX_TEMPERATURE
+        ):
+            _fail("sweep", "temperature", self.temperature, f"must be in [0, {MAX_TEMPERATURE}]")
         if not self.blocks:
             _fail("sweep", "blocks", self.blocks, "the grid is empty")
         if not self.commit_modes:
@@ -268,6 +281,8 @@ class Point:
             "load_mode": c.load.mode,
             "load": float(c.load.offered_load),
             "tree": "chain" if tree is None else "x".join(str(w) for w in tree),
+            "tree_model": c.spec.acceptance.tree_model,
+            "temperature": float(c.spec.acceptance.temperature),
             "num_spec_tok": c.spec.num_spec_tok,
             "commit": c.spec.commit,
             "prefix_caching": bool(c.engine.enable_prefix_caching),
@@ -339,8 +354,10 @@ def make_config(
             num_spec_tok=spec.num_spec_tok,
             tree_widths=tree,
             commit=commit,  # type: ignore[arg-type]
-            acceptance=(
-                AcceptanceConfig(conditional=wl.acceptance) if wl.acceptance else AcceptanceConfig()
+            acceptance=AcceptanceConfig(
+                conditional=wl.acceptance or AcceptanceConfig().conditional,
+                tree_model=spec.tree_model,
+                temperature=spec.temperature,
             ),
         ),
         workload=wl.name,
@@ -398,6 +415,8 @@ _SWEEP_KEYS = {
     "max_requests": "int",
     "seed": "int",
     "step_time": "str",
+    "tree_model": "str",
+    "temperature": "number",
 }
 _BLOCK_KEYS = {
     "name": "str",

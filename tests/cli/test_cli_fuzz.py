@@ -163,6 +163,12 @@ def test_bad_value_gives_one_line_naming_the_option(
     run()
 
 
+def test_acceptance_options_are_fuzzed() -> None:
+    """simulate's --tree-model and --temperature (issue 13) are in the bad-value fuzz."""
+    fuzzed = {p.opts[0] for path, p in FUZZED if path == ("simulate",)}
+    assert {"--tree-model", "--temperature"} <= fuzzed
+
+
 ENGINE_VALID = {
     "--tp": st.sampled_from([1, 2, 4, 8, 3, 64]),
     "--gmu": st.floats(0.01, 1.0),
@@ -206,6 +212,8 @@ LOAD_VALID = {
     "-w": st.sampled_from(["sharegpt", "spec-bench", "burstgpt-standin", "azure-code"]),
     "--step-time": st.sampled_from(["roofline", "calibrated"]),
     "--seed": st.integers(0, 2**63 - 1),
+    "--tree-model": st.sampled_from(["rank", "independent"]),
+    "--temperature": st.floats(0.0, 2.0).map(lambda x: f"{x:.6g}"),
 }
 
 

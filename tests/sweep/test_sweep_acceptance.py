@@ -36,3 +36,28 @@ def test_workload_acceptance_is_used_per_workload() -> None:
 def test_bad_workload_acceptance_names_the_values() -> None:
     with pytest.raises(ValueError, match=r"acceptance\.conditional=\(1\.5,\)"):
         spec_from_dict(_raw([1.5]))
+
+
+def test_tree_model_and_temperature_reach_every_point() -> None:
+    raw = _raw()
+    raw["sweep"] |= {"tree_model": "independent", "temperature": 0.7}
+    points = expand(spec_from_dict(raw))
+    assert {p.cfg.spec.acceptance.tree_model for p in points} == {"independent"}
+    assert {p.cfg.spec.acceptance.temperature for p in points} == {0.7}
+    assert {p.keys()["tree_model"] for p in points} == {"independent"}
+    # the default is the rank model at greedy verification, and it is a different point
+    default = expand(spec_from_dict(_raw()))
+    assert {p.cfg.spec.acceptance.tree_model for p in default} == {"rank"}
+    assert {p.point_id for p in points}.isdisjoint({p.point_id for p in default})
+
+
+@pytest.mark.parametrize(
+    ("field", "value", "match"),
+    [("tree_model", "oracle", r"sweep\.tree_model='oracle'"),
+     ("temperature", 9.0, r"sweep\.temperature=9\.0")],
+)  # fmt: skip
+def test_bad_sweep_acceptance_options_name_the_field(field, value, match) -> None:
+    raw = _raw()
+    raw["sweep"][field] = value
+    with pytest.raises(ValueError, match=match):
+        spec_from_dict(raw)

@@ -76,6 +76,16 @@ def _grid(tmp_path: Path, text: str = GRID) -> Path:
         ('name = "main"', 'name = "main"\nprefix_caching = "on"', "block[0].prefix_caching='on'"),
         ('name = "main"', 'name = "main"\nprefix_caching = [1]', "prefix_caching=[1]: must"),
         ('name = "main"', 'name = "main"\nprefix_caching = []', "prefix_caching"),
+        # spec's acceptance keys (issue 13): [sweep] tree_model / temperature
+        ("num_requests = 30", "num_requests = 30\ntree_model = 1", "sweep.tree_model=1: must be a"),
+        ("num_requests = 30", 'num_requests = 30\ntree_model = "oracle"', "tree_model='oracle'"),
+        ("num_requests = 30", 'num_requests = 30\ntree_models = "rank"', "tree_models: unknown"),
+        ("num_requests = 30", 'num_requests = 30\ntemperature = "0.7"', "temperature='0.7': must"),
+        ("num_requests = 30", "num_requests = 30\ntemperature = true", "temperature=True: must"),
+        ("num_requests = 30", "num_requests = 30\ntemperature = nan", "temperature=nan: must"),
+        ("num_requests = 30", "num_requests = 30\ntemperature = [0.7]", "temperature=[0.7]"),
+        ("num_requests = 30", "num_requests = 30\ntemperature = 2.5", "sweep.temperature=2.5"),
+        ("num_requests = 30", "num_requests = 30\ntemperature = -0.1", "sweep.temperature=-0.1"),
     ],
 )
 def test_grid_schema_names_the_key_path(tmp_path, old, new, needle) -> None:  # type: ignore[no-untyped-def]
@@ -110,6 +120,14 @@ def test_pool_pins_and_prefix_caching_in_toml(tmp_path) -> None:  # type: ignore
         _grid(tmp_path, GRID.replace('name = "main"', 'name = "main"\nprefix_caching = true'))
     )
     assert one.blocks[0].prefix_caching == (True,)
+
+
+def test_tree_model_and_temperature_in_toml(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    text = GRID.replace("num_requests = 30", 'num_requests = 30\ntree_model = "independent"')
+    spec = load_spec(_grid(tmp_path, text.replace("[[block]]", "temperature = 1\n\n[[block]]")))
+    assert (spec.tree_model, spec.temperature) == ("independent", 1)
+    default = load_spec(_grid(tmp_path))
+    assert (default.tree_model, default.temperature) == ("rank", 0.0)
 
 
 def test_both_tree_spellings_in_toml(tmp_path) -> None:  # type: ignore[no-untyped-def]
