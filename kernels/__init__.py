@@ -4,6 +4,8 @@ Importing this package runs nothing on a device; Triton compiles on first call.
 """
 
 from .gdn_verify import (
+    DEFAULT_POLICY,
+    LaunchPolicy,
     PendingCommit,
     TreeSpec,
     chain_parent,
@@ -24,6 +26,8 @@ from .gdn_verify import (
 )
 
 __all__ = [
+    "DEFAULT_POLICY",
+    "LaunchPolicy",
     "PendingCommit",
     "TreeSpec",
     "chain_parent",

@@ -32,6 +32,7 @@ import platform
 import sys
 import time
 from collections.abc import Callable, Iterable
+from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
@@ -265,6 +266,90 @@ def _free() -> None:
         torch.cuda.empty_cache()
 
 
+@dataclass(frozen=True)
+class OpPoint:
+    """One measured point of the operator table: ``make()`` returns (callables, flops,
+    bytes, extra); the row is (op, key, impl) plus ``dims``. ``impl`` may name the
+    build's extra value as "{extra}" (e.g. the split-KV count)."""
+
+    tag: tuple
+    op: str
+    key: str
+    make: Callable[[], tuple]
+    dims: dict
+    impl: str = "torch"
+
+
+def operator_points(shp: StepShapes, grid: dict, dev: str, gen, kv=None) -> list[OpPoint]:
+    """The table of operators of one (model, tp): every point the step model reads.
+
+    ``kv`` = (k_buf, v_buf): the decode-attention KV buffers (None: no decode points)."""
+    pts: list[OpPoint] = []
+    for lin in shp.linears:
+        for m in grid["m_logits"] if lin.name == "lm_head" else grid["m"]:
+            pts.append(OpPoint(
+                ("gemm", lin.n, lin.k, m), "gemm", lin.name,
+                lambda lin=lin, m=m: ops.make_gemm(m, lin.n, lin.k, dev, gen),
+                {"m_tok": m, "n": lin.n, "k": lin.k},
+            ))  # fmt: skip
+    for m in grid["m"]:
+        pts.append(OpPoint(
+            ("moe", shp.moe_key, m), "moe", shp.moe_key,
+            lambda m=m: ops.make_moe(m, shp.hidden, shp.num_experts, shp.topk, shp.moe_inter,
+                                     shp.shared_inter, dev, gen),
+            {"m_tok": m}, impl="torch._grouped_mm",
+        ))  # fmt: skip
+    for dim in sorted({shp.hidden, shp.gdn_hv * shp.gdn_dv}):
+        for m in grid["m"]:
+            pts.append(OpPoint(
+                ("rmsnorm", dim, m), "rmsnorm", f"d{dim}",
+                lambda m=m, dim=dim: ops.make_rmsnorm(m, dim, dev, gen), {"m_tok": m, "k": dim},
+            ))  # fmt: skip
+    for m in grid["m"]:
+        pts.append(OpPoint(
+            ("conv", shp.conv_dim, m), "conv", f"c{shp.conv_dim}",
+            lambda m=m: ops.make_conv(m, shp.conv_dim, shp.conv_kernel, dev, gen),
+            {"m_tok": m, "k": shp.conv_dim},
+        ))  # fmt: skip
+    for m in grid["m_logits"]:
+        pts.append(OpPoint(
+            ("sample", shp.vocab_local, m), "sample", f"v{shp.vocab_local}",
+            lambda m=m: ops.make_sample(m, shp.vocab_local, dev, gen),
+            {"m_tok": m, "n": shp.vocab_local},
+        ))  # fmt: skip
+    if kv is not None:
+        k_buf, v_buf = kv
+        for q in grid["q"]:
+            for batch in grid["batch"]:
+                for ctx in grid["ctx"]:
+                    if batch * ctx > grid["max_kv_tok"]:
+                        continue
+                    pts.append(OpPoint(
+                        ("attn_decode", shp.attn_key, q, batch, ctx), "attn_decode",
+                        shp.attn_key,
+                        lambda q=q, batch=batch, ctx=ctx: ops.make_attn_decode(
+                            batch, q, ctx, shp.attn_hq, shp.attn_hkv, shp.head_dim, k_buf,
+                            v_buf, dev, gen),
+                        {"batch": batch, "q_tok": q, "ctx_tok": ctx},
+                        impl="sdpa_flash_splitkv{extra}",
+                    ))  # fmt: skip
+    for t in grid["gdn_t"]:
+        pts.append(OpPoint(
+            ("gdn_prefill", shp.gdn_key, t), "gdn_prefill", shp.gdn_key,
+            lambda t=t: ops.make_gdn_prefill(t, shp.gdn_hv, shp.gdn_dk, shp.gdn_dv, dev, gen),
+            {"batch": 1, "m_tok": t, "q_tok": t}, impl="{extra}",
+        ))  # fmt: skip
+    for n in grid["pre_n"]:
+        for ctx in grid["pre_ctx"]:
+            pts.append(OpPoint(
+                ("attn_prefill", shp.attn_key, n, ctx), "attn_prefill", shp.attn_key,
+                lambda n=n, ctx=ctx: ops.make_attn_prefill(
+                    n, ctx, shp.attn_hq, shp.attn_hkv, shp.head_dim, dev, gen),
+                {"batch": 1, "q_tok": n, "ctx_tok": ctx}, impl="torch.sdpa",
+            ))  # fmt: skip
+    return pts
+
+
 def measure_shapes(
     shp: StepShapes,
     grid: dict,
@@ -276,210 +361,47 @@ def measure_shapes(
     deadline: float,
     only: frozenset[str] = frozenset(),
 ) -> None:
-    """All per-op points of one (model, tp); shapes already measured are skipped."""
+    """All per-op points of one (model, tp) (``operator_points``); shapes already
+    measured are skipped. A point is timed as a CUDA graph, eagerly if that fails."""
 
-    def point(tag, make, emit, graph=True):
-        if tag in done or time.monotonic() > deadline:
-            return
-        if only and tag[0] not in only:
-            return
-        done.add(tag)
+    def wanted(op: str) -> bool:
+        return not only or op in only
+
+    # decode attention reads KV from one large buffer (distinct slices per copy)
+    kv = None
+    fresh = ("attn_buf", shp.attn_key) not in done and wanted("attn_decode")
+    if fresh and time.monotonic() < deadline:
+        shape = (grid["max_kv_tok"], shp.attn_hkv, shp.head_dim)
+        k_buf = torch.empty(shape, device=dev, dtype=torch.bfloat16).normal_(generator=gen)
+        kv = (k_buf, torch.empty_like(k_buf).normal_(generator=gen))
+    for pt in operator_points(shp, grid, dev, gen, kv):
+        if pt.tag in done or time.monotonic() > deadline or not wanted(pt.op):
+            continue
+        done.add(pt.tag)
         built = None
-        for use_graph in (graph, False) if graph else (False,):
+        for use_graph in (True, False):
             try:
-                built = make() if built is None else built
+                built = pt.make() if built is None else built
                 how, pct = time_calls(built[0], replays, graph=use_graph)
-                out.write(emit(built, how, pct))
+                extra = built[3] if len(built) > 3 else ""
+                out.write(_row(
+                    pt.op, pt.key, how, pct, flops=built[1], bytes_=built[2],
+                    copies=len(built[0]), impl=pt.impl.format(extra=extra), **pt.dims,
+                ))  # fmt: skip
                 break
             except Exception as exc:  # one failing point must not lose the others
                 print(
-                    f"FAILED {tag} graph={use_graph}: {type(exc).__name__}: {exc}"[:400],
+                    f"FAILED {pt.tag} graph={use_graph}: {type(exc).__name__}: {exc}"[:400],
                     file=sys.stderr,
                 )
                 if torch.cuda.is_available():
                     torch.cuda.synchronize()
         built = None
         _free()
-
-    for lin in shp.linears:
-        ms = grid["m_logits"] if lin.name == "lm_head" else grid["m"]
-        for m in ms:
-            point(
-                ("gemm", lin.n, lin.k, m),
-                lambda lin=lin, m=m: ops.make_gemm(m, lin.n, lin.k, dev, gen),
-                lambda b, how, pct, lin=lin, m=m: _row(
-                    "gemm",
-                    lin.name,
-                    how,
-                    pct,
-                    flops=b[1],
-                    bytes_=b[2],
-                    copies=len(b[0]),
-                    m_tok=m,
-                    n=lin.n,
-                    k=lin.k,
-                ),
-            )
-    for m in grid["m"]:
-        point(
-            ("moe", shp.moe_key, m),
-            lambda m=m: ops.make_moe(
-                m,
-                shp.hidden,
-                shp.num_experts,
-                shp.topk,
-                shp.moe_inter,
-                shp.shared_inter,
-                dev,
-                gen,
-            ),
-            lambda b, how, pct, m=m: _row(
-                "moe",
-                shp.moe_key,
-                how,
-                pct,
-                flops=b[1],
-                bytes_=b[2],
-                copies=len(b[0]),
-                impl="torch._grouped_mm",
-                m_tok=m,
-            ),
-        )
-    for dim in sorted({shp.hidden, shp.gdn_hv * shp.gdn_dv}):
-        for m in grid["m"]:
-            point(
-                ("rmsnorm", dim, m),
-                lambda m=m, dim=dim: ops.make_rmsnorm(m, dim, dev, gen),
-                lambda b, how, pct, m=m, dim=dim: _row(
-                    "rmsnorm",
-                    f"d{dim}",
-                    how,
-                    pct,
-                    flops=b[1],
-                    bytes_=b[2],
-                    copies=len(b[0]),
-                    m_tok=m,
-                    k=dim,
-                ),
-            )
-    for m in grid["m"]:
-        point(
-            ("conv", shp.conv_dim, m),
-            lambda m=m: ops.make_conv(m, shp.conv_dim, shp.conv_kernel, dev, gen),
-            lambda b, how, pct, m=m: _row(
-                "conv",
-                f"c{shp.conv_dim}",
-                how,
-                pct,
-                flops=b[1],
-                bytes_=b[2],
-                copies=len(b[0]),
-                m_tok=m,
-                k=shp.conv_dim,
-            ),
-        )
-    for m in grid["m_logits"]:
-        point(
-            ("sample", shp.vocab_local, m),
-            lambda m=m: ops.make_sample(m, shp.vocab_local, dev, gen),
-            lambda b, how, pct, m=m: _row(
-                "sample",
-                f"v{shp.vocab_local}",
-                how,
-                pct,
-                flops=b[1],
-                bytes_=b[2],
-                copies=len(b[0]),
-                m_tok=m,
-                n=shp.vocab_local,
-            ),
-        )
-    # Decode attention reads KV from one large buffer (distinct slices per copy).
-    if (
-        ("attn_buf", shp.attn_key) not in done
-        and time.monotonic() < deadline
-        and (not only or "attn_decode" in only)
-    ):
-        max_tok = grid["max_kv_tok"]
-        k_buf = torch.empty(
-            (max_tok, shp.attn_hkv, shp.head_dim), device=dev, dtype=torch.bfloat16
-        ).normal_(generator=gen)
-        v_buf = torch.empty_like(k_buf).normal_(generator=gen)
-        for q in grid["q"]:
-            for batch in grid["batch"]:
-                for ctx in grid["ctx"]:
-                    if batch * ctx > max_tok:
-                        continue
-                    point(
-                        ("attn_decode", shp.attn_key, q, batch, ctx),
-                        lambda q=q, batch=batch, ctx=ctx: ops.make_attn_decode(
-                            batch,
-                            q,
-                            ctx,
-                            shp.attn_hq,
-                            shp.attn_hkv,
-                            shp.head_dim,
-                            k_buf,
-                            v_buf,
-                            dev,
-                            gen,
-                        ),
-                        lambda b, how, pct, q=q, batch=batch, ctx=ctx: _row(
-                            "attn_decode",
-                            shp.attn_key,
-                            how,
-                            pct,
-                            flops=b[1],
-                            bytes_=b[2],
-                            copies=len(b[0]),
-                            impl=f"sdpa_flash_splitkv{b[3]}",
-                            batch=batch,
-                            q_tok=q,
-                            ctx_tok=ctx,
-                        ),
-                    )
+    if kv is not None:
         done.add(("attn_buf", shp.attn_key))
-        del k_buf, v_buf
+        del kv
         _free()
-    for t in grid["gdn_t"]:
-        point(
-            ("gdn_prefill", shp.gdn_key, t),
-            lambda t=t: ops.make_gdn_prefill(t, shp.gdn_hv, shp.gdn_dk, shp.gdn_dv, dev, gen),
-            lambda b, how, pct, t=t: _row(
-                "gdn_prefill",
-                shp.gdn_key,
-                how,
-                pct,
-                flops=b[1],
-                bytes_=b[2],
-                copies=len(b[0]),
-                impl=b[3],
-                batch=1,
-                m_tok=t,
-                q_tok=t,
-            ),
-        )
-    for n in grid["pre_n"]:
-        for ctx in grid["pre_ctx"]:
-            point(
-                ("attn_prefill", shp.attn_key, n, ctx),
-                lambda n=n, ctx=ctx: ops.make_attn_prefill(
-                    n, ctx, shp.attn_hq, shp.attn_hkv, shp.head_dim, dev, gen
-                ),
-                lambda b, how, pct, n=n, ctx=ctx: _row(
-                    "attn_prefill",
-                    shp.attn_key,
-                    how,
-                    pct,
-                    flops=b[1],
-                    bytes_=b[2],
-                    copies=len(b[0]),
-                    impl="torch.sdpa",
-                    batch=1,
-                    q_tok=n,
-                    ctx_tok=ctx,
-                ),
-            )
 
 
 # ------------------------------------------------------------------------------ whole step

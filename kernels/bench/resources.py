@@ -69,6 +69,7 @@ def kernel_configs(w: int, state: str, block_v: int | None = None, state_math=No
     from ..gdn_verify import treewy as tw
     from ..gdn_verify import treewy_small as ts
     from ..gdn_verify._jit import dot_precision, pad_window
+    from ..gdn_verify.policy import DEFAULT_POLICY as pol
 
     prec = dot_precision(getattr(torch, state), torch.bfloat16, state_math, "cuda")
 
@@ -78,16 +79,16 @@ def kernel_configs(w: int, state: str, block_v: int | None = None, state_math=No
     sig, _ = _signature(tw.treewy_prep_kernel, state)
     consts = heads | {
         "LOG2_BW": log2_bw, "BKC": tw.PREP_BLOCK_K, "PREC": prec.gram,
-        "BLOCKED": tw.PREP_SOLVE_BLOCKED,
+        "BLOCKED": pol.prep_blocked,
     }  # fmt: skip
-    out.append(("prep", tw.treewy_prep_kernel, sig, consts, tw.prep_warps(bw)))
+    out.append(("prep", tw.treewy_prep_kernel, sig, consts, pol.prep_warps(bw)))
     sig, _ = _signature(tw.treewy_stream_kernel, state)
     for name, flags in (
         ("verify", {"STORE_VT": True, "COMMIT": False, "PENDING": False}),
         ("fused", {"STORE_VT": False, "COMMIT": True, "PENDING": False}),
         ("deferred", {"STORE_VT": True, "COMMIT": False, "PENDING": True}),
     ):
-        scfg = tw.stream_config(bw, "deferred" if flags["PENDING"] else "verify")
+        scfg = pol.stream_config(bw, "deferred" if flags["PENDING"] else "verify")
         bv = block_v or tw.pick_block_v(256 * 32, 128, widest=scfg["block_v"])
         consts = heads | flags | {
             "V": 128, "BV": bv, "WP": w, "BWP": bw, "BKC": scfg["bkc"],
@@ -96,14 +97,14 @@ def kernel_configs(w: int, state: str, block_v: int | None = None, state_math=No
         out.append((name, tw.treewy_stream_kernel, sig, consts, scfg["num_warps"]))
     sig, _ = _signature(tw.treewy_commit_kernel, state)
 
-    cfg = tw.commit_config(bw, getattr(torch, state))
+    cfg = pol.commit_config(bw, getattr(torch, state))
     bv = block_v or tw.pick_block_v(256 * 32, 128, widest=cfg["block_v"])
     consts = heads | {"V": 128, "BV": bv, "BKC": cfg["bkc"], "PREC": prec.state, "NATIVE": True}
     out.append(("commit", tw.treewy_commit_kernel, sig, consts, cfg["num_warps"]))
     if w <= ts.KERNEL_MAX_W:
         sig, _ = _signature(ts.treewy_small_kernel, state)
         half = 8 if w <= 8 else 16
-        cfg = ts.SMALL_CONFIG[half, "verify"]
+        cfg = pol.small_config(half, "verify")
         bv = block_v or tw.pick_block_v(256 * 32, 128, widest=cfg["block_v"])
         for name, flags in (
             ("1l-verify", {"STORE_VT": True, "COMMIT": False, "PENDING": False}),

@@ -188,8 +188,15 @@ class Cell:
 
 
 def kernel_fn(
-    name: str, c: Cell, sa_pool, sa_init, sa_slots, storeall_config: dict | None = None
+    name: str,
+    c: Cell,
+    sa_pool,
+    sa_init,
+    sa_slots,
+    storeall_config: dict | None = None,
+    policy=None,
 ) -> Callable[[], object]:
+    """The timed closure of ``name`` on cell ``c`` (``policy``: TreeWY launch policy)."""
     import capsim_kernels as ck
 
     args = (c.q, c.k, c.v, c.log_gate, c.beta)
@@ -199,29 +206,37 @@ def kernel_fn(
             *args, sa_pool, sa_init, sa_slots, c.parent, is_chain=chain, config=storeall_config
         )
     if name == "treewy_verify":
-        return lambda: ck.treewy_verify(*args, c.pool, c.slot, c.parent)
+        return lambda: ck.treewy_verify(*args, c.pool, c.slot, c.parent, policy=policy)
     if name == "treewy_commit":
-        _, vt = ck.treewy_verify(*args, c.pool, c.slot, c.parent)
-        return lambda: ck.treewy_commit(c.pool, c.slot, c.k, vt, c.log_gate, c.parent, c.accepted)
+        _, vt = ck.treewy_verify(*args, c.pool, c.slot, c.parent, policy=policy)
+        return lambda: ck.treewy_commit(
+            c.pool, c.slot, c.k, vt, c.log_gate, c.parent, c.accepted, policy=policy
+        )
 
     if name == "treewy_verify_commit":
 
         def both():
-            _, vt = ck.treewy_verify(*args, c.pool, c.slot, c.parent)
-            ck.treewy_commit(c.pool, c.slot, c.k, vt, c.log_gate, c.parent, c.accepted)
+            _, vt = ck.treewy_verify(*args, c.pool, c.slot, c.parent, policy=policy)
+            ck.treewy_commit(
+                c.pool, c.slot, c.k, vt, c.log_gate, c.parent, c.accepted, policy=policy
+            )
 
         return both
     if name == "fused_chain":
-        return lambda: ck.treewy_fused_verify_commit(*args, c.pool, c.slot, c.parent, c.accepted)
+        return lambda: ck.treewy_fused_verify_commit(
+            *args, c.pool, c.slot, c.parent, c.accepted, policy=policy
+        )
     if name == "deferred":
         ping = ck.PendingCommit.empty(c.k, c.v, c.parent)
         pong = ck.PendingCommit.empty(c.k, c.v, c.parent)
-        _, vt = ck.treewy_verify(*args, c.pool, c.slot, c.parent)
+        _, vt = ck.treewy_verify(*args, c.pool, c.slot, c.parent, policy=policy)
         ping.vt.copy_(vt)
         ping.k.copy_(c.k)
         ping.log_gate.copy_(c.log_gate)
         ping.accepted.copy_(c.accepted)
-        return lambda: ck.treewy_deferred_verify(*args, c.pool, c.slot, c.parent, ping, pong)
+        return lambda: ck.treewy_deferred_verify(
+            *args, c.pool, c.slot, c.parent, ping, pong, policy=policy
+        )
     if name == "fla_fused_recurrent":
         from fla.ops.gated_delta_rule import fused_recurrent_gated_delta_rule
 
@@ -247,7 +262,7 @@ def _rel(ref, out) -> float:
 
 
 def run_checks(
-    batch: int = 2, shapes=MODEL_SHAPES, state_dtypes=STATE_DTYPES, windows=WINDOWS
+    batch: int = 2, shapes=MODEL_SHAPES, state_dtypes=STATE_DTYPES, windows=WINDOWS, policy=None
 ) -> list[dict]:
     """Every kernel at the real head shapes against the float64 recurrence (on the GPU)."""
     import capsim_kernels as ck
@@ -292,14 +307,18 @@ def run_checks(
                 res["storeall_states"] = _rel(st_ref, sa_pool[sa_slots.long()])
                 # verify + commit
                 pool = c.pool.clone()
-                o, vt = ck.treewy_verify(*args, pool, c.slot, c.parent)
+                o, vt = ck.treewy_verify(*args, pool, c.slot, c.parent, policy=policy)
                 res["treewy_o"] = _rel(o_ref, o)
                 res["treewy_vt"] = _rel(vt_ref, vt)
-                ck.treewy_commit(pool, c.slot, c.k, vt, c.log_gate, c.parent, c.accepted)
+                ck.treewy_commit(
+                    pool, c.slot, c.k, vt, c.log_gate, c.parent, c.accepted, policy=policy
+                )
                 res["treewy_commit_state"] = _rel(s_acc, pool[c.slot.long()])
                 # fused
                 pool = c.pool.clone()
-                o = ck.treewy_fused_verify_commit(*args, pool, c.slot, c.parent, c.accepted)
+                o = ck.treewy_fused_verify_commit(
+                    *args, pool, c.slot, c.parent, c.accepted, policy=policy
+                )
                 res["fused_o"] = _rel(o_ref, o)
                 res["fused_state"] = _rel(s_acc, pool[c.slot.long()])
                 # deferred: window 1's accepted path applied inside window 2's verify
@@ -309,7 +328,17 @@ def run_checks(
                 )
                 pong = ck.PendingCommit.empty(c.k, c.v, c.parent)
                 o2 = ck.treewy_deferred_verify(
-                    c2.q, c2.k, c2.v, c2.log_gate, c2.beta, pool, c.slot, c.parent, ping, pong
+                    c2.q,
+                    c2.k,
+                    c2.v,
+                    c2.log_gate,
+                    c2.beta,
+                    pool,
+                    c.slot,
+                    c.parent,
+                    ping,
+                    pong,
+                    policy=policy,
                 )
                 o2_ref, _ = ck.recurrence_reference(
                     c2.q,
@@ -360,7 +389,7 @@ def run_checks(
     return out
 
 
-def run_window(shapes, batches, csv_path: Path, notes: list[str]) -> list[dict]:
+def run_window(shapes, batches, csv_path: Path, notes: list[str], policy) -> list[dict]:
     """Time ``treewy_prep_kernel`` alone (the verify's first launch; no state read).
 
     Every window with the default configuration; for BW = 64 (W = 40) also the round-2
@@ -377,7 +406,7 @@ def run_window(shapes, batches, csv_path: Path, notes: list[str]) -> list[dict]:
                 w = tree.num_nodes
                 c = Cell(shape, "bfloat16", batch, tree, seed=batch * 1000 + w)
                 bw, _ = pad_window(w)
-                default = ("blocked" if tw.PREP_SOLVE_BLOCKED else "serial", tw.prep_warps(bw))
+                default = ("blocked" if policy.prep_blocked else "serial", policy.prep_warps(bw))
                 variants = [default]
                 if 32 < bw <= 64:
                     variants += [
@@ -451,10 +480,10 @@ SWEEP_CELLS = {
 }  # fmt: skip
 
 
-def sweep_parts() -> dict[str, tuple[Callable[[dict], None], list[dict], dict]]:
-    """part -> (how a configuration is applied, the candidates, the current default)."""
-    from capsim_kernels.gdn_verify import treewy as tw
-    from capsim_kernels.gdn_verify import treewy_small as ts
+def sweep_parts(policy) -> dict[str, tuple[Callable[[object, dict], object], list[dict], dict]]:
+    """part -> (apply(policy, cfg) -> a new policy with cfg, the candidates, the default
+    in ``policy``). Nothing is changed in place: each candidate is its own LaunchPolicy."""
+    import dataclasses
 
     def named(cands, names=("block_v", "num_warps", "bkc")):
         return [dict(zip(names, c, strict=True)) for c in cands]
@@ -462,45 +491,47 @@ def sweep_parts() -> dict[str, tuple[Callable[[dict], None], list[dict], dict]]:
     def small(cands):
         return named(cands, ("block_v", "num_warps", "early_s"))
 
-    def setter(table, key):
-        return lambda cfg: table.__setitem__(key, cfg)
-
     def table_part(table, key, cands):
-        return (setter(table, key), cands, dict(table[key]))
+        return (
+            lambda pol, cfg: pol.with_entry(table, key, cfg),
+            cands,
+            dict(getattr(policy, table)[key]),
+        )
 
-    def set_path8(cfg: dict) -> None:
+    def set_path8(pol, cfg: dict):
         """Single launch for W <= 8 at any B (with cfg), or only below 512 heads."""
-        tw.SMALL_MAX_HEADS = 1 << 30 if cfg["single"] else 512
-        if cfg["single"]:
-            ts.SMALL_CONFIG[8, "verify"] = {k: v for k, v in cfg.items() if k != "single"}
+        if not cfg["single"]:
+            return dataclasses.replace(pol, small_max_heads=512)
+        pol = pol.with_entry(
+            "small", (8, "verify"), {k: v for k, v in cfg.items() if k != "single"}
+        )
+        return dataclasses.replace(pol, small_max_heads=1 << 30)
 
-    path8_default = {"single": tw.SMALL_MAX_HEADS > 512, **ts.SMALL_CONFIG[8, "verify"]}
+    path8_default = {"single": policy.small_max_heads > 512, **policy.small[8, "verify"]}
     return {
-        "stream16-verify": table_part(tw.STREAM_CONFIG, (16, "verify"), named(STREAM16_VERIFY)),
-        "stream16-deferred": table_part(
-            tw.STREAM_CONFIG, (16, "deferred"), named(STREAM16_DEFERRED)
-        ),
-        "stream64-verify": table_part(tw.STREAM_CONFIG, (64, "verify"), named(STREAM64_VERIFY)),
-        "stream64-deferred": table_part(
-            tw.STREAM_CONFIG, (64, "deferred"), named(STREAM64_DEFERRED)
-        ),
-        "commit16-float32": table_part(tw.COMMIT_CONFIG, (16, "float32"), named(COMMIT16_F32)),
-        "commit64-float32": table_part(tw.COMMIT_CONFIG, (64, "float32"), named(COMMIT64_F32)),
+        "stream16-verify": table_part("stream", (16, "verify"), named(STREAM16_VERIFY)),
+        "stream16-deferred": table_part("stream", (16, "deferred"), named(STREAM16_DEFERRED)),
+        "stream64-verify": table_part("stream", (64, "verify"), named(STREAM64_VERIFY)),
+        "stream64-deferred": table_part("stream", (64, "deferred"), named(STREAM64_DEFERRED)),
+        "commit16-float32": table_part("commit", (16, "float32"), named(COMMIT16_F32)),
+        "commit64-float32": table_part("commit", (64, "float32"), named(COMMIT64_F32)),
         "path8": (
             set_path8,
             [{"single": False, **path8_default}]
             + [{"single": True, **c} for c in small(SMALL_VERIFY)],
             dict(path8_default),
         ),
-        "small8-fused": table_part(ts.SMALL_CONFIG, (8, "fused"), small(SMALL_FUSED)),
+        "small8-fused": table_part("small", (8, "fused"), small(SMALL_FUSED)),
     }
 
 
-def run_sweep(shape: ModelShape, csv_path: Path, notes: list[str], batch: int = 256) -> dict:
-    """Time the kernel configurations side by side, apply the fastest per part (sum of
-    p50 over the part's cells, SWEEP_CELLS) and return the choice with the defaults it
-    replaced. Rows go to sweep.csv (SWEEP_COLUMNS; a diagnostic, never read by the
-    calibration)."""
+def run_sweep(
+    shape: ModelShape, csv_path: Path, notes: list[str], policy, batch: int = 256
+) -> tuple[dict, object]:
+    """Time the kernel configurations side by side, part by part (each part starts from
+    the previous parts' winners), and return (the choice with the defaults it replaced,
+    the LaunchPolicy of the winners). Rows go to sweep.csv (SWEEP_COLUMNS; a diagnostic,
+    never read by the calibration)."""
     import torch
 
     trees = {"chain4": WINDOWS[0], "2,2,2": WINDOWS[2], "3,3,3": WINDOWS[4]}
@@ -514,12 +545,12 @@ def run_sweep(shape: ModelShape, csv_path: Path, notes: list[str], batch: int = 
 
     rows: list[dict] = []
 
-    def measure(part: str, cfg: dict) -> float:
+    def measure(part: str, cfg: dict, pol) -> float:
         total = 0.0
         for kernel, sd, label in SWEEP_CELLS[part]:
             c = cell(sd, label)
             try:
-                p20, p50, p80 = time_graph_us(kernel_fn(kernel, c, None, None, None))
+                p20, p50, p80 = time_graph_us(kernel_fn(kernel, c, None, None, None, policy=pol))
             except Exception as e:
                 notes.append(f"sweep {part} {cfg} {kernel} {sd} {label}: {e!r}"[:400])
                 print("FAILED", notes[-1], flush=True)
@@ -536,48 +567,42 @@ def run_sweep(shape: ModelShape, csv_path: Path, notes: list[str], batch: int = 
         return total
 
     choice: dict = {"defaults": {}}
-    for part, (apply, options, default) in sweep_parts().items():
+    for part, (apply, options, default) in sweep_parts(policy).items():
         choice["defaults"][part] = default
         best_cfg, best_us = default, float("inf")
         for cfg in options:
-            apply(cfg)
-            total = measure(part, cfg)
+            total = measure(part, cfg, apply(policy, cfg))
             if total < best_us:
                 best_cfg, best_us = cfg, total
-        apply(best_cfg)
+        policy = apply(policy, best_cfg)
         choice[part] = best_cfg | {"sum_p50_us": round(best_us, 2)}
         print("sweep choice", part, json.dumps(choice[part]), flush=True)
         write_csv(csv_path, rows, SWEEP_COLUMNS)
     cells.clear()
     torch.cuda.empty_cache()
-    return choice
+    return choice, policy
 
 
-def restore_sweep_defaults(defaults: dict) -> None:
-    """Undo ``run_sweep``'s choice (its checks failed)."""
-    parts = sweep_parts()
-    for part, default in defaults.items():
-        parts[part][0](default)
-
-
-def pick_window_config(rows: list[dict]) -> dict | None:
-    """Apply the fastest (solve, num_warps) of the W = 40 window kernel at the largest B
-    (the (3,3,3) tree, first shape) to the rest of the run; returns the choice."""
-    from capsim_kernels.gdn_verify import treewy as tw
+def pick_window_config(rows: list[dict], policy) -> tuple[dict | None, object]:
+    """The fastest (solve, num_warps) of the W = 40 window kernel at the largest B (the
+    (3,3,3) tree, first shape): (the choice, a policy with it) or (None, ``policy``)."""
+    import dataclasses
 
     # a run that fell back to the serial solve (smoke gate) does not return to the blocked one
-    ok = {"blocked", "serial"} if tw.PREP_SOLVE_BLOCKED else {"serial"}
+    ok = {"blocked", "serial"} if policy.prep_blocked else {"serial"}
     cand = [r for r in rows if r["T"] == 40 and r["tree"] == "3,3,3" and r["solve"] in ok]
     if not cand:
-        return None
+        return None, policy
     top = max(r["B"] for r in cand)
     cand = [r for r in cand if r["B"] == top and r["model_shape"] == cand[0]["model_shape"]]
     best = min(cand, key=lambda r: r["p50_us"])
-    tw.PREP_WARPS_BY_BW[64] = best["num_warps"]
-    tw.PREP_SOLVE_BLOCKED = best["solve"] == "blocked"
+    policy = dataclasses.replace(
+        policy.with_entry("prep_warps_by_bw", 64, best["num_warps"]),
+        prep_blocked=best["solve"] == "blocked",
+    )
     choice = {k: best[k] for k in ("model_shape", "B", "solve", "num_warps", "p50_us")}
     print("window kernel config for the grid:", json.dumps(choice), flush=True)
-    return choice
+    return choice, policy
 
 
 def run_grid(
@@ -589,12 +614,14 @@ def run_grid(
     shapes=MODEL_SHAPES,
     checked: dict | None = None,
     storeall_config: dict | None = None,
+    policy=None,
 ) -> list[dict]:
     """Measure the grid; stop (keeping what is measured) once time.monotonic() > budget_s.
 
     ``checked`` (checked_kernels): only kernels whose float64 checks passed for the
     (shape, state dtype, tree) are timed (None: no checks ran, all are timed).
     ``storeall_config``: state dtype -> store-all launch configuration (default: its own).
+    ``policy``: the TreeWY launch policy (None: DEFAULT_POLICY).
     """
     import time
 
@@ -637,7 +664,9 @@ def run_grid(
                             continue
                         try:
                             cfg = (storeall_config or {}).get(sd)
-                            fn = kernel_fn(kernel, c, sa_pool, sa_init, sa_slots, cfg)
+                            fn = kernel_fn(
+                                kernel, c, sa_pool, sa_init, sa_slots, cfg, policy=policy
+                            )
                             p20, p50, p80 = time_graph_us(fn)
                         except Exception as e:
                             note = f"{kernel} {shape.name} {sd} B={batch} {tree.label} W={w}: {e!r}"
@@ -778,15 +807,16 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     if args.out is None:
         parser.error("--out is required unless --render is given")
+    import dataclasses
     import time
 
     import torch
+    from capsim_kernels.gdn_verify.policy import DEFAULT_POLICY
 
     deadline_s = time.monotonic() + args.budget_s
+    policy = DEFAULT_POLICY
     if args.two_launch:
-        from capsim_kernels.gdn_verify import treewy as tw
-
-        tw.SMALL_SINGLE_LAUNCH = False
+        policy = dataclasses.replace(policy, single_launch=False)
     if not torch.cuda.is_available():
         print("no CUDA device: nothing to measure", file=sys.stderr)
         return 2
@@ -799,7 +829,7 @@ def main(argv: list[str] | None = None) -> int:
     print(f"copy bandwidth {copy_gbps:.1f} GB/s (read + write)", flush=True)
     shapes = tuple(m for m in MODEL_SHAPES if args.shapes is None or m.name in args.shapes)
     try:
-        checks = [] if args.no_checks else run_checks(shapes=shapes)
+        checks = [] if args.no_checks else run_checks(shapes=shapes, policy=policy)
     except Exception as e:
         checks = [{"ok": False, "error": repr(e)[:400]}]
         print("CHECKS FAILED", repr(e)[:400], flush=True)
@@ -810,45 +840,45 @@ def main(argv: list[str] | None = None) -> int:
     if args.window:
         batches = (1, 256) if args.quick else BATCHES
         try:
-            wrows = run_window(shapes, batches, args.out / "window.csv", notes)
+            wrows = run_window(shapes, batches, args.out / "window.csv", notes, policy)
             meta["window_rows"] = len(wrows)
-            from capsim_kernels.gdn_verify import treewy as tw
-
-            default = (dict(tw.PREP_WARPS_BY_BW), tw.PREP_SOLVE_BLOCKED)
-            meta["window_choice"] = pick_window_config(wrows)
+            meta["window_choice"], chosen = pick_window_config(wrows, policy)
             if meta["window_choice"] is not None and not args.no_checks:
                 # the chosen configuration against float64 before the grid uses it
                 w40 = [t for t in WINDOWS if t.num_nodes == 40]
-                rechecks = run_checks(shapes=shapes, windows=w40)
+                rechecks = run_checks(shapes=shapes, windows=w40, policy=chosen)
                 meta["checks_window_choice"] = rechecks
                 if not all(c["ok"] for c in rechecks):
-                    tw.PREP_WARPS_BY_BW, tw.PREP_SOLVE_BLOCKED = default
+                    chosen = policy
                     notes.append("window choice failed its checks: defaults kept")
                     print(notes[-1], flush=True)
+            policy = chosen
         except Exception as e:  # a diagnostic: never lose the grid over it
             notes.append(f"window timing failed: {e!r}"[:400])
             print("WINDOW FAILED", repr(e)[:400], flush=True)
         atomic_write(args.out / "meta.json", json.dumps(meta, indent=1))
     if args.sweep:
         try:
-            choice = run_sweep(shapes[0], args.out / "sweep.csv", notes)
+            choice, chosen = run_sweep(shapes[0], args.out / "sweep.csv", notes, policy)
             meta["sweep_choice"] = choice
             if not args.no_checks:
-                rechecks = run_checks(shapes=shapes[:1])
+                rechecks = run_checks(shapes=shapes[:1], policy=chosen)
                 meta["checks_sweep_choice"] = rechecks
                 if not all(c["ok"] for c in rechecks):
-                    restore_sweep_defaults(choice["defaults"])
+                    chosen = policy
                     notes.append("sweep choice failed its checks: defaults kept")
                     print(notes[-1], flush=True)
+            policy = chosen
         except Exception as e:  # a diagnostic: never lose the grid over it
             notes.append(f"sweep failed: {e!r}"[:400])
             print("SWEEP FAILED", repr(e)[:400], flush=True)
         atomic_write(args.out / "meta.json", json.dumps(meta, indent=1))
     meta["storeall_config"] = args.storeall_config
+    meta["launch_policy"] = policy.as_dict()
     rows = run_grid(
         copy_gbps, args.out / "gdn_verify.csv", args.quick, notes, deadline_s, shapes=shapes,
         checked=None if args.no_checks else checked_kernels(checks),
-        storeall_config=args.storeall_config,
+        storeall_config=args.storeall_config, policy=policy,
     )  # fmt: skip
     meta["notes"] = notes
     meta["num_rows"] = len(rows)

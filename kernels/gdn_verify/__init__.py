@@ -1,6 +1,7 @@
 """GDN speculative-verification kernels (store-all, TreeWY) and their float64 references."""
 
 from .conv_tree import conv_tree_commit, conv_tree_update
+from .policy import DEFAULT_POLICY, LaunchPolicy
 from .reference import (
     commit_reference,
     conv_state_commit_reference,
@@ -14,6 +15,8 @@ from .treewy import treewy_commit, treewy_verify
 from .treewy_fused import PendingCommit, treewy_deferred_verify, treewy_fused_verify_commit
 
 __all__ = [
+    "DEFAULT_POLICY",
+    "LaunchPolicy",
     "PendingCommit",
     "TreeSpec",
     "chain_parent",

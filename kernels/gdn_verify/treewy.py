@@ -47,8 +47,9 @@ from ._jit import (
     unit_lower_inverse_t,
     xdot,
 )
+from .policy import DEFAULT_POLICY, LaunchPolicy
 from .tree import validate_parent
-from .treewy_small import SMALL_MAX_W, launch_small
+from .treewy_small import launch_small
 
 __all__ = ["treewy_commit", "treewy_verify"]
 
@@ -59,67 +60,8 @@ __all__ = ["treewy_commit", "treewy_verify"]
 # The per-head K K^T and Q K^T take raw bf16 operands, exact in tf32 (fp32 sums).
 # key-dimension chunk of the per-head window kernel
 PREP_BLOCK_K = 32
-# Warps of the window kernel by BW (round 4 sweeps, verify at B = 256, fp32): BW = 16 at
-# 1 warp (T = 4: 297 us at 1 warp, 314 at 2, 353 at 4; T = 15: 387 / 411 / 473); BW = 64
-# at 2 warps (W = 40: 1104 us vs 1124 at 4; round 3: 4 warps beat 8 and 16 by 1.9-3.6x).
-# Below SMALL_MAX_HEADS (B * Hv) BW = 64 keeps 4 warps: at B = 1 the 2-warp window kernel
-# was slower (W = 40 verify+commit 56.0 us vs 30.6 us with 4 warps, round 4 runs 3 and 2).
-PREP_WARPS_BY_BW = {16: 1, 32: 4, 64: 2}
-PREP_WARPS_FEW_HEADS_BY_BW = {64: 4}
-# 32 < BW <= 64: blocked (I + N)^-1 (15 serial steps on 16 x 16 tiles, then block products)
-# instead of W - 1 serial steps on the [BW, BW] tile (round 2)
-PREP_SOLVE_BLOCKED = True
-# Launch configurations: widest dv tile (halved at small B, see pick_block_v), warps, key
-# chunk (bkc = dk: the whole state tile at once). Chosen by the round-4 side-by-side sweeps
-# on the H200 (bench/run.py --sweep; results/h200/round4_sweep*.csv, kernels/BENCHMARKS.md):
-# fewer warps won almost everywhere. Streaming kernel by (BW, variant); "deferred" has the
-# pending path.
-STREAM_CONFIG = {
-    (16, "verify"): {"block_v": 32, "num_warps": 2, "bkc": 128},
-    (16, "deferred"): {"block_v": 64, "num_warps": 2, "bkc": 64},
-    (32, "verify"): {"block_v": 32, "num_warps": 2, "bkc": 128},
-    (32, "deferred"): {"block_v": 64, "num_warps": 2, "bkc": 64},
-    (64, "verify"): {"block_v": 64, "num_warps": 4, "bkc": 64},
-    (64, "deferred"): {"block_v": 64, "num_warps": 4, "bkc": 64},
-}
-# commit by (BW, state dtype); the round-3 "bf16 commit anomaly" (1577 us at W = 40) was
-# the 8-warp configuration: 288 us at 4 warps. (BW = 32 is not in the measured grid: it
-# takes the BW = 16 choice.)
-COMMIT_CONFIG = {
-    (16, "float32"): {"block_v": 64, "num_warps": 4, "bkc": 64},
-    (16, "bfloat16"): {"block_v": 128, "num_warps": 8, "bkc": 128},
-    (32, "float32"): {"block_v": 64, "num_warps": 4, "bkc": 64},
-    (32, "bfloat16"): {"block_v": 128, "num_warps": 8, "bkc": 128},
-    # round 5 sweep (fp32 contract, W = 40 (3,3,3), B = 256): 64-key chunks 356.1 us vs
-    # 442.3 at 32 (results/h200/round5_sweep.csv)
-    (64, "float32"): {"block_v": 64, "num_warps": 4, "bkc": 64},
-    (64, "bfloat16"): {"block_v": 64, "num_warps": 4, "bkc": 32},
-}
-# Single-launch kernel (treewy_small.py) for W <= SMALL_MAX_W: always for the fused
-# variant, and for verify / deferred while B * Hv < SMALL_MAX_HEADS (round 4, T = 4:
-# 1.54x faster at B * Hv = 32, 0.95x at 1024; at B = 256 the third sweep's best
-# single-launch config took 255 us against 252 for two launches, deferred 596 vs 413; at
-# W = 15 it lost at every B, 0.35-0.69x).
-# SMALL_SINGLE_LAUNCH = False gives the two-launch path of rounds 2-3 for every window.
-SMALL_SINGLE_LAUNCH = True
-SMALL_MAX_HEADS = 512
-
-
-def use_single_launch(num_nodes: int, num_heads_total: int, fused: bool) -> bool:
-    """Whether a window takes the single-launch kernel (see SMALL_MAX_HEADS)."""
-    if not SMALL_SINGLE_LAUNCH or num_nodes > SMALL_MAX_W:
-        return False
-    return fused or num_heads_total < SMALL_MAX_HEADS
-
-
-def stream_config(bw: int, variant: str = "verify") -> dict:
-    """variant: "verify" (also fused) or "deferred"."""
-    return STREAM_CONFIG.get((bw, variant), STREAM_CONFIG[64, variant])
-
-
-def commit_config(bw: int, state_dtype: torch.dtype) -> dict:
-    name = "float32" if state_dtype == torch.float32 else "bfloat16"
-    return COMMIT_CONFIG.get((bw, name), COMMIT_CONFIG[64, name])
+# Launch configurations (warps, tiles, key chunks, the single-launch policy): policy.py,
+# passed as ``policy=`` (default DEFAULT_POLICY).
 
 
 @triton.jit
@@ -487,13 +429,6 @@ def launch_split(kernel, num_v_tiles: int, num_heads_total: int, *args, **kwargs
         kernel[(num_v_tiles, count)](*args, BH0=bh0, **kwargs)
 
 
-def prep_warps(bw: int, num_heads_total: int = 1 << 30) -> int:
-    """Warps of the per-head window kernel for B * Hv = ``num_heads_total`` programs."""
-    if num_heads_total < SMALL_MAX_HEADS and bw in PREP_WARPS_FEW_HEADS_BY_BW:
-        return PREP_WARPS_FEW_HEADS_BY_BW[bw]
-    return PREP_WARPS_BY_BW.get(bw, 4)
-
-
 def launch_prep(
     q,
     k,
@@ -506,12 +441,14 @@ def launch_prep(
     num_warps=None,
     blocked=None,
     gram_precision: str = "tf32",
+    policy: LaunchPolicy | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """Launch the per-head window kernel alone (also timed alone by ``bench/run.py``).
 
     Returns (mats [2, B*Hv, W, W] = m1, pm; cols [2, B*Hv, W] = ck, cq), fp32 scratch.
-    ``num_warps`` / ``blocked`` override ``prep_warps`` / ``PREP_SOLVE_BLOCKED``.
+    ``num_warps`` / ``blocked`` override the policy's ``prep_warps`` / ``prep_blocked``.
     """
+    policy = DEFAULT_POLICY if policy is None else policy
     hk, hv = num_heads
     bsz, w, _, dk = q.shape
     bw, log2_bw = pad_window(w)
@@ -539,8 +476,8 @@ def launch_prep(
         BK=bk,
         BKC=min(bk, PREP_BLOCK_K),
         PREC=gram_precision,
-        BLOCKED=PREP_SOLVE_BLOCKED if blocked is None else blocked,
-        num_warps=prep_warps(bw, bsz * hv) if num_warps is None else num_warps,
+        BLOCKED=policy.prep_blocked if blocked is None else blocked,
+        num_warps=policy.prep_warps(bw, bsz * hv) if num_warps is None else num_warps,
     )
     return mats, cols
 
@@ -564,9 +501,11 @@ def launch_window(
     vt=None,
     out=None,
     state_math=None,
+    policy: LaunchPolicy | None = None,
 ):
     """Launch the per-head window kernel, then the streaming kernel; returns (o, vt or
     None). Shared by all variants."""
+    policy = DEFAULT_POLICY if policy is None else policy
     bsz, w, hk, hv, dv = check_inputs(q, k, v, log_gate, beta, state_pool, parent)
     if pending is not None:
         check_parent(pending[3], pending[0].shape[1])
@@ -576,16 +515,17 @@ def launch_window(
         scale = dk**-0.5
     bw, _ = pad_window(w)
     bk = triton.next_power_of_2(dk)
-    cfg = stream_config(bw, "deferred" if pending is not None else "verify")
+    cfg = policy.stream_config(bw, "deferred" if pending is not None else "verify")
     bv = pick_block_v(bsz * hv, dv, widest=cfg["block_v"])
     o = torch.empty_like(v) if out is None else out
     if store_vt and vt is None:
         vt = torch.empty(v.shape, dtype=torch.float32, device=v.device)
-    if use_single_launch(w, bsz * hv, fused=accepted is not None):
+    if policy.use_single_launch(w, bsz * hv, fused=accepted is not None):
         launch_small(
             q, k, v, log_gate, beta, state_pool, state_slot, parent,
             num_heads=(hk, hv), scale=scale, o=o, vt=vt if store_vt else None,
             accepted=accepted, pending=pending, k_out=k_out, g_out=g_out, prec=prec,
+            policy=policy,
         )  # fmt: skip
         return o, vt
     if pending is not None:
@@ -596,8 +536,9 @@ def launch_window(
         pk, pvt, pg, pparent, paccepted = k, o, log_gate, parent, state_slot
         wp, bwp = w, bw
     mats, cols = launch_prep(
-        q, k, log_gate, beta, parent, scale=scale, num_heads=(hk, hv), gram_precision=prec.gram
-    )
+        q, k, log_gate, beta, parent, scale=scale, num_heads=(hk, hv),
+        gram_precision=prec.gram, policy=policy,
+    )  # fmt: skip
     launch_split(
         treewy_stream_kernel,
         triton.cdiv(dv, bv),
@@ -659,6 +600,7 @@ def treewy_verify(
     out: torch.Tensor | None = None,
     vt: torch.Tensor | None = None,
     state_math: str | None = None,
+    policy: LaunchPolicy | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """Outputs and pseudo-values of a draft window, reading S_0 = state_pool[state_slot[b]].
 
@@ -669,6 +611,7 @@ def treewy_verify(
     ``out`` / ``vt`` when given). CUDA-graph capturable (no host synchronisation; the
     parent array is validated on the host outside capture). ``state_math``: None (the
     contract of _jit.dot_precision: fp32-grade for an fp32 state) or "fp32" / "tf32".
+    ``policy``: launch configurations (policy.py; None: DEFAULT_POLICY).
     """
     return launch_window(
         q,
@@ -684,6 +627,7 @@ def treewy_verify(
         out=out,
         vt=vt,
         state_math=state_math,
+        policy=policy,
     )
 
 
@@ -697,11 +641,13 @@ def treewy_commit(
     accepted: torch.Tensor,
     *,
     state_math: str | None = None,
+    policy: LaunchPolicy | None = None,
 ) -> None:
     """Rebuild the accepted node's state in place: state_pool[state_slot[b]] <- S_a.
 
     ``accepted`` [B] int32 holds node indices in [0, W). k, vt and log_gate are the
-    verify call's; ``state_math`` as for ``treewy_verify``. CUDA-graph capturable.
+    verify call's; ``state_math`` and ``policy`` as for ``treewy_verify``. CUDA-graph
+    capturable.
     """
     bsz, w, hk, dk = k.shape
     hv, dv = vt.shape[2], vt.shape[3]
@@ -717,7 +663,7 @@ def treewy_commit(
     prec = dot_precision(state_pool.dtype, k.dtype, state_math, k.device.type)
     bw, _ = pad_window(w)
     bk = triton.next_power_of_2(dk)
-    cfg = commit_config(bw, state_pool.dtype)
+    cfg = (DEFAULT_POLICY if policy is None else policy).commit_config(bw, state_pool.dtype)
     bv = pick_block_v(bsz * hv, dv, widest=cfg["block_v"])
     launch_split(
         treewy_commit_kernel,

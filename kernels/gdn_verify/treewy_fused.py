@@ -28,6 +28,7 @@ from dataclasses import dataclass
 
 import torch
 
+from .policy import LaunchPolicy
 from .treewy import launch_window
 
 __all__ = ["PendingCommit", "treewy_deferred_verify", "treewy_fused_verify_commit"]
@@ -87,9 +88,10 @@ def treewy_fused_verify_commit(
     *,
     out: torch.Tensor | None = None,
     state_math: str | None = None,
+    policy: LaunchPolicy | None = None,
 ) -> torch.Tensor:
     """Outputs of the window; state_pool[state_slot[b]] becomes the state of accepted[b].
-    ``state_math`` as for ``treewy_verify``."""
+    ``state_math`` and ``policy`` as for ``treewy_verify``."""
     if accepted.shape != (q.shape[0],) or accepted.dtype != torch.int32:
         raise ValueError(f"accepted must be int32 [B={q.shape[0]}], got {accepted.shape}")
     o, _ = launch_window(
@@ -106,6 +108,7 @@ def treewy_fused_verify_commit(
         accepted=accepted,
         out=out,
         state_math=state_math,
+        policy=policy,
     )
     return o
 
@@ -125,6 +128,7 @@ def treewy_deferred_verify(
     *,
     out: torch.Tensor | None = None,
     state_math: str | None = None,
+    policy: LaunchPolicy | None = None,
 ) -> torch.Tensor:
     """Apply ``pending_in`` to the pool, then verify this window; fill ``pending_out``.
 
@@ -160,5 +164,6 @@ def treewy_deferred_verify(
         vt=pending_out.vt,
         out=out,
         state_math=state_math,
+        policy=policy,
     )
     return o

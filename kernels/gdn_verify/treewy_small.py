@@ -44,28 +44,20 @@ import triton
 import triton.language as tl
 
 from ._jit import DotPrecision, grid_chunks, pad_window, path_scale, pick_block_v, xdot
+from .policy import DEFAULT_POLICY, LaunchPolicy
 
-__all__ = ["SMALL_MAX_W", "launch_small"]
+__all__ = ["KERNEL_MAX_W", "launch_small"]
 
-# windows up to this size may take the single launch (treewy.use_single_launch decides);
-# the kernel takes HALF = 16 too (tested), but at W = 15 it was 0.35-0.69x the two-launch
-# path on the H200 at every B (round 4: [32, 32] window math per dv tile, 255 registers
-# with spills), so only HALF = 8 is used
-SMALL_MAX_W = 8
+# the kernel takes windows up to HALF = 16 (tested); which windows use it is the launch
+# policy's (LaunchPolicy.small_max_w = 8: at W = 15 it was 0.35-0.69x the two-launch path
+# on the H200 at every B, round 4: [32, 32] window math per dv tile, 255 registers with
+# spills)
 KERNEL_MAX_W = 16
 # [2*HALF, 2*HALF] solve products: fp32-grade accuracy on tensor cores
 SOLVE_PRECISION = "tf32x3"
 # K S^T / Q S^T, the commit and the small [P, P] x [P, BV] products: the caller's
 # _jit.DotPrecision (treewy.launch_window), as in the two-launch kernels
-# by (HALF, variant; deferred uses "verify"): dv tile, warps, state load before the window
-# math. Round 4 sweeps, fused T = 4 B = 256 fp32: 525 us with the state loaded after the
-# window math vs 786 before it (bf16 440 vs 494); 2 warps: 516 (bf16 311)
-SMALL_CONFIG = {
-    (8, "verify"): {"block_v": 32, "num_warps": 4, "early_s": False},
-    (8, "fused"): {"block_v": 32, "num_warps": 2, "early_s": False},
-    (16, "verify"): {"block_v": 64, "num_warps": 8, "early_s": True},
-    (16, "fused"): {"block_v": 64, "num_warps": 8, "early_s": True},
-}
+# launch configurations by (HALF, variant): policy.py (LaunchPolicy.small)
 
 
 @triton.jit
@@ -275,6 +267,7 @@ def launch_small(
     g_out: torch.Tensor | None = None,
     config: dict | None = None,
     prec: DotPrecision,
+    policy: LaunchPolicy | None = None,
 ) -> None:
     """Launch the single-launch kernel (inputs already validated by treewy.check_inputs);
     ``prec`` from _jit.dot_precision."""
@@ -285,7 +278,8 @@ def launch_small(
         raise ValueError(f"the single-launch kernel takes W <= {KERNEL_MAX_W}, got W={w}")
     half = 8 if w <= 8 else 16
     variant = "fused" if accepted is not None else "verify"
-    cfg = SMALL_CONFIG[half, variant] if config is None else config
+    policy = DEFAULT_POLICY if policy is None else policy
+    cfg = policy.small_config(half, variant) if config is None else config
     bk = triton.next_power_of_2(dk)
     bv = pick_block_v(bsz * hv, dv, widest=cfg["block_v"])
     if pending is not None:

@@ -50,7 +50,7 @@ def test_csv_schema_and_summaries(tmp_path):
     assert set(KERNELS) >= {"storeall", "deferred", "fla_chunk"}
     rows = [_row("storeall", 800.0, 600.0), _row("treewy_verify_commit", 400.0, 390.0)]
     path = tmp_path / "gdn_verify.csv"
-    write_csv(path, rows)
+    write_csv(path, rows, COLUMNS)
     with open(path) as f:
         back = list(csv.DictReader(f))
     assert tuple(back[0]) == COLUMNS

@@ -294,44 +294,46 @@ def test_blocked_window_solve_matches_serial(tree, device):
     ],
     ids=ids,
 )
-def test_single_launch_matches_two_launch_path(tree, config, device, monkeypatch):
+def test_single_launch_matches_two_launch_path(tree, config, device):
     """W <= 16 takes the single-launch kernel (treewy_small.py); it must agree with the
     two-launch path of rounds 2-3 on verify, commit, fused and deferred, at the packing
     boundaries (W = 8 / 9 / 16), on a branching tree and with the sweep's other configs."""
-    from capsim_kernels.gdn_verify import treewy as tw
-    from capsim_kernels.gdn_verify import treewy_small as ts
+    import dataclasses
 
+    from capsim_kernels.gdn_verify import treewy_small as ts
+    from capsim_kernels.gdn_verify.policy import DEFAULT_POLICY
+
+    # every window up to the kernel's limit, at any batch, through the single launch
+    policy = dataclasses.replace(
+        DEFAULT_POLICY, small_max_w=ts.KERNEL_MAX_W, small_max_heads=1 << 30
+    )
     if config is not None:
         half = 8 if tree.num_nodes <= 8 else 16
-        monkeypatch.setitem(ts.SMALL_CONFIG, (half, "verify"), config)
-        monkeypatch.setitem(ts.SMALL_CONFIG, (half, "fused"), config)
-    # every window up to the kernel's limit, at any batch, through the single launch
-    monkeypatch.setattr(tw, "SMALL_MAX_W", ts.KERNEL_MAX_W)
-    monkeypatch.setattr(tw, "SMALL_MAX_HEADS", 1 << 30)
+        policy = policy.with_entry("small", (half, "verify"), config)
+        policy = policy.with_entry("small", (half, "fused"), config)
 
     win = make_window(parent=tree.parent, batch=2, device=device, seed=11)
     win2 = make_window(parent=tree.parent, batch=2, device=device, seed=12)
     args = (win.q, win.k, win.v, win.log_gate, win.beta)
     acc = torch.tensor([tree.num_nodes - 1, 0], dtype=torch.int32, device=device)
 
-    def run_all():
+    def run_all(policy):
         pool = win.pool.clone()
-        o, vt = treewy_verify(*args, pool, win.slot, win.parent, out=nan_like(win.v))
-        treewy_commit(pool, win.slot, win.k, vt, win.log_gate, win.parent, acc)
+        o, vt = treewy_verify(*args, pool, win.slot, win.parent, out=nan_like(win.v), policy=policy)
+        treewy_commit(pool, win.slot, win.k, vt, win.log_gate, win.parent, acc, policy=policy)
         pool_f = win.pool.clone()
-        o_f = treewy_fused_verify_commit(*args, pool_f, win.slot, win.parent, acc)
+        o_f = treewy_fused_verify_commit(*args, pool_f, win.slot, win.parent, acc, policy=policy)
         pool_d = win.pool.clone()
         ping = PendingCommit(k=win.k, vt=vt, log_gate=win.log_gate, parent=win.parent, accepted=acc)
         pong = PendingCommit.empty(win.k, win.v, win.parent)
         o_d = treewy_deferred_verify(
             win2.q, win2.k, win2.v, win2.log_gate, win2.beta, pool_d, win.slot, win.parent,
-            ping, pong,
+            ping, pong, policy=policy,
         )  # fmt: skip
         return o, vt, pool, o_f, pool_f, o_d, pool_d, pong.k, pong.vt, pong.log_gate
 
-    one = run_all()
-    monkeypatch.setattr(tw, "SMALL_SINGLE_LAUNCH", False)
-    two = run_all()
+    one = run_all(policy)
+    two = run_all(dataclasses.replace(policy, single_launch=False))
     names = ("o", "vt", "pool", "fused o", "fused pool", "deferred o", "deferred pool",
              "handed k", "handed vt", "handed gates")  # fmt: skip
     for name, a, b in zip(names, one, two, strict=True):
@@ -340,17 +342,20 @@ def test_single_launch_matches_two_launch_path(tree, config, device, monkeypatch
         assert_close(name, ref.double(), used, 2e-2 if a.dtype == BF16 else fp32_tol(device))
 
 
-def test_single_launch_worst_case_conditioning(device, monkeypatch):
+def test_single_launch_worst_case_conditioning(device):
     """W = 16 (the largest single-launch window), parallel keys, beta = 1, gates = 1: N is
     all ones below the diagonal, the case where the product form (I - N)(I + N^2)... has
     its largest intermediate entries (C(15, 7) = 6435). Without the refinement step the
     interpreter measured 1.04e-4 relative on S_15 (fails the 1e-4 fp32 tolerance); with it
     1.4e-7, the serial substitution's error."""
-    from capsim_kernels.gdn_verify import treewy as tw
-    from capsim_kernels.gdn_verify import treewy_small as ts
+    import dataclasses
 
-    monkeypatch.setattr(tw, "SMALL_MAX_W", ts.KERNEL_MAX_W)
-    monkeypatch.setattr(tw, "SMALL_MAX_HEADS", 1 << 30)
+    from capsim_kernels.gdn_verify import treewy_small as ts
+    from capsim_kernels.gdn_verify.policy import DEFAULT_POLICY
+
+    policy = dataclasses.replace(
+        DEFAULT_POLICY, small_max_w=ts.KERNEL_MAX_W, small_max_heads=1 << 30
+    )
     tree = TreeSpec.chain(16)
     win = make_window(
         parent=tree.parent, batch=1, gate_range=(1.0, 1.0), beta_range=(1.0, 1.0),
@@ -362,39 +367,39 @@ def test_single_launch_worst_case_conditioning(device, monkeypatch):
     )
     o, vt = treewy_verify(
         win.q, k, win.v, win.log_gate, win.beta, win.pool, win.slot, win.parent,
-        out=nan_like(win.v),
+        out=nan_like(win.v), policy=policy,
     )  # fmt: skip
     assert_close("o", o_ref, o, BF16_TOL)
     acc = torch.tensor([15], dtype=torch.int32, device=device)
-    treewy_commit(win.pool, win.slot, k, vt, win.log_gate, win.parent, acc)
+    treewy_commit(win.pool, win.slot, k, vt, win.log_gate, win.parent, acc, policy=policy)
     assert_close("S_15", states[:, 15], win.pool[win.slot.long()], fp32_tol(device))
 
 
 def test_single_launch_policy():
-    """W <= 8: fused always single-launch, verify/deferred only below SMALL_MAX_HEADS
-    (B * Hv); W > 8: never (the measured round-4 crossovers, treewy.py)."""
-    from capsim_kernels.gdn_verify.treewy import SMALL_MAX_HEADS, use_single_launch
+    """W <= 8: fused always single-launch, verify/deferred only below small_max_heads
+    (B * Hv); W > 8: never (the measured round-4 crossovers, policy.py)."""
+    from capsim_kernels.gdn_verify.policy import DEFAULT_POLICY as pol
 
-    assert use_single_launch(4, 32, fused=False)
-    assert not use_single_launch(4, SMALL_MAX_HEADS, fused=False)
-    assert use_single_launch(4, 8192, fused=True)
-    assert use_single_launch(8, 32, fused=False)
-    assert not use_single_launch(9, 32, fused=True)
-    assert not use_single_launch(15, 32, fused=False)
+    assert pol.use_single_launch(4, 32, fused=False)
+    assert not pol.use_single_launch(4, pol.small_max_heads, fused=False)
+    assert pol.use_single_launch(4, 8192, fused=True)
+    assert pol.use_single_launch(8, 32, fused=False)
+    assert not pol.use_single_launch(9, 32, fused=True)
+    assert not pol.use_single_launch(15, 32, fused=False)
 
 
 @pytest.mark.parametrize("bkc", [16, 64])
 @pytest.mark.parametrize("tree", [TreeSpec((1, 1, 1)), TreeSpec.chain(20)], ids=ids)
-def test_commit_whole_tile_and_key_chunks_agree(tree, bkc, device, monkeypatch):
+def test_commit_whole_tile_and_key_chunks_agree(tree, bkc, device):
     """The commit kernel's two paths (whole state tile loaded first, bkc = dk; or dk/bkc key
     chunks) rebuild the same state as the float64 commit."""
-    from capsim_kernels.gdn_verify import treewy as tw
     from capsim_kernels.gdn_verify._jit import pad_window
+    from capsim_kernels.gdn_verify.policy import DEFAULT_POLICY
 
     win = make_window(parent=tree.parent, batch=2, dk=64, dv=32, device=device, seed=8)
     bw, _ = pad_window(tree.num_nodes)
-    monkeypatch.setitem(
-        tw.COMMIT_CONFIG, (bw, "float32"), {"block_v": 32, "num_warps": 4, "bkc": bkc}
+    policy = DEFAULT_POLICY.with_entry(
+        "commit", (bw, "float32"), {"block_v": 32, "num_warps": 4, "bkc": bkc}
     )
     _, states = recurrence_reference(
         win.q, win.k, win.v, win.log_gate, win.beta, win.state0, tree.parent
@@ -403,6 +408,6 @@ def test_commit_whole_tile_and_key_chunks_agree(tree, bkc, device, monkeypatch):
         win.q, win.k, win.v, win.log_gate, win.beta, win.pool, win.slot, win.parent
     )
     acc = torch.tensor([tree.num_nodes - 1, 1], dtype=torch.int32, device=device)
-    treewy_commit(win.pool, win.slot, win.k, vt, win.log_gate, win.parent, acc)
+    treewy_commit(win.pool, win.slot, win.k, vt, win.log_gate, win.parent, acc, policy=policy)
     want = states[torch.arange(2), acc.long().cpu()]
     assert_close("S_a", want, win.pool[win.slot.long()], fp32_tol(device))

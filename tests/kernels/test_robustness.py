@@ -105,3 +105,26 @@ def test_benchmark_refuses_kernels_whose_check_failed():
     bad = checked_kernels([check])["m", "float32", "chain"]
     assert "treewy_verify_commit" not in bad and "treewy_commit" not in bad
     assert "deferred" not in bad and "treewy_verify" in bad
+
+
+def test_launch_policy_is_an_argument_not_module_state():
+    """The sweep builds candidate policies; the default is immutable and never changed."""
+    import dataclasses
+
+    from capsim_kernels.bench.run import sweep_parts
+    from capsim_kernels.gdn_verify.policy import DEFAULT_POLICY
+
+    before = DEFAULT_POLICY.as_dict()
+    pol = DEFAULT_POLICY
+    for _part, (apply, cands, default) in sweep_parts(DEFAULT_POLICY).items():
+        assert default in cands
+        for cfg in cands:
+            cand = apply(pol, cfg)
+            assert cand is not pol
+        pol = apply(pol, cands[-1])
+    assert DEFAULT_POLICY.as_dict() == before
+    assert pol.as_dict() != before
+    with pytest.raises(TypeError):
+        DEFAULT_POLICY.stream[16, "verify"] = {}  # read-only tables
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        DEFAULT_POLICY.single_launch = False

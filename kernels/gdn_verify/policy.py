@@ -1,0 +1,141 @@
+"""Launch configurations of the TreeWY kernels as one immutable value, passed as an argument.
+
+``DEFAULT_POLICY`` holds the measured choices (round 4 sweeps, round 5 sweep for the fp32
+contract; kernels/BENCHMARKS.md, results/h200/round4_sweep*.csv, round5_sweep.csv). Every
+public TreeWY function takes ``policy=`` (None: the default); the benchmark's sweeps build
+candidates with ``LaunchPolicy.with_entry`` / ``dataclasses.replace`` instead of changing
+module state at run time.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from types import MappingProxyType
+
+import torch
+
+__all__ = ["DEFAULT_POLICY", "LaunchPolicy"]
+
+
+def _frozen(table: dict) -> Mapping:
+    return MappingProxyType({k: MappingProxyType(dict(v)) for k, v in table.items()})
+
+
+# Streaming kernel by (BW, variant): dv tile (halved at small B, _jit.pick_block_v), warps,
+# key chunk. Round 4 sweeps on the H200 (fewer warps won almost everywhere); the round-5
+# sweep for the fp32 contract kept them. "deferred" has the pending path.
+_STREAM = {
+    (16, "verify"): {"block_v": 32, "num_warps": 2, "bkc": 128},
+    (16, "deferred"): {"block_v": 64, "num_warps": 2, "bkc": 64},
+    (32, "verify"): {"block_v": 32, "num_warps": 2, "bkc": 128},
+    (32, "deferred"): {"block_v": 64, "num_warps": 2, "bkc": 64},
+    (64, "verify"): {"block_v": 64, "num_warps": 4, "bkc": 64},
+    (64, "deferred"): {"block_v": 64, "num_warps": 4, "bkc": 64},
+}
+# Commit by (BW, state dtype); the round-3 "bf16 commit anomaly" (1577 us at W = 40) was
+# the 8-warp configuration: 288 us at 4 warps. BW = 32 is not in the measured grid: it
+# takes the BW = 16 choice. Round 5 sweep (fp32 contract, W = 40 (3,3,3), B = 256):
+# 64-key chunks 356.1 us vs 442.3 at 32 (results/h200/round5_sweep.csv).
+_COMMIT = {
+    (16, "float32"): {"block_v": 64, "num_warps": 4, "bkc": 64},
+    (16, "bfloat16"): {"block_v": 128, "num_warps": 8, "bkc": 128},
+    (32, "float32"): {"block_v": 64, "num_warps": 4, "bkc": 64},
+    (32, "bfloat16"): {"block_v": 128, "num_warps": 8, "bkc": 128},
+    (64, "float32"): {"block_v": 64, "num_warps": 4, "bkc": 64},
+    (64, "bfloat16"): {"block_v": 64, "num_warps": 4, "bkc": 32},
+}
+# Single-launch kernel (treewy_small.py) by (HALF, variant; deferred uses "verify"): dv
+# tile, warps, state load before the window math. Round 4 sweeps, fused T = 4 B = 256
+# fp32: 525 us with the state loaded after the window math vs 786 before it (bf16 440 vs
+# 494); 2 warps: 516 (bf16 311)
+_SMALL = {
+    (8, "verify"): {"block_v": 32, "num_warps": 4, "early_s": False},
+    (8, "fused"): {"block_v": 32, "num_warps": 2, "early_s": False},
+    (16, "verify"): {"block_v": 64, "num_warps": 8, "early_s": True},
+    (16, "fused"): {"block_v": 64, "num_warps": 8, "early_s": True},
+}
+# Warps of the window kernel by BW (round 4 sweeps, verify at B = 256, fp32): BW = 16 at
+# 1 warp (T = 4: 297 us at 1 warp, 314 at 2, 353 at 4; T = 15: 387 / 411 / 473); BW = 64
+# at 2 warps (W = 40: 1104 us vs 1124 at 4; round 3: 4 warps beat 8 and 16 by 1.9-3.6x).
+# Below small_max_heads (B * Hv) BW = 64 keeps 4 warps: at B = 1 the 2-warp window kernel
+# was slower (W = 40 verify+commit 56.0 us vs 30.6 us with 4 warps, round 4 runs 3 and 2).
+_PREP_WARPS = {16: 1, 32: 4, 64: 2}
+_PREP_WARPS_FEW_HEADS = {64: 4}
+
+
+@dataclass(frozen=True)
+class LaunchPolicy:
+    """Every launch choice of the TreeWY kernels.
+
+    single_launch / small_max_w / small_max_heads: windows of W <= small_max_w take the
+    single-launch kernel, always for the fused variant and for verify / deferred while
+    B * Hv < small_max_heads (round 4, T = 4: 1.54x faster at B * Hv = 32, 0.95x at 1024;
+    at W = 15 it lost at every B, 0.35-0.69x). prep_blocked: the blocked (I + N)^-1 for
+    32 < BW <= 64 (round 2).
+    """
+
+    stream: Mapping = field(default_factory=lambda: _frozen(_STREAM))
+    commit: Mapping = field(default_factory=lambda: _frozen(_COMMIT))
+    small: Mapping = field(default_factory=lambda: _frozen(_SMALL))
+    prep_warps_by_bw: Mapping = field(default_factory=lambda: MappingProxyType(_PREP_WARPS))
+    prep_warps_few_heads_by_bw: Mapping = field(
+        default_factory=lambda: MappingProxyType(_PREP_WARPS_FEW_HEADS)
+    )
+    prep_blocked: bool = True
+    single_launch: bool = True
+    small_max_w: int = 8
+    small_max_heads: int = 512
+
+    def with_entry(self, table: str, key, value) -> LaunchPolicy:
+        """A copy with ``table[key] = value`` (table: stream, commit, small,
+        prep_warps_by_bw)."""
+        if table not in ("stream", "commit", "small", "prep_warps_by_bw"):
+            raise ValueError(
+                f"table must be stream, commit, small or prep_warps_by_bw, got {table!r}"
+            )
+        new = dict(getattr(self, table))
+        new[key] = MappingProxyType(dict(value)) if isinstance(value, Mapping) else value
+        return dataclasses.replace(self, **{table: MappingProxyType(new)})
+
+    def stream_config(self, bw: int, variant: str = "verify") -> dict:
+        """variant: "verify" (also fused) or "deferred"."""
+        return dict(self.stream.get((bw, variant), self.stream[64, variant]))
+
+    def commit_config(self, bw: int, state_dtype: torch.dtype) -> dict:
+        name = "float32" if state_dtype == torch.float32 else "bfloat16"
+        return dict(self.commit.get((bw, name), self.commit[64, name]))
+
+    def small_config(self, half: int, variant: str) -> dict:
+        return dict(self.small[half, variant])
+
+    def prep_warps(self, bw: int, num_heads_total: int = 1 << 30) -> int:
+        """Warps of the per-head window kernel for B * Hv = ``num_heads_total`` programs."""
+        if num_heads_total < self.small_max_heads and bw in self.prep_warps_few_heads_by_bw:
+            return self.prep_warps_few_heads_by_bw[bw]
+        return self.prep_warps_by_bw.get(bw, 4)
+
+    def use_single_launch(self, num_nodes: int, num_heads_total: int, fused: bool) -> bool:
+        """Whether a window takes the single-launch kernel."""
+        if not self.single_launch or num_nodes > self.small_max_w:
+            return False
+        return fused or num_heads_total < self.small_max_heads
+
+    def as_dict(self) -> dict:
+        """JSON-friendly form (for meta.json)."""
+
+        def table(t):
+            return {",".join(map(str, k)) if isinstance(k, tuple) else str(k):
+                    dict(v) if isinstance(v, Mapping) else v for k, v in t.items()}  # fmt: skip
+
+        return {
+            "stream": table(self.stream), "commit": table(self.commit),
+            "small": table(self.small), "prep_warps_by_bw": table(self.prep_warps_by_bw),
+            "prep_warps_few_heads_by_bw": table(self.prep_warps_few_heads_by_bw),
+            "prep_blocked": self.prep_blocked, "single_launch": self.single_launch,
+            "small_max_w": self.small_max_w, "small_max_heads": self.small_max_heads,
+        }  # fmt: skip
+
+
+DEFAULT_POLICY = LaunchPolicy()
