@@ -61,12 +61,19 @@ def figure5_prefix_caching(points: pd.DataFrame) -> Figure:
             if col == "peak_running":
                 loads = np.sort(sel["load"].unique())
                 ax.plot(loads, loads, ":", color="grey", label="offered concurrency")
+            if col == "prefix_cache_hit_rate":
+                ax.set_ylim(-0.02, 1.0)  # one scale for every row: 0% hits read as 0%
             _load_x(ax, sel["load"].to_numpy())
             ax.set_xlabel("offered concurrency (requests)")
             ax.set_ylabel(label, fontsize=8)
             ax.set_title(f"{_short(model)} gmu {gmu:g}, {wl}", fontsize=8)
             ax.grid(alpha=0.3)
-        axes[r][0].legend(fontsize=6, loc="best")
-    fig.suptitle("Figure 5: prefix caching (GDN 'align' mode) on vs off" + step_time_suffix(points))
-    fig.tight_layout()
+        # the admitted panel carries every line style (caching on and off, offered load)
+        axes[r][1].legend(fontsize=6, loc="upper left")
+    fig.suptitle(
+        "Figure 5: prefix caching (GDN 'align' mode), solid = on, dashed = off"
+        + step_time_suffix(points)
+    )
+    title_in = 0.8  # room for the two-line suptitle above the first row's panel titles
+    fig.tight_layout(rect=(0, 0, 1, 1 - title_in / fig.get_figheight()))
     return fig
