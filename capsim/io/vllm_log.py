@@ -208,6 +208,80 @@ def _engine_config(log: VllmLog, line: str) -> None:
             log.num_speculative_tokens = int(m.group(2))
 
 
+def _int_f(text: str) -> int:
+    return int(_f(text))
+
+
+_SKIP = ("", str)
+# One row per start-up line capsim reads: the pattern, then (field, converter) for each group
+# in order ("" skips a group). Rows are tried in this order and the first value of a field wins.
+_LINE_FIELDS: tuple[tuple[re.Pattern[str], tuple[tuple[str, Any], ...]], ...] = tuple(
+    (re.compile(pattern), attrs)
+    for pattern, attrs in (
+        (rf"Model loading took {_NUM} ?GiB", (("weights_gib", _f),)),
+        (
+            rf"Free memory on device \({_NUM}/{_NUM} GiB\)",
+            (("gpu_free_gib", _f), ("gpu_total_gib", _f)),
+        ),
+        (
+            rf"Desired GPU memory utilization is \({_NUM}, {_NUM} GiB\)",
+            (("gmu", _f), ("requested_gib", _f)),
+        ),
+        (
+            rf"Actual usage is {_NUM} GiB for weight, {_NUM} GiB for peak activation, "
+            rf"{_NUM} GiB for non-torch memory, and {_NUM} GiB for CUDAGraph memory",
+            (
+                ("weights_gib", _f),
+                ("peak_activation_gib", _f),
+                ("non_torch_gib", _f),
+                ("cudagraph_actual_gib", _f),
+            ),
+        ),
+        (
+            # 0.33: peak activation includes the charged graph estimate; split after parsing.
+            rf"Actual usage is {_NUM} GiB for consumed memory \(weights \+ non-torch\), "
+            rf"{_NUM} GiB for peak activation, and {_NUM} GiB for CUDAGraph memory",
+            (
+                ("consumed_gib", _f),
+                ("peak_activation_incl_graph_gib", _f),
+                ("cudagraph_actual_gib", _f),
+            ),
+        ),
+        (
+            rf"model weights take {_NUM} ?GiB; non_torch_memory takes {_NUM} ?GiB; "
+            rf"PyTorch activation peak memory takes {_NUM} ?GiB",
+            (("weights_gib", _f), ("non_torch_gib", _f), ("peak_activation_gib", _f)),
+        ),
+        (
+            rf"total_gpu_memory \({_NUM} ?GiB\) x gpu_memory_utilization \({_NUM}\)",
+            (("gpu_total_gib", _f), ("gmu", _f)),
+        ),
+        (rf"Estimated CUDA graph memory: {_NUM} GiB total", (("cudagraph_estimate_gib", _f),)),
+        (
+            rf"CUDA graph pool memory: {_NUM} GiB \(actual\), {_NUM} GiB \(estimated\)",
+            (("cudagraph_actual_gib", _f), ("cudagraph_estimate_gib", _f)),
+        ),
+        (
+            rf"Graph capturing finished in {_NUM} secs?, took {_NUM} GiB",
+            (_SKIP, ("cudagraph_actual_gib", _f)),
+        ),
+        (r"--gpu-memory-utilization=([0-9.]+) is equivalent to", (("gmu", _f),)),
+        (rf"Available KV cache memory: {_NUM} ?GiB", (("available_kv_gib", _f),)),
+        (rf"Current kv cache memory in use is {_NUM} GiB", (("available_kv_gib", _f),)),
+        (rf"GPU KV cache size: {_NUM} tokens", (("kv_cache_tokens", _int_f),)),
+        (
+            rf"Maximum concurrency for {_NUM} tokens per request: {_NUM}x",
+            (("max_concurrency_tokens", _int_f), ("max_concurrency", _f)),
+        ),
+        (r"Setting attention block size to (\d+) tokens", (("attention_block_size", int),)),
+        (rf"Padding mamba page size by {_NUM}%", (("mamba_page_padding_pct", _f),)),
+        (r"with num_gpu_blocks_override=(\d+)", (("num_gpu_blocks_override", int),)),
+        (r"with num_gpu_blocks_override=(\d+)", (("num_gpu_blocks", int),)),
+        (r"# GPU blocks: (\d+)", (("num_gpu_blocks", int),)),
+    )
+)
+
+
 def parse_vllm_log(text: str) -> VllmLog:
     """Read every line vLLM prints at start-up that capsim knows (first value wins)."""
     log = VllmLog()
@@ -227,101 +301,19 @@ def parse_vllm_log(text: str) -> VllmLog:
         m = re.search(r"(?:\bversion|API server version)\s+v?(\d+\.\d+\.\d+\S*)", line)
         if m and "Initializing" not in line:
             first("vllm_version", m.group(1))
-        m = re.search(rf"Model loading took {_NUM} ?GiB", line)
-        if m:
-            first("weights_gib", _f(m.group(1)))
-        m = re.search(rf"Free memory on device \({_NUM}/{_NUM} GiB\)", line)
-        if m:
-            first("gpu_free_gib", _f(m.group(1)))
-            first("gpu_total_gib", _f(m.group(2)))
-        m = re.search(rf"Desired GPU memory utilization is \({_NUM}, {_NUM} GiB\)", line)
-        if m:
-            first("gmu", _f(m.group(1)))
-            first("requested_gib", _f(m.group(2)))
-        m = re.search(
-            rf"Actual usage is {_NUM} GiB for weight, {_NUM} GiB for peak activation, "
-            rf"{_NUM} GiB for non-torch memory, and {_NUM} GiB for CUDAGraph memory",
-            line,
-        )
-        if m:
-            first("weights_gib", _f(m.group(1)))
-            first("peak_activation_gib", _f(m.group(2)))
-            first("non_torch_gib", _f(m.group(3)))
-            first("cudagraph_actual_gib", _f(m.group(4)))
-        m = re.search(
-            rf"Actual usage is {_NUM} GiB for consumed memory \(weights \+ non-torch\), "
-            rf"{_NUM} GiB for peak activation, and {_NUM} GiB for CUDAGraph memory",
-            line,
-        )
-        if m:
-            first("consumed_gib", _f(m.group(1)))
-            # 0.33: peak activation includes the charged graph estimate; split below.
-            first("peak_activation_incl_graph_gib", _f(m.group(2)))
-            first("cudagraph_actual_gib", _f(m.group(3)))
-        m = re.search(
-            rf"model weights take {_NUM} ?GiB; non_torch_memory takes {_NUM} ?GiB; "
-            rf"PyTorch activation peak memory takes {_NUM} ?GiB",
-            line,
-        )
-        if m:
-            first("weights_gib", _f(m.group(1)))
-            first("non_torch_gib", _f(m.group(2)))
-            first("peak_activation_gib", _f(m.group(3)))
-        m = re.search(
-            rf"total_gpu_memory \({_NUM} ?GiB\) x gpu_memory_utilization \({_NUM}\)", line
-        )
-        if m:
-            first("gpu_total_gib", _f(m.group(1)))
-            first("gmu", _f(m.group(2)))
-        m = re.search(r"Profiling CUDA graph memory: (.*)", line)
-        if m:
+        for pattern, attrs in _LINE_FIELDS:
+            m = pattern.search(line)
+            if m:
+                for (attr, conv), text in zip(attrs, m.groups(), strict=True):
+                    if attr:
+                        first(attr, conv(text))
+        if "Profiling CUDA graph memory: " in line:
             for mode, n, largest in re.findall(r"(PIECEWISE|FULL)=(\d+) \(largest=(\d+)\)", line):
                 first(f"cudagraph_{mode.lower()}", int(n))
                 log.cudagraph_largest = max(log.cudagraph_largest or 0, int(largest))
-        m = re.search(rf"Estimated CUDA graph memory: {_NUM} GiB total", line)
-        if m:
-            first("cudagraph_estimate_gib", _f(m.group(1)))
-        m = re.search(
-            rf"CUDA graph pool memory: {_NUM} GiB \(actual\), {_NUM} GiB \(estimated\)", line
-        )
-        if m:
-            first("cudagraph_actual_gib", _f(m.group(1)))
-            first("cudagraph_estimate_gib", _f(m.group(2)))
-        m = re.search(rf"Graph capturing finished in {_NUM} secs?, took {_NUM} GiB", line)
-        if m:
-            first("cudagraph_actual_gib", _f(m.group(2)))
-        m = re.search(r"--gpu-memory-utilization=([0-9.]+) is equivalent to", line)
-        if m:
-            first("gmu", _f(m.group(1)))
-        m = re.search(rf"Available KV cache memory: {_NUM} ?GiB", line)
-        if m:
-            first("available_kv_gib", _f(m.group(1)))
-        m = re.search(rf"Current kv cache memory in use is {_NUM} GiB", line)
-        if m:
-            first("available_kv_gib", _f(m.group(1)))
-        m = re.search(rf"GPU KV cache size: {_NUM} tokens", line)
-        if m:
-            first("kv_cache_tokens", int(_f(m.group(1))))
-        m = re.search(rf"Maximum concurrency for {_NUM} tokens per request: {_NUM}x", line)
-        if m:
-            first("max_concurrency_tokens", int(_f(m.group(1))))
-            first("max_concurrency", _f(m.group(2)))
-        m = re.search(r"Setting attention block size to (\d+) tokens", line)
-        if m:
-            first("attention_block_size", int(m.group(1)))
-        m = re.search(rf"Padding mamba page size by {_NUM}%", line)
-        if m:
-            first("mamba_page_padding_pct", _f(m.group(1)))
         m = re.search(r"Add (\d+) padding layers", line)
         if m:
             log.padding_layers.append(int(m.group(1)))
-        m = re.search(r"with num_gpu_blocks_override=(\d+)", line)
-        if m:
-            first("num_gpu_blocks_override", int(m.group(1)))
-            first("num_gpu_blocks", int(m.group(1)))
-        m = re.search(r"# GPU blocks: (\d+)", line)
-        if m:
-            first("num_gpu_blocks", int(m.group(1)))
         if log.as_dict() != before:
             log.lines_read += 1
     incl = log.peak_activation_incl_graph_gib
