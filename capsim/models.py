@@ -350,9 +350,10 @@ def _model_from_dict(cfg: dict[str, Any], path: Path, raw: dict[str, Any]) -> Mo
     )
 
 
-_QUANT_ALIASES: dict[str, str] = {
+# Quantization method names that HF configs and vLLM's --quantization share -> capsim's weight
+# format (core/weights.py QUANT_BYTES_PER_PARAM).
+QUANT_METHODS: dict[str, str] = {
     "fp8": "fp8",
-    "compressed-tensors-fp8": "fp8",
     "modelopt": "fp8",
     "modelopt_fp4": "nvfp4",
     "nvfp4": "nvfp4",
@@ -360,6 +361,11 @@ _QUANT_ALIASES: dict[str, str] = {
     "awq_marlin": "awq",
     "gptq": "gptq",
     "gptq_marlin": "gptq",
+}
+# config.json quantization_config.quant_method -> capsim's weight format.
+_QUANT_ALIASES: dict[str, str] = {
+    **QUANT_METHODS,
+    "compressed-tensors-fp8": "fp8",
     "auto-round": "gptq",
 }
 
