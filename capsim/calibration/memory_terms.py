@@ -33,25 +33,12 @@ extrapolate (allocator rounding, kernel tiling and caches change with size).
 from __future__ import annotations
 
 import csv
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 from pathlib import Path
 
 from capsim.calibration.interp import Curve
 
 DEFAULT_PATH = Path(__file__).resolve().parent / "data" / "h200_memory_terms.csv"
-COLUMNS = (
-    "term",
-    "model",
-    "tp",
-    "max_num_batched_tokens",
-    "max_num_seqs",
-    "capture_size",
-    "bytes",
-    "kernel",
-    "source",
-    "command",
-    "date",
-)
 AXES = ("max_num_batched_tokens", "capture_size", "max_num_seqs")
 MEASURED_LABEL = "measured (H200)"
 
@@ -74,6 +61,10 @@ class MemoryTermRow:
 
     def axis_value(self, axis: str) -> int:
         return int(getattr(self, axis))
+
+
+# The CSV's header: the row's fields in order (kernels/bench/memory_terms.py writes the same).
+COLUMNS = tuple(f.name for f in fields(MemoryTermRow))
 
 
 @dataclass(frozen=True, slots=True)
