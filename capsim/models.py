@@ -352,7 +352,7 @@ def _model_from_dict(cfg: dict[str, Any], path: Path, raw: dict[str, Any]) -> Mo
 
 # Quantization method names that HF configs and vLLM's --quantization share -> capsim's weight
 # format (core/weights.py QUANT_BYTES_PER_PARAM).
-QUANT_METHODS: dict[str, str] = {
+QUANT_METHOD_FORMATS: dict[str, str] = {
     "fp8": "fp8",
     "modelopt": "fp8",
     "modelopt_fp4": "nvfp4",
@@ -364,7 +364,7 @@ QUANT_METHODS: dict[str, str] = {
 }
 # config.json quantization_config.quant_method -> capsim's weight format.
 _QUANT_ALIASES: dict[str, str] = {
-    **QUANT_METHODS,
+    **QUANT_METHOD_FORMATS,
     "compressed-tensors-fp8": "fp8",
     "auto-round": "gptq",
 }

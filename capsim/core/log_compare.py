@@ -16,7 +16,7 @@ from capsim.config import EngineConfig, SpecDecodeConfig
 from capsim.core.memory_plan import MemoryPlan, plan_memory
 from capsim.gpus import GpuSpec, with_total_memory
 from capsim.io.vllm_log import VllmLog
-from capsim.models import QUANT_METHODS, ModelSpec
+from capsim.models import QUANT_METHOD_FORMATS, ModelSpec
 from capsim.units import GiB
 
 # vLLM --kv-cache-dtype -> capsim dtype (bytes per element are what the page needs).
@@ -30,7 +30,7 @@ KV_DTYPES: dict[str, str] = {
     "int8_per_token_head": "fp8",
 }
 # vLLM --quantization -> capsim's weight format (core/weights.py QUANT_BYTES_PER_PARAM).
-QUANT: dict[str, str] = {**QUANT_METHODS, "auto_round": "gptq", "inc": "gptq"}
+QUANT: dict[str, str] = {**QUANT_METHOD_FORMATS, "auto_round": "gptq", "inc": "gptq"}
 
 # Tolerances of the validation (issue 11): weights 2 %, available KV 5 % median / 10 % max;
 # block size and mamba padding exact.
