@@ -440,13 +440,18 @@ def gdn_inputs(
     }
 
 
-def term_gdn_vllm(probe: Probe, s: GpuShape, tokens: int, device: torch.device) -> dict[str, int]:
-    from vllm.third_party.flash_linear_attention.ops.chunk import chunk_gated_delta_rule
-
-    x = gdn_inputs(s, tokens, device)
+def _measure_chunk_rule(
+    probe: Probe,
+    rule: Callable[..., Any],
+    x: dict[str, torch.Tensor],
+    long_cu_seqlens: bool = False,
+    **extra: Any,
+) -> dict[str, int]:
+    """Measure one call of a chunked gated-delta rule (vLLM's or fla-core's) on ``x``."""
 
     def run() -> Any:
-        return chunk_gated_delta_rule(
+        cu = x["cu_seqlens"].long() if long_cu_seqlens else x["cu_seqlens"]
+        return rule(
             q=x["q"],
             k=x["k"],
             v=x["v"],
@@ -454,12 +459,18 @@ def term_gdn_vllm(probe: Probe, s: GpuShape, tokens: int, device: torch.device) 
             beta=x["beta"],
             initial_state=x["initial_state"],
             output_final_state=True,
-            cu_seqlens=x["cu_seqlens"],
-            use_qk_l2norm_in_kernel=False,
+            cu_seqlens=cu,
+            **extra,
         )
 
-    r = measure_call(probe, run)
-    return r
+    return measure_call(probe, run)
+
+
+def term_gdn_vllm(probe: Probe, s: GpuShape, tokens: int, device: torch.device) -> dict[str, int]:
+    from vllm.third_party.flash_linear_attention.ops.chunk import chunk_gated_delta_rule
+
+    x = gdn_inputs(s, tokens, device)
+    return _measure_chunk_rule(probe, chunk_gated_delta_rule, x, use_qk_l2norm_in_kernel=False)
 
 
 def term_gdn_fla060(probe: Probe, s: GpuShape, tokens: int, device: torch.device) -> dict[str, int]:
@@ -467,21 +478,7 @@ def term_gdn_fla060(probe: Probe, s: GpuShape, tokens: int, device: torch.device
 
     # fla-core's chunk rule takes q/k with the value-head count: expand the key heads.
     x = gdn_inputs(s, tokens, device, expand_qk=True)
-
-    def run() -> Any:
-        return chunk_gated_delta_rule(
-            q=x["q"],
-            k=x["k"],
-            v=x["v"],
-            g=x["g"],
-            beta=x["beta"],
-            initial_state=x["initial_state"],
-            output_final_state=True,
-            cu_seqlens=x["cu_seqlens"].long(),
-        )
-
-    r = measure_call(probe, run)
-    return r
+    return _measure_chunk_rule(probe, chunk_gated_delta_rule, x, long_cu_seqlens=True)
 
 
 def term_gdn_core_path(
