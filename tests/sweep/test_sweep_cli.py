@@ -4,9 +4,7 @@ from __future__ import annotations
 
 import pytest
 from click.testing import CliRunner
-from sweep_fakes import fake_simulate
 
-import capsim.sweep.runner as runner_mod
 from capsim.sweep.cli import knee_cmd, report_cmd, sweep_cmd, whatif_cmd
 
 GRID = """
@@ -25,11 +23,6 @@ name = "main"
   name = "sharegpt"
   loads = [8, 256]
 """
-
-
-@pytest.fixture
-def fake_sim(monkeypatch):
-    monkeypatch.setattr(runner_mod, "default_point_fn", lambda: fake_simulate)
 
 
 @pytest.fixture

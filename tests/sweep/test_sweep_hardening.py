@@ -14,9 +14,7 @@ from pathlib import Path
 
 import pytest
 from click.testing import CliRunner
-from sweep_fakes import fake_simulate
 
-import capsim.sweep.runner as runner_mod
 from capsim.cli import main
 from capsim.sweep.grid import load_spec
 from capsim.sweep.store import SweepStore
@@ -37,11 +35,6 @@ name = "main"
   name = "sharegpt"
   loads = [8, 64]
 """
-
-
-@pytest.fixture
-def fake_sim(monkeypatch):  # type: ignore[no-untyped-def]
-    monkeypatch.setattr(runner_mod, "default_point_fn", lambda: fake_simulate)
 
 
 def _grid(tmp_path: Path, text: str = GRID) -> Path:
@@ -146,37 +139,18 @@ def test_both_tree_spellings_in_toml(tmp_path) -> None:  # type: ignore[no-untyp
 def test_unpriceable_points_refused_before_any_simulation(
     tmp_path, fake_sim, old, new, needle
 ) -> None:  # type: ignore[no-untyped-def]
-    res = CliRunner().invoke(
-        main,
-        [
-            "sweep",
-            "--grid",
-            str(_grid(tmp_path, GRID.replace(old, new))),
-            "--out",
-            str(tmp_path / "o"),
-            "--no-progress",
-        ],
-    )
+    def sweep(*extra: str):  # type: ignore[no-untyped-def]
+        grid = str(_grid(tmp_path, GRID.replace(old, new)))
+        args = ["sweep", "--grid", grid, "--out", str(tmp_path / "o"), "--no-progress"]
+        return CliRunner().invoke(main, [*args, *extra])
+
+    res = sweep()
     assert res.exit_code != 0
     tail = res.output[res.output.index("Error:") :].strip()
     assert needle in tail and "--step-time roofline" in tail and "\n" not in tail
     assert not (tmp_path / "o" / "points").exists()
     # the fix it names works: the roofline prices it
-    ok = CliRunner().invoke(
-        main,
-        [
-            "sweep",
-            "--grid",
-            str(_grid(tmp_path, GRID.replace(old, new))),
-            "--out",
-            str(tmp_path / "o"),
-            "--no-progress",
-            "--executor",
-            "serial",
-            "--step-time",
-            "roofline",
-        ],
-    )
+    ok = sweep("--executor", "serial", "--step-time", "roofline")
     assert ok.exit_code == 0, ok.output
 
 
