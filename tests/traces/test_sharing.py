@@ -78,43 +78,8 @@ def test_shipped_multiturn_workload_loads() -> None:
     assert 0.5 < ideal_hit_rate(t) < 1.0
 
 
-def test_simulated_hit_rate_equals_shared_fraction_without_eviction() -> None:
-    """Attention only, 1-token blocks, a pool that never evicts: vLLM's hit counter over
-    its query counter equals the workload's shared-token fraction."""
-    t = multiturn_table(_frame(), family="qwen35", num_requests=5, seed=4)
-    layout = PoolLayout(block_size_tok=1, num_blocks=5000, num_gdn_groups=0, enable_caching=True)
-    sched = Scheduler(SchedulerConfig(max_num_seqs=4), KVCacheManager(layout))
-    reqs = [
-        Request(req_id=f"r{i}", prompt_tok=int(p), max_output_tok=int(o), index=i, segments=s)
-        for i, (p, o, s) in enumerate(zip(t.prompt_tok, t.output_tok, t.segments, strict=True))
-    ]
-    spec = SpecDecodeConfig(num_spec_tok=0)
-    sim = EngineSim(
-        scheduler=sched,
-        cost=ConstantStepTime(),
-        acceptance=AcceptanceDraws(spec, t.output_tok, np.random.default_rng(0)),
-        requests=reqs,
-        release_s=np.zeros(t.num_requests),
-        max_concurrency=2,
-        window_tok=1,
-        parent=t.parent,
-    )
-    sim.run()
-    st = sched.kv.prefix_stats
-    assert sched.kv.pool.num_evictions == 0
-    assert st.hits_tok / st.queries_tok == pytest.approx(ideal_hit_rate(t), abs=1e-12)
-    assert st.hits_tok == int(ideal_prefix_hits(t).sum()) > 0
-
-
-def _run_hybrid(t: RequestTable, k: int) -> Scheduler:
-    layout = PoolLayout(
-        block_size_tok=4,
-        num_blocks=5000,
-        num_gdn_groups=3,
-        gdn_slots_per_request=1 + k,
-        lookahead_tok=k,
-        enable_caching=True,
-    )
+def _run(t: RequestTable, layout: PoolLayout, k: int) -> Scheduler:
+    """Replay ``t`` at concurrency 2 with ``k`` drafts per step; the scheduler holds the stats."""
     sched = Scheduler(SchedulerConfig(max_num_seqs=4, num_spec_tok=k), KVCacheManager(layout))
     reqs = [
         Request(req_id=f"r{i}", prompt_tok=int(p), max_output_tok=int(o), index=i, segments=s)
@@ -132,6 +97,30 @@ def _run_hybrid(t: RequestTable, k: int) -> Scheduler:
         parent=t.parent,
     ).run()
     return sched
+
+
+def test_simulated_hit_rate_equals_shared_fraction_without_eviction() -> None:
+    """Attention only, 1-token blocks, a pool that never evicts: vLLM's hit counter over
+    its query counter equals the workload's shared-token fraction."""
+    t = multiturn_table(_frame(), family="qwen35", num_requests=5, seed=4)
+    layout = PoolLayout(block_size_tok=1, num_blocks=5000, num_gdn_groups=0, enable_caching=True)
+    sched = _run(t, layout, 0)
+    st = sched.kv.prefix_stats
+    assert sched.kv.pool.num_evictions == 0
+    assert st.hits_tok / st.queries_tok == pytest.approx(ideal_hit_rate(t), abs=1e-12)
+    assert st.hits_tok == int(ideal_prefix_hits(t).sum()) > 0
+
+
+def _run_hybrid(t: RequestTable, k: int) -> Scheduler:
+    layout = PoolLayout(
+        block_size_tok=4,
+        num_blocks=5000,
+        num_gdn_groups=3,
+        gdn_slots_per_request=1 + k,
+        lookahead_tok=k,
+        enable_caching=True,
+    )
+    return _run(t, layout, k)
 
 
 def test_align_mode_hits_equal_block_granular_ideal_without_speculation() -> None:
