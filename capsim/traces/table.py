@@ -51,16 +51,12 @@ class RequestTable:
             )
         if prompt.size == 0:
             raise ValueError(f"RequestTable {self.name!r}: no requests")
-        if (prompt < 1).any():
-            raise ValueError(
-                f"RequestTable {self.name!r}: prompt_tok must be >= 1, "
-                f"got {int(prompt.min())} at row {int(np.argmin(prompt))}"
-            )
-        if (output < 1).any():
-            raise ValueError(
-                f"RequestTable {self.name!r}: output_tok must be >= 1, "
-                f"got {int(output.min())} at row {int(np.argmin(output))}"
-            )
+        for col, arr in (("prompt_tok", prompt), ("output_tok", output)):
+            if (arr < 1).any():
+                raise ValueError(
+                    f"RequestTable {self.name!r}: {col} must be >= 1, "
+                    f"got {int(arr.min())} at row {int(np.argmin(arr))}"
+                )
         if self.arrival_s is not None:
             arr = np.asarray(self.arrival_s, dtype=np.float64)
             object.__setattr__(self, "arrival_s", arr)
