@@ -283,6 +283,20 @@ SCENARIOS: dict[str, Scenario] = {
     )
 }
 
+
+def _hybrid_prefix_engine(num_gpu_blocks: int) -> LiveEngine:
+    """The engine of the hybrid prefix-caching scenarios (model length 2048, 768-token
+    chunks, 4 requests at a time); only the pool size differs between them."""
+    return LiveEngine(
+        block_size=32,
+        num_gpu_blocks=num_gpu_blocks,
+        max_num_seqs=4,
+        max_num_batched_tokens=768,
+        max_model_len=2048,
+        enable_prefix_caching=True,
+    )
+
+
 PREFIX_SCENARIOS: tuple[Scenario, ...] = (
     Scenario(
         name="llama_prefix",
@@ -304,14 +318,7 @@ PREFIX_SCENARIOS: tuple[Scenario, ...] = (
         model="qwen3next",
         covers="prefix caching on the hybrid (GDN 'align' mode): chunks cut at block "
         "boundaries, GDN checkpoints, hits that need both attention and GDN groups",
-        engine=LiveEngine(
-            block_size=32,
-            num_gpu_blocks=40,
-            max_num_seqs=4,
-            max_num_batched_tokens=768,
-            max_model_len=2048,
-            enable_prefix_caching=True,
-        ),
+        engine=_hybrid_prefix_engine(num_gpu_blocks=40),
         requests=_shared_prefix(6, (1200,), 150, 100, every=4, seed=12, prefix="a"),
     ),
     Scenario(
@@ -319,14 +326,7 @@ PREFIX_SCENARIOS: tuple[Scenario, ...] = (
         model="qwen3next_mtp",
         covers="prefix caching on the hybrid with MTP k=2 (align mode + speculation): "
         "k speculative GDN blocks, the EAGLE one-block drop of the hit",
-        engine=LiveEngine(
-            block_size=32,
-            num_gpu_blocks=48,
-            max_num_seqs=4,
-            max_num_batched_tokens=768,
-            max_model_len=2048,
-            enable_prefix_caching=True,
-        ),
+        engine=_hybrid_prefix_engine(num_gpu_blocks=48),
         speculative_config={"method": "mtp", "num_speculative_tokens": 2},
         requests=_shared_prefix(6, (1700,), 150, 100, every=4, seed=13, prefix="b"),
     ),
@@ -335,14 +335,7 @@ PREFIX_SCENARIOS: tuple[Scenario, ...] = (
         model="qwen3next",
         covers="prefix caching on the hybrid with ngram k=3 drafts (store-all slots in "
         "align mode, no EAGLE drop)",
-        engine=LiveEngine(
-            block_size=32,
-            num_gpu_blocks=48,
-            max_num_seqs=4,
-            max_num_batched_tokens=768,
-            max_model_len=2048,
-            enable_prefix_caching=True,
-        ),
+        engine=_hybrid_prefix_engine(num_gpu_blocks=48),
         speculative_config=NGRAM_K3,
         requests=_shared_prefix(6, (1200,), 150, 100, every=4, seed=14, prefix="n"),
     ),
