@@ -115,8 +115,11 @@ class FullAttentionManager:
         for i in range(done, full):
             b = blocks[i]
             if b != NULL_BLOCK:
-                self.pool.cache_block(b, _key(self.group, hashes[i]))
+                self._cache_block(b, _key(self.group, hashes[i]))
         self.num_cached[slot] = full
+
+    def _cache_block(self, block: int, key: Hashable) -> None:
+        self.pool.cache_block(block, key)
 
     def num_held(self, slot: int) -> int:
         blocks = self.req_blocks.get(slot)
@@ -226,19 +229,11 @@ class MambaManager(FullAttentionManager):
         blocks.extend(self.pool.get_new_blocks(need - len(blocks)))
         self.allocated.add(slot)
 
-    def cache(self, slot: int, hashes: Sequence[int], num_tok: int) -> None:
-        done = self.num_cached.get(slot, 0)
-        full = num_tok // self.block_size_tok
-        if done >= full:
-            return
-        blocks = self.req_blocks[slot]
-        for i in range(done, full):
-            b = blocks[i]
-            if b != NULL_BLOCK and self.pool.block_key(b) is None:
-                key = _key(self.group, hashes[i])
-                self.pool.cache_block(b, key)
-                self.cached_this_step.add(key)
-        self.num_cached[slot] = full
+    def _cache_block(self, block: int, key: Hashable) -> None:
+        """Keys only blocks that hold none yet, and records them in cached_this_step."""
+        if self.pool.block_key(block) is None:
+            self.pool.cache_block(block, key)
+            self.cached_this_step.add(key)
 
     def free(self, slot: int) -> None:
         self.allocated.discard(slot)
