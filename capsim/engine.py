@@ -21,6 +21,8 @@ from capsim.core.scheduler import Scheduler, SchedulerOutput
 from capsim.cost.base import BatchShape, StepTimeModel
 from capsim.metrics import StepRecorder
 
+_EMPTY = np.zeros(0, dtype=np.int64)
+
 
 class EngineSim:
     """Runs one point to completion; results stay on the Request objects and recorder."""
@@ -105,16 +107,28 @@ class EngineSim:
             is_dec = (out.num_new == 1) & (
                 comp == cols["prompt_tok"][out.slots] + cols["num_output_tok"][out.slots] - 1
             )
+        num_dec = int(np.count_nonzero(is_dec))
+        if num_dec == comp.size:  # decodes only (the common step): no masking
+            return BatchShape(
+                num_decode_req=num_dec,
+                query_tok_per_decode=w,
+                decode_context_tok=comp,
+                prefill_new_tok=_EMPTY,
+                prefill_computed_tok=_EMPTY,
+            )
+        is_pre = ~is_dec
         return BatchShape(
-            num_decode_req=int(is_dec.sum()),
-            query_tok_per_decode=self.window_tok,
+            num_decode_req=num_dec,
+            query_tok_per_decode=w,
             decode_context_tok=comp[is_dec],
-            prefill_new_tok=out.num_new[~is_dec],
-            prefill_computed_tok=comp[~is_dec],
+            prefill_new_tok=out.num_new[is_pre],
+            prefill_computed_tok=comp[is_pre],
         )
 
     def _engine(self):  # type: ignore[no-untyped-def]
         env, sched, rec = self.env, self.scheduler, self.recorder
+        kv = sched.kv
+        stats, pool = kv.prefix_stats, kv.pool
         cols = sched.store.cols
         first_token, last_emit = self.first_token_s, self.last_emit_s
         total = len(self.requests)
@@ -124,14 +138,13 @@ class EngineSim:
                 yield self._wake
                 self._wake = None
                 continue
-            stats = sched.kv.prefix_stats
             q0, h0 = stats.queries_tok, stats.hits_tok
             out = sched.schedule()
             if out.is_empty:
                 head = sched.waiting[0] if sched.waiting else None
                 raise RuntimeError(
                     f"scheduler made no progress at t={env.now:.6f}s: {head!r} cannot be "
-                    f"admitted with {sched.kv.num_free_blocks} free blocks and nothing running"
+                    f"admitted with {kv.num_free_blocks} free blocks and nothing running"
                 )
             shape = self._shape(out)
             step_s = float(self.cost.step_time_s(shape))
@@ -141,8 +154,8 @@ class EngineSim:
             # Pool and queue gauges are sampled right after scheduling: the step's
             # allocation peak (finished requests free their blocks after the step).
             num_running, num_waiting = len(sched.running), len(sched.waiting)
-            free_blocks, usage = sched.kv.num_free_blocks, sched.kv.usage
-            cached_free = sched.kv.num_cached_free_blocks
+            free_blocks, usage = kv.num_free_blocks, kv.usage
+            cached_free = kv.num_cached_free_blocks
             for req in out.admitted:
                 if req.first_scheduled_s is None:
                     req.first_scheduled_s = t0
@@ -151,9 +164,13 @@ class EngineSim:
             now = env.now
             idx = cols["index"][out.emitted_slots]
             fresh = np.isnan(first_token[idx])
-            first_token[idx[fresh]] = now
-            if (~fresh).any():
-                rec.itl_s.extend((now - last_emit[idx[~fresh]]).tolist())
+            num_fresh = int(np.count_nonzero(fresh))
+            if num_fresh:
+                first_token[idx[fresh]] = now
+                if num_fresh < idx.size:
+                    rec.add_itl(now - last_emit[idx[~fresh]])
+            elif idx.size:
+                rec.add_itl(now - last_emit[idx])
             last_emit[idx] = now
             for req in finished:
                 req.finish_s = now
@@ -163,23 +180,25 @@ class EngineSim:
                         self._pending.appendleft(child)
             self._num_finished += len(finished)
             self._in_flight -= len(finished)
-            rec.record(
-                t_start_s=t0,
-                step_s=step_s,
-                num_running=num_running,
-                num_waiting=num_waiting,
-                num_scheduled_tok=int(out.num_new.sum()),
-                num_prefill_tok=int(shape.prefill_new_tok.sum()),
-                num_decode_req=shape.num_decode_req,
-                num_free_blocks=free_blocks,
-                kv_usage=usage,
-                num_preempted=len(out.preempted),
-                num_admitted=len(out.admitted),
-                num_emitted_tok=int(out.emitted_tok.sum()),
-                num_cached_free_blocks=cached_free,
-                num_prefix_query_tok=stats.queries_tok - q0,
-                num_prefix_hit_tok=stats.hits_tok - h0,
-                num_evictions=sched.kv.pool.num_evictions,
+            rec.record_row(  # STEP_COLUMNS order
+                (
+                    t0,
+                    step_s,
+                    num_running,
+                    num_waiting,
+                    int(out.num_new.sum()),
+                    int(shape.prefill_new_tok.sum()),
+                    shape.num_decode_req,
+                    free_blocks,
+                    usage,
+                    len(out.preempted),
+                    len(out.admitted),
+                    int(out.emitted_tok.sum()),
+                    cached_free,
+                    stats.queries_tok - q0,
+                    stats.hits_tok - h0,
+                    pool.num_evictions,
+                )
             )
             if finished:
                 self._send_ready()

@@ -42,15 +42,35 @@ STEP_COLUMNS: tuple[str, ...] = (
 
 
 class StepRecorder:
-    """Append-only per-step columns (plain lists; converted once at the end)."""
+    """Append-only per-step rows (tuples in ``STEP_COLUMNS`` order; columns are built
+    once at the end) and inter-token latencies (one array per step)."""
 
     def __init__(self) -> None:
-        self.cols: dict[str, list[float]] = {c: [] for c in STEP_COLUMNS}
-        self.itl_s: list[float] = []
+        self.rows: list[tuple[float, ...]] = []
+        self._itl_chunks: list[np.ndarray] = []
 
     def record(self, **values: float) -> None:
-        for c in STEP_COLUMNS:
-            self.cols[c].append(values[c])
+        self.rows.append(tuple(values[c] for c in STEP_COLUMNS))
+
+    def record_row(self, row: tuple[float, ...]) -> None:
+        """One step's values in ``STEP_COLUMNS`` order (the engine's per-step call)."""
+        self.rows.append(row)
+
+    def add_itl(self, itl_s: np.ndarray) -> None:
+        self._itl_chunks.append(itl_s)
+
+    @property
+    def itl_s(self) -> np.ndarray:
+        """Every inter-token latency, in the order the steps emitted them."""
+        if not self._itl_chunks:
+            return np.zeros(0)
+        return np.concatenate(self._itl_chunks)
+
+    @property
+    def cols(self) -> dict[str, list[float]]:
+        if not self.rows:
+            return {c: [] for c in STEP_COLUMNS}
+        return {c: list(v) for c, v in zip(STEP_COLUMNS, zip(*self.rows), strict=True)}
 
     def frame(self) -> pd.DataFrame:
         df = pd.DataFrame(self.cols)

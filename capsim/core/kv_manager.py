@@ -344,24 +344,45 @@ class KVCacheManager:
         cols: dict[str, np.ndarray],
         slots: np.ndarray,
         end_tok: np.ndarray,
-        active: np.ndarray,
+        active: np.ndarray | None = None,
     ) -> bool:
         """``allocate_slots`` for a whole running batch (caching off only): each active
-        request grows to ``end_tok`` token slots (computed + new + lookahead). All or
-        nothing: False (nothing changed) if the batch's growth does not fit."""
+        request (all when ``active`` is None) grows to ``end_tok`` token slots (computed +
+        new + lookahead). All or nothing: False (nothing changed) if the growth does not
+        fit."""
+        if not slots.size:
+            return True
         bs = self._bs
-        end = np.minimum(end_tok, self._max_len)
-        need = self._attn_groups * ((end + bs - 1) // bs)
-        extra_attn = np.where(active, np.maximum(need - cols["num_attn_blocks"][slots], 0), 0)
-        extra_gdn = np.where(
-            active & (cols["num_gdn_blocks"][slots] == 0), self.gdn_blocks_per_request, 0
-        )
-        total = int(extra_attn.sum() + extra_gdn.sum())
+        if end_tok.max() > self._max_len:  # else the clip to max_model_len changes nothing
+            end_tok = np.minimum(end_tok, self._max_len)
+        need = end_tok + (bs - 1)
+        need //= bs
+        if self._attn_groups != 1:
+            need *= self._attn_groups
+        held_attn = cols["num_attn_blocks"][slots]
+        extra_attn = need
+        extra_attn -= held_attn
+        np.maximum(extra_attn, 0, out=extra_attn)
+        if active is not None:
+            extra_attn[~active] = 0
+        total = int(extra_attn.sum())
+        held_gdn = cols["num_gdn_blocks"][slots]
+        # GDN slots come with a request's first chunk (allocate_slots), so a running request
+        # nearly always holds them already; only the exceptions are looked at
+        no_gdn = None
+        if self.gdn_blocks_per_request and not held_gdn.all():
+            no_gdn = held_gdn == 0
+            if active is not None:
+                no_gdn &= active
+            total += int(np.count_nonzero(no_gdn)) * self.gdn_blocks_per_request
         if total > self.pool.num_free_blocks:
             return False
         self.pool.take(total)
-        cols["num_attn_blocks"][slots] += extra_attn
-        cols["num_gdn_blocks"][slots] += extra_gdn
+        held_attn += extra_attn
+        cols["num_attn_blocks"][slots] = held_attn
+        if no_gdn is not None:
+            held_gdn[no_gdn] += self.gdn_blocks_per_request
+            cols["num_gdn_blocks"][slots] = held_gdn
         return True
 
     def free(self, req: Request) -> None:
