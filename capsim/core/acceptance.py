@@ -76,13 +76,13 @@ class AcceptanceDraws:
         total_steps = int(used.sum())
         if total_steps == 0:
             return float("nan")
-        accepted = 0
-        for i in np.nonzero(used)[0]:
-            start, n = int(self._offsets[i]), int(self._offsets[i + 1] - self._offsets[i])
-            k = int(used[i])
-            full, rest = divmod(k, n)
-            seg = self._draws[start : start + n]
-            accepted += full * int(seg.sum()) + int(seg[:rest].sum())
+        # request i used its n_i draws ``full`` times over, then the first ``rest``
+        # (integer sums from one running total: exact)
+        idx = np.flatnonzero(used)
+        start, end = self._offsets[idx], self._offsets[idx + 1]
+        full, rest = np.divmod(used[idx], end - start)
+        run = np.concatenate([[0], np.cumsum(self._draws)])
+        accepted = int((full * (run[end] - run[start]) + run[start + rest] - run[start]).sum())
         return 1.0 + accepted / total_steps
 
     def draw_many(self, indices: np.ndarray, steps: np.ndarray) -> np.ndarray:

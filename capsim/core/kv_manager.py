@@ -339,6 +339,35 @@ class KVCacheManager:
         req.num_gdn_blocks = sum(g.num_held(slot) for g in self._gdn_mgrs)
         return True
 
+    def admit_uncached(
+        self,
+        cols: dict[str, np.ndarray],
+        slot: int,
+        num_new_tok: int,
+        lookahead_tok: int,
+        gate: bool,
+    ) -> bool:
+        """Caching off: ``full_sequence_fits`` (when ``gate``) then ``allocate_slots`` for
+        the stored request in ``slot``, read straight from the store's columns (the
+        scheduler's admission loop). False (nothing changed) if it does not fit."""
+        free = self.pool.num_free_blocks
+        if gate:
+            num_tok = cols["prompt_tok"].item(slot) + cols["num_output_tok"].item(slot)
+            need = self.attn_blocks_for(num_tok) + self.gdn_blocks_per_request
+            if need + int(self.layout.watermark * self.layout.num_blocks) > free:
+                return False
+        end_tok = cols["num_computed_tok"].item(slot) + num_new_tok + lookahead_tok
+        held_attn = cols["num_attn_blocks"].item(slot)
+        extra_attn = max(self.attn_blocks_for(end_tok) - held_attn, 0)
+        held_gdn = cols["num_gdn_blocks"].item(slot)
+        extra_gdn = self.gdn_blocks_per_request if held_gdn == 0 else 0
+        if extra_attn + extra_gdn > free:
+            return False
+        self.pool.take(extra_attn + extra_gdn)
+        cols["num_attn_blocks"][slot] = held_attn + extra_attn
+        cols["num_gdn_blocks"][slot] = held_gdn + extra_gdn
+        return True
+
     def allocate_running_bulk(
         self,
         cols: dict[str, np.ndarray],

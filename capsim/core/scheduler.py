@@ -220,6 +220,66 @@ class Scheduler:
             i += 1
         return np.asarray(sched_slots, dtype=np.int64), np.asarray(sched_new, dtype=np.int64)
 
+    # -- waiting requests ---------------------------------------------------------------
+    def _admit_uncached(
+        self, budget: int, out: SchedulerOutput, new_slots: list[int], new_new: list[int]
+    ) -> None:
+        """The waiting loop with caching off, on the store's columns (same rules as
+        ``_admit_cached`` without a cache hit)."""
+        cfg, kv, cols = self.config, self.kv, self.store.cols
+        running, waiting = self.running, self.waiting
+        prompt, num_out, computed = cols["prompt_tok"], cols["num_output_tok"], cols["num_computed_tok"]
+        status = cols["status"]
+        while waiting and budget > 0 and len(running) < cfg.max_num_seqs:
+            req = waiting[0]
+            slot = req._slot
+            num_new = prompt.item(slot) + num_out.item(slot) - computed.item(slot)
+            if not cfg.enable_chunked_prefill and num_new > budget:
+                break
+            num_new = min(num_new, budget)
+            if not kv.admit_uncached(cols, slot, num_new, self._lookahead, bool(running)):
+                break
+            waiting.popleft()
+            status[slot] = Status.RUNNING
+            running.append(req)
+            new_slots.append(slot)
+            new_new.append(num_new)
+            out.admitted.append(req)
+            budget -= num_new
+
+    def _admit_cached(
+        self, budget: int, out: SchedulerOutput, new_slots: list[int], new_new: list[int]
+    ) -> None:
+        """The waiting loop with prefix caching on: cache hit, aligned split, gate, first
+        chunk."""
+        cfg, kv = self.config, self.kv
+        running, waiting = self.running, self.waiting
+        while waiting and budget > 0 and len(running) < cfg.max_num_seqs:
+            req = waiting[0]
+            hit = kv.find_cache_hit(req)
+            hit_tok = hit.num_tok
+            num_new = req.num_tokens - req.num_computed_tok - hit_tok
+            if not cfg.enable_chunked_prefill and num_new > budget:
+                break
+            num_new = min(num_new, budget)
+            num_new = kv.align_split(req, num_new, hit_tok)
+            if num_new <= 0:
+                break
+            if running and not kv.full_sequence_fits(req, hit):
+                break
+            if not kv.allocate_slots(req, num_new, self._lookahead, hit):
+                break
+            kv.record_hit(req, hit)
+            req.num_computed_tok += hit_tok
+            req.num_cached_tok = hit_tok
+            waiting.popleft()
+            req.status = Status.RUNNING
+            running.append(req)
+            new_slots.append(req._slot)
+            new_new.append(num_new)
+            out.admitted.append(req)
+            budget -= num_new
+
     def schedule(self) -> SchedulerOutput:
         cfg = self.config
         out = SchedulerOutput(store=self.store)
@@ -240,38 +300,8 @@ class Scheduler:
         new_slots: list[int] = []
         new_new: list[int] = []
         if not out.preempted:
-            running, waiting = self.running, self.waiting
-            while waiting and budget > 0 and len(running) < cfg.max_num_seqs:
-                req = waiting[0]
-                hit = kv.find_cache_hit(req) if kv.enable_caching else None
-                hit_tok = hit.num_tok if hit is not None else 0
-                num_new = req.num_tokens - req.num_computed_tok - hit_tok
-                if not cfg.enable_chunked_prefill and num_new > budget:
-                    break
-                num_new = min(num_new, budget)
-                if hit is None:
-                    if running and not kv.full_sequence_fits(req):
-                        break
-                    if not kv.allocate_slots(req, num_new, self._lookahead):
-                        break
-                else:
-                    num_new = kv.align_split(req, num_new, hit_tok)
-                    if num_new <= 0:
-                        break
-                    if running and not kv.full_sequence_fits(req, hit):
-                        break
-                    if not kv.allocate_slots(req, num_new, self._lookahead, hit):
-                        break
-                    kv.record_hit(req, hit)
-                    req.num_computed_tok += hit_tok
-                    req.num_cached_tok = hit_tok
-                waiting.popleft()
-                req.status = Status.RUNNING
-                running.append(req)
-                new_slots.append(req._slot)
-                new_new.append(num_new)
-                out.admitted.append(req)
-                budget -= num_new
+            admit = self._admit_cached if kv.enable_caching else self._admit_uncached
+            admit(budget, out, new_slots, new_new)
         if new_slots:
             added = np.asarray(new_slots, dtype=np.int64)
             cached = self._run_slots
