@@ -20,6 +20,7 @@ from __future__ import annotations
 import csv
 import hashlib
 import json
+import math
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -49,7 +50,7 @@ def _typed(row: dict, ints: tuple[str, ...], floats: tuple[str, ...], where: str
             out[name] = float(row[name])
         except (KeyError, ValueError):
             raise ValueError(f"{where}: column {name}={row.get(name)!r} is not a number") from None
-        if not np.isfinite(out[name]) or out[name] < 0:
+        if not math.isfinite(out[name]) or out[name] < 0:
             raise ValueError(f"{where}: column {name}={row[name]!r} must be finite and >= 0")
     return out
 

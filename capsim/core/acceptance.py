@@ -65,10 +65,16 @@ class AcceptanceDraws:
             self._draws = np.zeros(total + 1, dtype=np.int64)
             return
         u = rng.random((total, q.size), dtype=np.float32)
-        ok = u < q.astype(np.float32)[None, :]
-        # accepted = leading successes = index of the first failure (depth if none)
-        lead = np.where(ok.all(axis=1), q.size, ok.argmin(axis=1))
-        self._draws = np.append(lead, 0).astype(np.int64)
+        q32 = q.astype(np.float32)
+        # accepted = leading successes = index of the first failure (depth if none),
+        # counted depth by depth: ``alive`` = every depth so far accepted
+        self._draws = np.zeros(total + 1, dtype=np.int64)
+        lead = self._draws[:total]
+        alive = u[:, 0] < q32[0]
+        lead += alive
+        for d in range(1, q.size):
+            alive &= u[:, d] < q32[d]
+            lead += alive
 
     def mean_tokens_over_used(self, used_steps: np.ndarray) -> float:
         """Mean tokens per verify step (bonus included) over the draws requests used."""
