@@ -187,7 +187,7 @@ class EngineSim:
                     num_running,
                     num_waiting,
                     int(out.num_new.sum()),
-                    int(shape.prefill_new_tok.sum()),
+                    int(shape.prefill_new_tok.sum()) if shape.prefill_new_tok.size else 0,
                     shape.num_decode_req,
                     free_blocks,
                     usage,

@@ -66,18 +66,15 @@ class StepRecorder:
             return np.zeros(0)
         return np.concatenate(self._itl_chunks)
 
-    @property
-    def cols(self) -> dict[str, list[float]]:
-        if not self.rows:
-            return {c: [] for c in STEP_COLUMNS}
-        return {c: list(v) for c, v in zip(STEP_COLUMNS, zip(*self.rows), strict=True)}
-
     def frame(self) -> pd.DataFrame:
-        df = pd.DataFrame(self.cols)
-        for c in STEP_COLUMNS:
-            if c.startswith("num_"):
-                df[c] = df[c].astype(np.int64)
-        return df
+        """One row per step: ``num_*`` columns int64, the others float64."""
+        values = zip(*self.rows, strict=True) if self.rows else ((),) * len(STEP_COLUMNS)
+        return pd.DataFrame(
+            {
+                c: np.array(v, dtype=np.int64 if c.startswith("num_") else np.float64)
+                for c, v in zip(STEP_COLUMNS, values, strict=True)
+            }
+        )
 
 
 def _stats(prefix: str, values: np.ndarray) -> dict[str, float]:

@@ -63,8 +63,9 @@ class RequestStore:
                 grown[: len(col)] = col
                 self.cols[name] = grown
         slot = self.size
-        for name in _COUNTERS:
-            self.cols[name][slot] = int(req._own[name])
+        own = req._own  # ints (the counter setters store int(value))
+        for name, col in self.cols.items():
+            col[slot] = own[name]
         self.size += 1
         self.handles.append(req)
         req._store = self
