@@ -130,9 +130,12 @@ def simulate(
     sim.run()
 
     send = np.array([r.arrival_s for r in requests])
+    # counters straight from the scheduler's store (every request was added to it)
+    cols = scheduler.store.cols
+    slots = np.fromiter((r.slot for r in requests), dtype=np.int64, count=n)
     first = sim.first_token_s
     finish = np.array([r.finish_s for r in requests], dtype=np.float64)
-    out_tok = np.array([r.max_output_tok for r in requests], dtype=np.int64)
+    out_tok = cols["max_output_tok"][slots]
     ttft = first - send
     e2el = finish - send
     with np.errstate(divide="ignore", invalid="ignore"):
@@ -151,13 +154,13 @@ def simulate(
             "ttft_s": ttft,
             "tpot_s": tpot,
             "e2el_s": e2el,
-            "num_preemptions": np.array([r.num_preemptions for r in requests], dtype=np.int64),
-            "cached_tok": np.array([r.num_cached_tok for r in requests], dtype=np.int64),
+            "num_preemptions": cols["num_preemptions"][slots],
+            "cached_tok": cols["num_cached_tok"][slots],
         }
     )
     steps_df = sim.recorder.frame()
     summary = summarize(req_df, steps_df, np.asarray(sim.recorder.itl_s))
-    used = np.array([r.num_accept_draws_used for r in requests], dtype=np.int64)
+    used = cols["num_accept_draws_used"][slots]
     mean_ctx = int(np.mean(prompt + output))
     summary |= {
         "mean_acceptance_len_tok": draws.mean_tokens_over_used(used),

@@ -61,10 +61,23 @@ def read_rows(
     """Rows of a CSV with typed numeric columns; errors name the file, row and column."""
     with Path(path).open(newline="") as fh:
         reader = csv.DictReader(fh)
-        missing = [c for c in (*ints, *floats, *required) if c not in (reader.fieldnames or ())]
+        names = reader.fieldnames or []
+        missing = [c for c in (*ints, *floats, *required) if c not in names]
         if missing:
             raise ValueError(f"{path}: missing columns {missing}")
-        return [_typed(r, ints, floats, f"{path} row {i + 2}") for i, r in enumerate(reader)]
+        # csv.DictReader's rows, built without its per-row overhead: blank lines skipped,
+        # missing trailing fields None, extra fields under the key None
+        rows = []
+        for row in reader.reader:
+            if not row:
+                continue
+            r = dict(zip(names, row))
+            if len(row) != len(names):
+                r.update(dict.fromkeys(names[len(row) :]))
+                if len(row) > len(names):
+                    r[None] = row[len(names) :]
+            rows.append(_typed(r, ints, floats, f"{path} row {len(rows) + 2}"))
+        return rows
 
 
 def op_series(row: dict) -> tuple[tuple, float]:
