@@ -16,6 +16,7 @@ import numpy as np
 import simpy
 
 from capsim.core.acceptance import AcceptanceDraws
+from capsim.core.decode_run import DecodeRun
 from capsim.core.request import Request
 from capsim.core.scheduler import Scheduler, SchedulerOutput
 from capsim.cost.base import BatchShape, StepTimeModel
@@ -59,6 +60,10 @@ class EngineSim:
         self._in_flight = 0
         self._num_finished = 0
         self._wake: simpy.Event | None = None
+        self._client_done = False  # every request released: only finishes send more
+        self.decode_runs = True
+        """Plan runs of decode-only steps at once when nothing can change the schedule
+        (``capsim.core.decode_run``); False steps one at a time (the reference path)."""
         # per workload index: first and latest token times (NaN until they happen)
         self.first_token_s = np.full(len(self.requests), np.nan)
         self.last_emit_s = np.full(len(self.requests), np.nan)
@@ -91,6 +96,7 @@ class EngineSim:
                     self._pending.append(req)
                 i += 1
             self._send_ready()
+        self._client_done = True
 
     # -- engine -------------------------------------------------------------------------
     def _shape(self, out: SchedulerOutput) -> BatchShape:
@@ -138,6 +144,11 @@ class EngineSim:
                 yield self._wake
                 self._wake = None
                 continue
+            if self.decode_runs and self._client_done:
+                run = sched.plan_decode_run(self.acceptance, self.window_tok)
+                if run is not None:
+                    yield from self._decode_run(run)
+                    continue
             q0, h0 = stats.queries_tok, stats.hits_tok
             out = sched.schedule()
             if out.is_empty:
@@ -202,6 +213,57 @@ class EngineSim:
             )
             if finished:
                 self._send_ready()
+
+    def _decode_run(self, run: DecodeRun):  # type: ignore[no-untyped-def]
+        """The steps of a planned decode-only run, one timeout each: the same times, step
+        rows and inter-token latencies as scheduling them one by one (no request is
+        admitted, preempted or finished in between, no prefill, no prefix cache)."""
+        env, sched, rec = self.env, self.scheduler, self.recorder
+        kv, w = sched.kv, self.window_tok
+        idx = sched.store.cols["index"][run.slots]
+        last_emit = self.last_emit_s
+        num_req = run.slots.size
+        num_running, num_waiting = len(sched.running), len(sched.waiting)
+        cached_free, evictions = kv.num_cached_free_blocks, kv.pool.num_evictions
+        for ctx, emitted, free in zip(
+            run.context_tok, run.emitted_tok, run.free_blocks, strict=True
+        ):
+            shape = BatchShape(
+                num_decode_req=num_req,
+                query_tok_per_decode=w,
+                decode_context_tok=ctx,
+                prefill_new_tok=_EMPTY,
+                prefill_computed_tok=_EMPTY,
+            )
+            step_s = float(self.cost.step_time_s(shape))
+            if not step_s > 0:
+                raise ValueError(f"step-time model returned {step_s!r} s for {shape}")
+            t0 = env.now
+            yield env.timeout(step_s)
+            now = env.now
+            rec.add_itl(now - last_emit[idx])
+            last_emit[idx] = now
+            rec.record_row(  # STEP_COLUMNS order
+                (
+                    t0,
+                    step_s,
+                    num_running,
+                    num_waiting,
+                    num_req * w,
+                    0,
+                    num_req,
+                    free,
+                    kv.usage_at(free),
+                    0,
+                    0,
+                    emitted,
+                    cached_free,
+                    0,
+                    0,
+                    evictions,
+                )
+            )
+        sched.apply_decode_run(run)
 
     def run(self) -> None:
         self.env.process(self._client())

@@ -181,7 +181,11 @@ class KVCacheManager:
     @property
     def usage(self) -> float:
         """``vllm:kv_cache_usage_perc`` = 1 - free / (num_blocks - 1)."""
-        return 1.0 - self.pool.num_free_blocks / self.layout.usable_blocks
+        return self.usage_at(self.pool.num_free_blocks)
+
+    def usage_at(self, num_free_blocks: int) -> float:
+        """``usage`` with ``num_free_blocks`` free."""
+        return 1.0 - num_free_blocks / self.layout.usable_blocks
 
     @property
     def num_cached_free_blocks(self) -> int:
@@ -413,6 +417,14 @@ class KVCacheManager:
             held_gdn[no_gdn] += self.gdn_blocks_per_request
             cols["num_gdn_blocks"][slots] = held_gdn
         return True
+
+    def grow_attn_bulk(
+        self, cols: dict[str, np.ndarray], slots: np.ndarray, attn_blocks: np.ndarray, taken: int
+    ) -> None:
+        """Caching off: requests ``slots`` now hold ``attn_blocks`` attention blocks, taken
+        from the pool (``taken`` in all; a planned decode run's allocations)."""
+        self.pool.take(taken)
+        cols["num_attn_blocks"][slots] = attn_blocks
 
     def free(self, req: Request) -> None:
         """Return every block of ``req`` (finish or preemption)."""

@@ -49,6 +49,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from capsim.core.acceptance import AcceptanceDraws
+from capsim.core.decode_run import DecodeRun, RunLimits, plan_decode_run
 from capsim.core.kv_manager import KVCacheManager
 from capsim.core.preemption import pick_victim, preempt
 from capsim.core.request import Request, RequestStore, Status
@@ -318,6 +319,35 @@ class Scheduler:
         if new_slots:
             out.verify[len(run_slots) :] = False
         return out
+
+    # -- decode-only runs ---------------------------------------------------------------
+    def plan_decode_run(self, draws: AcceptanceDraws, window_tok: int) -> DecodeRun | None:
+        """Several decode-only steps at once (``capsim.core.decode_run``), or None. Only
+        with caching off on the vectorised path, and nobody waiting; the caller makes sure
+        no request arrives before the run ends."""
+        if self.waiting or not self.running or self.kv.enable_caching or not self.vectorized:
+            return None
+        kv, cfg = self.kv, self.config
+        lim = RunLimits(
+            num_spec_tok=cfg.num_spec_tok,
+            window_tok=window_tok,
+            lookahead_tok=self._lookahead,
+            max_num_batched_tokens=cfg.max_num_batched_tokens,
+            max_model_len=min(cfg.max_model_len, kv.layout.max_model_len),
+            block_size_tok=kv.layout.block_size_tok,
+            num_attn_groups=kv.layout.num_attn_groups,
+            gdn_blocks_per_request=kv.gdn_blocks_per_request,
+            free_blocks=kv.num_free_blocks,
+        )
+        return plan_decode_run(self.store.cols, self._running_slots(), draws, lim)
+
+    def apply_decode_run(self, run: DecodeRun) -> None:
+        """Commit a planned run: the counters and blocks its last step leaves."""
+        cols, slots = self.store.cols, run.slots
+        cols["num_computed_tok"][slots] = run.end_computed_tok
+        cols["num_output_tok"][slots] = run.end_output_tok
+        cols["num_accept_draws_used"][slots] = run.end_draws_used
+        self.kv.grow_attn_bulk(cols, slots, run.end_attn_blocks, run.num_blocks_taken)
 
     # -- results ------------------------------------------------------------------------
     def _accepted(

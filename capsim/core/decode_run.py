@@ -1,0 +1,143 @@
+"""A run of decode-only steps planned at once: the numbers step-by-step scheduling gives.
+
+With prefix caching off, consecutive steps can be computed ahead when nothing can change
+the schedule between them. The planner checks, on the running batch (R requests):
+
+- nobody waits (nothing to admit; the engine also requires that the client sends nothing
+  until a request finishes);
+- every running request is decoding: it has emitted (``O >= 1``), all its tokens but the
+  last are computed (``C == P + O - 1``) and it carries the configured ``k`` drafts, so
+  each step schedules exactly the window ``W = k + 1`` for it; ``R * W`` fits the token
+  budget; ``max_model_len`` cannot clip before the request ends
+  (``P + max_output + W - 2 + lookahead <= max_model_len - 1``); every request already
+  holds its GDN slots;
+- the run stops before the first step in which a request would finish, and before the
+  first step whose block growth would not fit in the free blocks (step by step, that
+  step would preempt).
+
+Inside such a run step j (0-based) is fixed by the pre-drawn acceptance::
+
+    a[j, r]   accepted drafts of request r at its (used_r + j)-th verify (0 when k = 0)
+    e[j, r]   = a[j, r] + 1 tokens kept and emitted
+    C[j, r]   = C[0, r] + sum_{i<j} e[i, r]     (context priced at step j)
+    blocks after step j's allocation = max(held_r, groups * cdiv(C[j, r] + W + lookahead, bs))
+
+which are exactly the values ``Scheduler.schedule``/``update`` produce one step at a
+time (same integer arithmetic; the engine prices each step with the same step-time
+call). ``plan_decode_run`` only reads; ``Scheduler.apply_decode_run`` commits the end state.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from capsim.core.acceptance import AcceptanceDraws
+
+MAX_RUN_STEPS = 256
+"""Steps planned at most at once (bounds the K x R arrays); a longer run is planned again."""
+
+
+@dataclass(frozen=True, slots=True)
+class DecodeRun:
+    """``num_steps`` decode-only steps of the running batch (slots in running order)."""
+
+    slots: np.ndarray
+    context_tok: np.ndarray
+    """[num_steps, R]: computed tokens of each request before each step."""
+    emitted_tok: list[int]
+    """Tokens emitted by the whole batch in each step."""
+    free_blocks: list[int]
+    """Free blocks right after each step's allocation (the step's gauge)."""
+    end_computed_tok: np.ndarray
+    end_output_tok: np.ndarray
+    end_attn_blocks: np.ndarray
+    end_draws_used: np.ndarray
+    num_blocks_taken: int
+
+    @property
+    def num_steps(self) -> int:
+        return len(self.emitted_tok)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class RunLimits:
+    """What bounds a run besides the requests' own counters."""
+
+    num_spec_tok: int
+    window_tok: int
+    lookahead_tok: int
+    max_num_batched_tokens: int
+    max_model_len: int
+    block_size_tok: int
+    num_attn_groups: int
+    gdn_blocks_per_request: int
+    free_blocks: int
+
+
+def plan_decode_run(
+    cols: dict[str, np.ndarray],
+    slots: np.ndarray,
+    draws: AcceptanceDraws,
+    lim: RunLimits,
+    max_steps: int = MAX_RUN_STEPS,
+) -> DecodeRun | None:
+    """The run of decode-only steps starting now, or None when fewer than 2 steps qualify."""
+    k, w = lim.num_spec_tok, lim.window_tok
+    r = slots.size
+    if not r or w != k + 1 or r * w > lim.max_num_batched_tokens:
+        return None
+    out_tok = cols["num_output_tok"][slots]
+    max_out = cols["max_output_tok"][slots]
+    remaining = max_out - out_tok
+    # every step emits >= 1 token per request, <= W: at least 2 finish-free steps need
+    # remaining > 2 W for all (a cheap bound before the exact check)
+    max_run = min(int(remaining.min()) - 1, max_steps)
+    if max_run < 2 or int(remaining.min()) <= 2 * w:
+        return None
+    prompt = cols["prompt_tok"][slots]
+    computed = cols["num_computed_tok"][slots]
+    if (
+        np.count_nonzero(cols["num_spec_tok"][slots] != k)
+        or np.count_nonzero(computed != prompt + out_tok - 1)
+        or np.count_nonzero(out_tok < 1)
+        or int((prompt + max_out).max()) + w - 2 + lim.lookahead_tok > lim.max_model_len - 1
+    ):
+        return None
+    held_gdn = cols["num_gdn_blocks"][slots]
+    if lim.gdn_blocks_per_request and np.count_nonzero(held_gdn) != r:
+        return None
+    # accepted drafts per step and request (clipped to the k scheduled drafts)
+    used = cols["num_accept_draws_used"][slots]
+    if k:
+        step = np.arange(max_run, dtype=np.int64)[:, None]
+        accepted = draws.draw_many(cols["index"][slots][None, :], used[None, :] + step)
+        emitted = np.minimum(np.maximum(accepted, 0), k) + 1
+    else:
+        emitted = np.ones((max_run, r), dtype=np.int64)
+    kept = np.cumsum(emitted, axis=0)  # tokens kept after each step
+    # finish-free steps: every request still short of its max_output after the step
+    finish_free = int(np.count_nonzero((kept < remaining).all(axis=1)))
+    context = np.empty_like(kept)
+    context[0] = computed
+    context[1:] = computed + kept[:-1]
+    bs, groups = lim.block_size_tok, lim.num_attn_groups
+    need = (context + (w + lim.lookahead_tok + bs - 1)) // bs * groups
+    held = np.maximum.accumulate(np.vstack([cols["num_attn_blocks"][slots], need]), axis=0)
+    taken = np.cumsum((held[1:] - held[:-1]).sum(axis=1))
+    fits = int(np.count_nonzero(taken <= lim.free_blocks))  # taken is non-decreasing
+    n = min(finish_free, fits)
+    if n < 2:
+        return None
+    return DecodeRun(
+        slots=slots,
+        context_tok=context[:n],
+        emitted_tok=emitted[:n].sum(axis=1).tolist(),
+        free_blocks=(lim.free_blocks - taken[:n]).tolist(),
+        end_computed_tok=computed + kept[n - 1],
+        end_output_tok=out_tok + kept[n - 1],
+        end_attn_blocks=held[n],
+        end_draws_used=used + n if k else used,
+        num_blocks_taken=int(taken[n - 1]),
+    )
