@@ -1,0 +1,147 @@
+"""The fast paths give exactly the reference path's results.
+
+Fast: the running batch scheduled at once (``Scheduler.vectorized``) and runs of
+decode-only steps planned at once (``EngineSim.decode_runs``, ``core/decode_run.py``).
+Reference: the sequential running loop, one step per engine iteration. Every request
+timestamp, every step row and every summary number must be identical.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+
+import pandas as pd
+import pytest
+from factories import synthetic_table
+
+from capsim.config import EngineConfig, LoadConfig, SimConfig, SpecDecodeConfig
+from capsim.core import decode_run, scheduler
+from capsim.core.scheduler import Scheduler
+from capsim.engine import EngineSim
+from capsim.simulate import simulate
+from capsim.traces.table import RequestTable
+
+
+def _cfg(workload: str, *, gmu: float = 0.9, n: int = 300, conc: int = 128, **kw) -> SimConfig:  # type: ignore[no-untyped-def]
+    spec = kw.pop("spec", SpecDecodeConfig(commit="storeall"))
+    load = kw.pop("load", LoadConfig(concurrency=conc, num_requests=n))
+    engine = kw.pop("engine", EngineConfig(gmu=gmu))
+    return SimConfig(
+        workload=workload, engine=engine, spec=spec, load=load, step_time="calibrated", **kw
+    )
+
+
+CASES: dict[str, SimConfig] = {
+    "sharegpt-c256": _cfg("sharegpt", n=600, conc=256),
+    "deferred": _cfg("spec-bench", spec=SpecDecodeConfig(commit="deferred"), conc=32),
+    "tree-2,2,1": _cfg(
+        "sharegpt", spec=SpecDecodeConfig(commit="reconstruct", tree_widths=(2, 2, 1)), conc=64
+    ),
+    "preemption-gmu0.6": _cfg("synthetic-generation-heavy", gmu=0.6, n=320, conc=256),
+    "prefix-caching": _cfg(
+        "shared-prefix", engine=EngineConfig(gmu=0.6, enable_prefix_caching=True), conc=64
+    ),
+    "no-speculation": dataclasses.replace(
+        _cfg("sharegpt", conc=16, n=64), spec=SpecDecodeConfig(num_spec_tok=0), step_time="roofline"
+    ),
+    "open-loop": _cfg(
+        "burstgpt-standin",
+        gmu=0.75,
+        load=LoadConfig(mode="rate", rate_req_per_s=16.0, num_requests=200),
+    ),
+}
+
+
+def _reference_paths(monkeypatch: pytest.MonkeyPatch) -> None:
+    sched_init, engine_init = Scheduler.__init__, EngineSim.__init__
+
+    def sequential(self, *a, **kw):  # type: ignore[no-untyped-def]
+        sched_init(self, *a, **kw)
+        self.vectorized = False
+
+    def step_by_step(self, *a, **kw):  # type: ignore[no-untyped-def]
+        engine_init(self, *a, **kw)
+        self.decode_runs = False
+
+    monkeypatch.setattr(Scheduler, "__init__", sequential)
+    monkeypatch.setattr(EngineSim, "__init__", step_by_step)
+
+
+def _count_runs(monkeypatch: pytest.MonkeyPatch) -> list[tuple[int, int]]:
+    """(planned steps, steps with unlimited free blocks) of every decode run planned."""
+    runs: list[tuple[int, int]] = []
+    plan = decode_run.plan_decode_run
+
+    def counting(cols, slots, draws, lim, *a):  # type: ignore[no-untyped-def]
+        run = plan(cols, slots, draws, lim, *a)
+        if run is not None:
+            roomy = plan(cols, slots, draws, dataclasses.replace(lim, free_blocks=1 << 40), *a)
+            runs.append((run.num_steps, roomy.num_steps if roomy else 0))
+        return run
+
+    monkeypatch.setattr(scheduler, "plan_decode_run", counting)
+    return runs
+
+
+def _assert_same(fast, ref) -> None:  # type: ignore[no-untyped-def]
+    pd.testing.assert_frame_equal(fast.requests, ref.requests, check_exact=True)
+    pd.testing.assert_frame_equal(fast.steps, ref.steps, check_exact=True)
+    assert fast.summary.keys() == ref.summary.keys()
+    for key, a in fast.summary.items():
+        b = ref.summary[key]
+        same = a == b or (isinstance(a, float) and math.isnan(a) and math.isnan(b))
+        assert same, f"summary {key}: fast {a!r} != reference {b!r}"
+
+
+@pytest.mark.parametrize("case", sorted(CASES))
+def test_fast_paths_equal_reference(monkeypatch: pytest.MonkeyPatch, case: str) -> None:
+    cfg = CASES[case]
+    runs = _count_runs(monkeypatch)
+    fast = simulate(cfg)
+    if not cfg.engine.enable_prefix_caching:
+        assert runs, "the scenario never plans a decode-only run"
+    with monkeypatch.context() as m:
+        _reference_paths(m)
+        ref = simulate(cfg)
+    _assert_same(fast, ref)
+    if case == "preemption-gmu0.6":
+        assert fast.summary["num_preemptions"] > 0
+
+
+def test_run_cut_by_the_pool(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Six long requests in a pool that cannot hold their growth: a planned run stops
+    before the step that would preempt, and the preemptions still happen as step by step."""
+    table = RequestTable(name="t", prompt_tok=[1000] * 6, output_tok=[3000] * 6)
+    cfg = SimConfig(
+        engine=EngineConfig(gmu=0.9, num_gpu_blocks_override=80),
+        spec=SpecDecodeConfig(commit="storeall"),
+        load=LoadConfig(concurrency=6, num_requests=6),
+        step_time="calibrated",
+    )
+    runs = _count_runs(monkeypatch)
+    fast = simulate(cfg, workload=table)
+    assert any(n < roomy for n, roomy in runs), "no run was cut by the pool"
+    assert fast.summary["num_preemptions"] > 0
+    with monkeypatch.context() as m:
+        _reference_paths(m)
+        ref = simulate(cfg, workload=table)
+    _assert_same(fast, ref)
+
+
+def test_varied_lengths_small_budget(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Mixed prompts and outputs, a 2,048-token budget (chunked prefill every step)."""
+    table = synthetic_table(120, seed=3, prompt=(20, 5000), output=(5, 700))
+    cfg = SimConfig(
+        engine=EngineConfig(gmu=0.6, max_num_batched_tokens=2048),
+        spec=SpecDecodeConfig(commit="reconstruct"),
+        load=LoadConfig(concurrency=48, num_requests=120),
+        seed=9,
+    )
+    runs = _count_runs(monkeypatch)
+    fast = simulate(cfg, workload=table)
+    assert runs
+    with monkeypatch.context() as m:
+        _reference_paths(m)
+        ref = simulate(cfg, workload=table)
+    _assert_same(fast, ref)
