@@ -71,7 +71,7 @@ def read_rows(
         for row in reader.reader:
             if not row:
                 continue
-            r = dict(zip(names, row))
+            r = dict(zip(names, row, strict=False))  # ragged rows handled below
             if len(row) != len(names):
                 r.update(dict.fromkeys(names[len(row) :]))
                 if len(row) > len(names):

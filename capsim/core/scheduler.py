@@ -229,8 +229,8 @@ class Scheduler:
         ``_admit_cached`` without a cache hit)."""
         cfg, kv, cols = self.config, self.kv, self.store.cols
         running, waiting = self.running, self.waiting
-        prompt, num_out, computed = cols["prompt_tok"], cols["num_output_tok"], cols["num_computed_tok"]
-        status = cols["status"]
+        prompt, num_out = cols["prompt_tok"], cols["num_output_tok"]
+        computed, status = cols["num_computed_tok"], cols["status"]
         while waiting and budget > 0 and len(running) < cfg.max_num_seqs:
             req = waiting[0]
             slot = req._slot
