@@ -91,10 +91,10 @@ def plan_decode_run(
     out_tok = cols["num_output_tok"][slots]
     max_out = cols["max_output_tok"][slots]
     remaining = max_out - out_tok
-    # every step emits >= 1 token per request, <= W: at least 2 finish-free steps need
-    # remaining > 2 W for all (a cheap bound before the exact check)
+    # every step emits >= 1 token per request: a request with n tokens left finishes
+    # within n steps, so at most n - 1 finish-free steps
     max_run = min(int(remaining.min()) - 1, max_steps)
-    if max_run < 2 or int(remaining.min()) <= 2 * w:
+    if max_run < 2:
         return None
     prompt = cols["prompt_tok"][slots]
     computed = cols["num_computed_tok"][slots]
