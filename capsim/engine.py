@@ -5,6 +5,11 @@ Engine loop (one process): ``schedule()`` -> price the batch -> ``timeout(step_s
 requests at their release times; a concurrency gate (``vllm bench serve
 --max-concurrency``) holds a request until one in flight finishes. A request's send time
 is when it passes the gate: TTFT and E2EL are measured from there, as the bench client does.
+
+Once the client has released every request (only finishes send more), a run of
+decode-only steps can be planned at once (``Scheduler.plan_decode_run``); the engine still
+prices each of its steps and yields one timeout per step, so times and step rows are the
+ones step-by-step scheduling gives (``decode_runs=False`` switches it off).
 """
 
 from __future__ import annotations

@@ -30,7 +30,10 @@ Speed: with caching off the running loop is evaluated for the whole batch at onc
 (numpy over the request store, ``kv.allocate_running_bulk``) whenever every running
 request's growth fits in the free blocks, which is exactly when the sequential loop
 would preempt nobody; otherwise the sequential loop runs. Both give identical results
-(tested). With caching on (named blocks) the sequential loop always runs.
+(tested). With caching on (named blocks) the sequential loop always runs. When nobody
+waits and every running request is decoding, ``plan_decode_run`` computes the next steps
+up to the first finish or pool shortfall at once (``capsim.core.decode_run``), and
+``apply_decode_run`` commits them; identical results again (tests/capsim/test_fast_paths.py).
 
 NOTE(lookahead): every allocation, a newly admitted request's first chunk included,
 reserves the drafter's lookahead slots (vLLM 0.32 ``effective_lookahead_tokens`` is the
