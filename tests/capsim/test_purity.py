@@ -12,6 +12,7 @@ MODULES = (
     "capsim.core.scheduler",
     "capsim.core.kv_manager",
     "capsim.core.acceptance",
+    "capsim.core.decode_run",
     "capsim.cost.roofline",
     "capsim.cost.base",
 )
