@@ -330,6 +330,8 @@ class Scheduler:
         no request arrives before the run ends."""
         if self.waiting or not self.running or self.kv.enable_caching or not self.vectorized:
             return None
+        if not isinstance(draws, AcceptanceDraws):  # per-step acceptance: no plan ahead
+            return None
         kv, cfg = self.kv, self.config
         lim = RunLimits(
             num_spec_tok=cfg.num_spec_tok,
