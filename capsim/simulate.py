@@ -95,15 +95,10 @@ def simulate(
         None if table.arrival_s is None else table.arrival_s[:n],
     )
     draws = AcceptanceDraws(cfg.spec, output, np.random.default_rng(accept_ss))
+    segments = (None,) * n if table.segments is None else table.segments
     requests = [
-        Request(
-            req_id=f"r{i}",
-            prompt_tok=int(prompt[i]),
-            max_output_tok=int(output[i]),
-            index=i,
-            segments=None if table.segments is None else table.segments[i],
-        )
-        for i in range(n)
+        Request(req_id=f"r{i}", prompt_tok=p, max_output_tok=o, index=i, segments=segments[i])
+        for i, (p, o) in enumerate(zip(prompt.tolist(), output.tolist(), strict=True))
     ]
     scheduler = Scheduler(
         SchedulerConfig(

@@ -363,8 +363,10 @@ class Scheduler:
     ) -> np.ndarray:
         cols = self.store.cols
         if isinstance(accepted, AcceptanceDraws):
-            a = accepted.draw_many(cols["index"][slots], cols["num_accept_draws_used"][slots])
-            cols["num_accept_draws_used"][slots] += 1
+            used = cols["num_accept_draws_used"][slots]
+            a = accepted.draw_many(cols["index"][slots], used)
+            used += 1
+            cols["num_accept_draws_used"][slots] = used
             return a
         h = self.store.handles
         if callable(accepted):
@@ -430,15 +432,13 @@ class Scheduler:
         out_tok[em_slots] = num_out
         done = num_out >= max_out
         num_done = int(np.count_nonzero(done))
-        if num_done:
-            cols["num_spec_tok"][em_slots] = np.where(done, 0, self.config.num_spec_tok)
-        else:
-            cols["num_spec_tok"][em_slots] = self.config.num_spec_tok
+        cols["num_spec_tok"][em_slots] = self.config.num_spec_tok
         out.emitted_slots, out.emitted_tok = em_slots, emitted
         finished: list[Request] = []
         if num_done:
             h = self.store.handles
             fin_slots = em_slots[done]
+            cols["num_spec_tok"][fin_slots] = 0
             status = cols["status"]
             status[fin_slots] = int(Status.FINISHED)
             finished = [h[s] for s in fin_slots.tolist()]
