@@ -150,7 +150,9 @@ class EngineSim:
                 self._wake = None
                 continue
             if self.decode_runs and self._client_done:
-                run = sched.plan_decode_run(self.acceptance, self.window_tok)
+                # drain: nothing left to send, now or after any finish
+                drain = not self._pending and not self._children
+                run = sched.plan_decode_run(self.acceptance, self.window_tok, drain)
                 if run is not None:
                     yield from self._decode_run(run)
                     continue
@@ -188,14 +190,7 @@ class EngineSim:
             elif idx.size:
                 rec.add_itl(now - last_emit[idx])
             last_emit[idx] = now
-            for req in finished:
-                req.finish_s = now
-                if self._parent is not None:
-                    self._done[req.index] = True
-                    for child in reversed(self._children.pop(req.index, [])):
-                        self._pending.appendleft(child)
-            self._num_finished += len(finished)
-            self._in_flight -= len(finished)
+            self._finish(finished, now)
             rec.record_row(  # STEP_COLUMNS order
                 (
                     t0,
@@ -221,18 +216,21 @@ class EngineSim:
 
     def _decode_run(self, run: DecodeRun):  # type: ignore[no-untyped-def]
         """The steps of a planned decode-only run, one timeout each: the same times, step
-        rows and inter-token latencies as scheduling them one by one (no request is
-        admitted, preempted or finished in between, no prefill, no prefix cache)."""
+        rows, inter-token latencies and finish times as scheduling them one by one (no
+        request is admitted or preempted in between, no prefill, no prefix cache)."""
         env, sched, rec = self.env, self.scheduler, self.recorder
         kv, w = sched.kv, self.window_tok
         idx = sched.store.cols["index"][run.slots]
+        handles = sched.store.handles
         last_emit = self.last_emit_s
-        num_req = run.slots.size
-        num_running, num_waiting = len(sched.running), len(sched.waiting)
+        num_waiting = len(sched.waiting)
         cached_free, evictions = kv.num_cached_free_blocks, kv.pool.num_evictions
-        for ctx, emitted, free in zip(
-            run.context_tok, run.emitted_tok, run.free_blocks, strict=True
-        ):
+        for j in range(run.num_steps):
+            ctx, emit_idx = run.context_tok[j], idx
+            if run.active is not None:
+                act = run.active[j]
+                ctx, emit_idx = ctx[act], idx[act]
+            num_req = run.num_running[j]
             shape = BatchShape(
                 num_decode_req=num_req,
                 query_tok_per_decode=w,
@@ -246,13 +244,20 @@ class EngineSim:
             t0 = env.now
             yield env.timeout(step_s)
             now = env.now
-            rec.add_itl(now - last_emit[idx])
-            last_emit[idx] = now
+            rec.add_itl(now - last_emit[emit_idx])
+            last_emit[emit_idx] = now
+            finished = (
+                [handles[s] for s in run.slots[run.finish_step == j].tolist()]
+                if run.active is not None
+                else []
+            )
+            self._finish(finished, now)
+            free = run.free_blocks[j]
             rec.record_row(  # STEP_COLUMNS order
                 (
                     t0,
                     step_s,
-                    num_running,
+                    num_req,
                     num_waiting,
                     num_req * w,
                     0,
@@ -261,14 +266,27 @@ class EngineSim:
                     kv.usage_at(free),
                     0,
                     0,
-                    emitted,
+                    run.emitted_tok[j],
                     cached_free,
                     0,
                     0,
                     evictions,
                 )
             )
+            if finished:
+                self._send_ready()
         sched.apply_decode_run(run)
+
+    def _finish(self, finished: list[Request], now: float) -> None:
+        """Finish times, conversation children to the head of the send queue, counts."""
+        for req in finished:
+            req.finish_s = now
+            if self._parent is not None:
+                self._done[req.index] = True
+                for child in reversed(self._children.pop(req.index, [])):
+                    self._pending.appendleft(child)
+        self._num_finished += len(finished)
+        self._in_flight -= len(finished)
 
     def run(self) -> None:
         self.env.process(self._client())

@@ -11,9 +11,12 @@ the schedule between them. The planner checks, on the running batch (R requests)
   budget; ``max_model_len`` cannot clip before the request ends
   (``P + max_output + W - 2 + lookahead <= max_model_len - 1``); every request already
   holds its GDN slots;
-- the run stops before the first step in which a request would finish, and before the
-  first step whose block growth would not fit in the free blocks (step by step, that
-  step would preempt).
+- the run stops before the first step in which a request would finish, unless nothing
+  will ever be sent again (``drain``: the cool-down), when it goes on through finishes: a
+  request finishes in the step its output reaches ``max_output`` (that step's emission
+  clipped to it), leaves the batch after the step and returns its blocks to the pool;
+- it stops before the first step whose block growth would not fit in the blocks free
+  after the earlier steps (step by step, that step would preempt).
 
 Inside such a run step j (0-based) is fixed by the pre-drawn acceptance::
 
@@ -46,6 +49,11 @@ class DecodeRun:
     slots: np.ndarray
     context_tok: np.ndarray
     """[num_steps, R]: computed tokens of each request before each step."""
+    active: np.ndarray | None
+    """[num_steps, R]: the request is scheduled in the step (None: all, in every step)."""
+    finish_step: np.ndarray
+    """[R]: the step in which the request finishes (``num_steps`` or more: not in this run)."""
+    num_running: list[int]
     emitted_tok: list[int]
     """Tokens emitted by the whole batch in each step."""
     free_blocks: list[int]
@@ -53,6 +61,7 @@ class DecodeRun:
     end_computed_tok: np.ndarray
     end_output_tok: np.ndarray
     end_attn_blocks: np.ndarray
+    """Blocks held after the last step (finished requests: when they finished)."""
     end_draws_used: np.ndarray
     num_blocks_taken: int
 
@@ -81,9 +90,14 @@ def plan_decode_run(
     slots: np.ndarray,
     draws: AcceptanceDraws,
     lim: RunLimits,
+    drain: bool = False,
     max_steps: int = MAX_RUN_STEPS,
 ) -> DecodeRun | None:
-    """The run of decode-only steps starting now, or None when fewer than 2 steps qualify."""
+    """The run of decode-only steps starting now, or None when fewer than 2 steps qualify.
+
+    ``drain``: nothing will ever be sent again (the engine's cool-down), so the run goes on
+    through finishes: a finished request leaves the batch after its step and its blocks
+    return to the pool; otherwise the run stops before the first finish."""
     k, w = lim.num_spec_tok, lim.window_tok
     r = slots.size
     if not r or w != k + 1 or r * w > lim.max_num_batched_tokens:
@@ -92,8 +106,8 @@ def plan_decode_run(
     max_out = cols["max_output_tok"][slots]
     remaining = max_out - out_tok
     # every step emits >= 1 token per request: a request with n tokens left finishes
-    # within n steps, so at most n - 1 finish-free steps
-    max_run = min(int(remaining.min()) - 1, max_steps)
+    # within n steps (so at most n - 1 finish-free steps)
+    max_run = min(int(remaining.max() if drain else remaining.min() - 1), max_steps)
     if max_run < 2:
         return None
     prompt = cols["prompt_tok"][slots]
@@ -110,34 +124,48 @@ def plan_decode_run(
         return None
     # accepted drafts per step and request (clipped to the k scheduled drafts)
     used = cols["num_accept_draws_used"][slots]
+    step = np.arange(max_run, dtype=np.int64)[:, None]
     if k:
-        step = np.arange(max_run, dtype=np.int64)[:, None]
         accepted = draws.draw_many(cols["index"][slots][None, :], used[None, :] + step)
-        emitted = np.minimum(np.maximum(accepted, 0), k) + 1
+        window_kept = np.minimum(np.maximum(accepted, 0), k) + 1
     else:
-        emitted = np.ones((max_run, r), dtype=np.int64)
-    kept = np.cumsum(emitted, axis=0)  # tokens kept after each step
-    # finish-free steps: every request still short of its max_output after the step
-    finish_free = int(np.count_nonzero((kept < remaining).all(axis=1)))
-    context = np.empty_like(kept)
-    context[0] = computed
-    context[1:] = computed + kept[:-1]
+        window_kept = np.ones((max_run, r), dtype=np.int64)
+    kept = np.cumsum(window_kept, axis=0)  # tokens kept (computed) after each step
+    before = kept - window_kept
+    finish = np.count_nonzero(kept < remaining, axis=0)  # step of the finish (or max_run)
+    active = step <= finish[None, :]
+    context = computed + before
     bs, groups = lim.block_size_tok, lim.num_attn_groups
     need = (context + (w + lim.lookahead_tok + bs - 1)) // bs * groups
     held = np.maximum.accumulate(np.vstack([cols["num_attn_blocks"][slots], need]), axis=0)
-    taken = np.cumsum((held[1:] - held[:-1]).sum(axis=1))
-    fits = int(np.count_nonzero(taken <= lim.free_blocks))  # taken is non-decreasing
-    n = min(finish_free, fits)
+    taken = np.cumsum(((held[1:] - held[:-1]) * active).sum(axis=1))
+    # blocks a request returns after its finishing step; a step's growth must fit in what
+    # is free after the earlier steps' growth and returns (else it would preempt)
+    cols_r = np.arange(r)
+    done = finish < max_run
+    returned = np.zeros(max_run + 1, dtype=np.int64)
+    np.add.at(returned, finish[done] + 1, held[finish[done] + 1, cols_r[done]] + held_gdn[done])
+    returned = np.cumsum(returned)[:-1]  # returned before each step
+    short = np.flatnonzero(taken > lim.free_blocks + returned)
+    n = int(short[0]) if short.size else max_run
+    n = min(n, int(finish.max()) + 1)  # the last request's finish ends a drain
+    if not drain:
+        n = min(n, int(finish.min()))
     if n < 2:
         return None
+    emitted = np.where(active[:n], np.minimum(window_kept[:n], remaining - before[:n]), 0)
+    last = np.minimum(finish, n - 1)
     return DecodeRun(
         slots=slots,
         context_tok=context[:n],
-        emitted_tok=emitted[:n].sum(axis=1).tolist(),
-        free_blocks=(lim.free_blocks - taken[:n]).tolist(),
-        end_computed_tok=computed + kept[n - 1],
-        end_output_tok=out_tok + kept[n - 1],
-        end_attn_blocks=held[n],
-        end_draws_used=used + n if k else used,
+        active=active[:n] if drain and int(finish.min()) < n else None,
+        finish_step=finish,
+        num_running=np.count_nonzero(active[:n], axis=1).tolist(),
+        emitted_tok=emitted.sum(axis=1).tolist(),
+        free_blocks=(lim.free_blocks - taken[:n] + returned[:n]).tolist(),
+        end_computed_tok=computed + kept[last, cols_r],
+        end_output_tok=np.minimum(out_tok + kept[n - 1], max_out),
+        end_attn_blocks=held[last + 1, cols_r],
+        end_draws_used=used + last + 1 if k else used,
         num_blocks_taken=int(taken[n - 1]),
     )

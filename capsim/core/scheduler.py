@@ -324,10 +324,12 @@ class Scheduler:
         return out
 
     # -- decode-only runs ---------------------------------------------------------------
-    def plan_decode_run(self, draws: AcceptanceDraws, window_tok: int) -> DecodeRun | None:
+    def plan_decode_run(
+        self, draws: AcceptanceDraws, window_tok: int, drain: bool = False
+    ) -> DecodeRun | None:
         """Several decode-only steps at once (``capsim.core.decode_run``), or None. Only
         with caching off on the vectorised path, and nobody waiting; the caller makes sure
-        no request arrives before the run ends."""
+        no request arrives before the run ends (``drain``: none ever will)."""
         if self.waiting or not self.running or self.kv.enable_caching or not self.vectorized:
             return None
         if not isinstance(draws, AcceptanceDraws):  # per-step acceptance: no plan ahead
@@ -344,15 +346,29 @@ class Scheduler:
             gdn_blocks_per_request=kv.gdn_blocks_per_request,
             free_blocks=kv.num_free_blocks,
         )
-        return plan_decode_run(self.store.cols, self._running_slots(), draws, lim)
+        return plan_decode_run(self.store.cols, self._running_slots(), draws, lim, drain)
 
-    def apply_decode_run(self, run: DecodeRun) -> None:
-        """Commit a planned run: the counters and blocks its last step leaves."""
+    def apply_decode_run(self, run: DecodeRun) -> list[Request]:
+        """Commit a planned run: the counters and blocks its last step leaves; finished
+        requests leave ``running`` and free their blocks. Returns them."""
         cols, slots = self.store.cols, run.slots
         cols["num_computed_tok"][slots] = run.end_computed_tok
         cols["num_output_tok"][slots] = run.end_output_tok
         cols["num_accept_draws_used"][slots] = run.end_draws_used
         self.kv.grow_attn_bulk(cols, slots, run.end_attn_blocks, run.num_blocks_taken)
+        gone = run.finish_step < run.num_steps
+        if not gone.any():
+            return []
+        fin_slots = slots[gone]
+        cols["status"][fin_slots] = int(Status.FINISHED)
+        cols["num_spec_tok"][fin_slots] = 0
+        self.kv.free_bulk(cols, fin_slots)
+        running = self.running
+        for i in reversed(np.flatnonzero(gone).tolist()):
+            del running[i]
+        self._run_slots = slots[~gone]
+        h = self.store.handles
+        return [h[s] for s in fin_slots.tolist()]
 
     # -- results ------------------------------------------------------------------------
     def _accepted(

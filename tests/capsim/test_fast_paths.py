@@ -1,7 +1,8 @@
 """The fast paths give exactly the reference path's results.
 
 Fast: the running batch scheduled at once (``Scheduler.vectorized``) and runs of
-decode-only steps planned at once (``EngineSim.decode_runs``, ``core/decode_run.py``).
+decode-only steps planned at once (``EngineSim.decode_runs``, ``core/decode_run.py``),
+through finishes once nothing is left to send (the drain).
 Reference: the sequential running loop, one step per engine iteration. Every request
 timestamp, every step row and every summary number must be identical.
 """
@@ -68,16 +69,18 @@ def _reference_paths(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(EngineSim, "__init__", step_by_step)
 
 
-def _count_runs(monkeypatch: pytest.MonkeyPatch) -> list[tuple[int, int]]:
-    """(planned steps, steps with unlimited free blocks) of every decode run planned."""
-    runs: list[tuple[int, int]] = []
+def _count_runs(monkeypatch: pytest.MonkeyPatch) -> list[tuple[int, int, int]]:
+    """(planned steps, steps with unlimited free blocks, requests finished in the run) of
+    every decode run planned."""
+    runs: list[tuple[int, int, int]] = []
     plan = decode_run.plan_decode_run
 
     def counting(cols, slots, draws, lim, *a):  # type: ignore[no-untyped-def]
         run = plan(cols, slots, draws, lim, *a)
         if run is not None:
             roomy = plan(cols, slots, draws, dataclasses.replace(lim, free_blocks=1 << 40), *a)
-            runs.append((run.num_steps, roomy.num_steps if roomy else 0))
+            finished = int((run.finish_step < run.num_steps).sum())
+            runs.append((run.num_steps, roomy.num_steps if roomy else 0, finished))
         return run
 
     monkeypatch.setattr(scheduler, "plan_decode_run", counting)
@@ -101,6 +104,8 @@ def test_fast_paths_equal_reference(monkeypatch: pytest.MonkeyPatch, case: str) 
     fast = simulate(cfg)
     if not cfg.engine.enable_prefix_caching:
         assert runs, "the scenario never plans a decode-only run"
+    if case == "sharegpt-c256":  # the cool-down drains in runs that finish requests
+        assert sum(f for _, _, f in runs) > 100
     with monkeypatch.context() as m:
         _reference_paths(m)
         ref = simulate(cfg)
@@ -121,7 +126,7 @@ def test_run_cut_by_the_pool(monkeypatch: pytest.MonkeyPatch) -> None:
     )
     runs = _count_runs(monkeypatch)
     fast = simulate(cfg, workload=table)
-    assert any(n < roomy for n, roomy in runs), "no run was cut by the pool"
+    assert any(n < roomy for n, roomy, _ in runs), "no run was cut by the pool"
     assert fast.summary["num_preemptions"] > 0
     with monkeypatch.context() as m:
         _reference_paths(m)
