@@ -38,7 +38,7 @@ import numpy as np
 
 from capsim.core.acceptance import AcceptanceDraws
 
-MAX_RUN_STEPS = 256
+MAX_RUN_STEPS = 64
 """Steps planned at most at once (bounds the K x R arrays); a longer run is planned again."""
 
 
