@@ -425,7 +425,8 @@ def vllm_operator_points(shp: StepShapes, grid: dict, dev: str, gen, cache) -> l
             for ctx in grid["pre_ctx"]:
                 pts.append(OpPoint(
                     ("attn_prefill", shp.attn_key, n, ctx), "attn_prefill", shp.attn_key,
-                    lambda n=n, ctx=ctx: vops.make_attn(attn, 1, n, ctx + n, cache, block, dev, gen),
+                    lambda n=n, ctx=ctx: vops.make_attn(
+                        attn, 1, n, ctx + n, cache, block, dev, gen),
                     {"batch": 1, "q_tok": n, "ctx_tok": ctx},
                     impl=vops.ATTN_IMPL.replace("{path}", ",{extra}") + f"[block={block}]",
                 ))  # fmt: skip
@@ -757,7 +758,7 @@ def main(argv: list[str] | None = None) -> int:
             for s in shapes
         }
         meta["vllm_checks"] = vops.checks(dev, gen)
-        print("vllm", json.dumps(meta["vllm_moe_config"]), json.dumps(meta["vllm_checks"]), flush=True)
+        print("vllm", json.dumps(meta["vllm_moe_config"]), json.dumps(meta["vllm_checks"]))
         gdn_out = Writer(args.out / "vllm_gdn_verify.csv", GDN_COLUMNS)
 
     ops_out = Writer(args.out / "model_step.csv", COLUMNS)
@@ -765,9 +766,7 @@ def main(argv: list[str] | None = None) -> int:
     done: set = set()
     only = frozenset(o for o in args.ops.split(",") if o)
     for i, shp in enumerate(shapes):
-        measure_shapes(
-            shp, grid, ops_out, done, dev, gen, args.replays, deadline, only, kernels
-        )
+        measure_shapes(shp, grid, ops_out, done, dev, gen, args.replays, deadline, only, kernels)
         print(f"{shp.key}: {ops_out.rows} op rows, {time.monotonic() - t_start:.0f}s", flush=True)
         if i == 0 and not args.no_validation:
             if kernels == "vllm":

@@ -403,9 +403,7 @@ def install(src: Path = DEFAULT_SRC) -> None:
         def adjust_N_for_activation(n, activation):
             return n // 2 if activation.is_gated else n
 
-    _module(
-        MOE.replace("/", ".") + "modular_kernel", FusedMoEExpertsModular=FusedMoEExpertsModular
-    )
+    _module(MOE.replace("/", ".") + "modular_kernel", FusedMoEExpertsModular=FusedMoEExpertsModular)
     assert act.MoEActivation.SILU.is_gated
 
 
@@ -434,9 +432,7 @@ def load_chunk_gated_delta_rule(src: Path = DEFAULT_SRC):
 
 
 def load_fused_sigmoid_gating(src: Path = DEFAULT_SRC):
-    return _import(
-        KERNEL_FILES["fused_sigmoid_gating"], src
-    ).fused_sigmoid_gating_delta_rule_update
+    return _import(KERNEL_FILES["fused_sigmoid_gating"], src).fused_sigmoid_gating_delta_rule_update
 
 
 def main(argv: list[str] | None = None) -> int:

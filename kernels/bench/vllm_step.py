@@ -25,10 +25,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+import model_ops as ops
 import torch
 import torch.nn.functional as F
-
-import model_ops as ops
 import vllm_loader as vl
 import vllm_step_ops as vops
 
@@ -81,9 +80,12 @@ class VllmStepStack:
         # One GDN state pool and one conv state pool shared by all GDN layers (memory: a
         # pool per layer would not fit next to the weights); every layer still reads and
         # writes its requests' slots, and the pools are far larger than L2.
-        self.ssm = torch.randn(
-            (max_state_slots, shp.gdn_hv, shp.gdn_dv, shp.gdn_dk), device=dev, generator=gen
-        ) * 0.01
+        self.ssm = (
+            torch.randn(
+                (max_state_slots, shp.gdn_hv, shp.gdn_dv, shp.gdn_dk), device=dev, generator=gen
+            )
+            * 0.01
+        )
         self.conv_state = ops._randn(
             (max_state_slots, shp.conv_dim, shp.conv_kernel - 1 + 40), dev, gen
         )
@@ -96,7 +98,9 @@ class VllmStepStack:
             if is_attn:
                 layer["qkv"] = w(shp.linear("attn_qkv").n, h)
                 layer["o"] = w(h, shp.linear("attn_o").k)
-                layer["kv"] = vops.kv_cache(nblocks, self.block, shp.attn_hkv, shp.head_dim, dev, gen)
+                layer["kv"] = vops.kv_cache(
+                    nblocks, self.block, shp.attn_hkv, shp.head_dim, dev, gen
+                )
             else:
                 layer["qkvz"] = w(shp.linear("gdn_in_qkvz").n, h)
                 layer["ba"] = w(shp.linear("gdn_in_ba").n, h)
@@ -104,7 +108,9 @@ class VllmStepStack:
                 layer["conv_w"] = ops._randn((shp.conv_dim, shp.conv_kernel), dev, gen)
                 layer["conv_state"] = self.conv_state
                 layer["ssm"] = self.ssm
-                layer["gnorm"] = torch.ones(shp.gdn_hv * shp.gdn_dv, device=dev, dtype=torch.bfloat16)
+                layer["gnorm"] = torch.ones(
+                    shp.gdn_hv * shp.gdn_dv, device=dev, dtype=torch.bfloat16
+                )
                 layer["A_log"] = torch.zeros(shp.gdn_hv, device=dev)
                 layer["dt_bias"] = torch.zeros(shp.gdn_hv, device=dev)
             layer["moe"] = vops.moe_weights_vllm(
@@ -178,7 +184,9 @@ class VllmStepStack:
                 has_initial_state=g["pre_init"], activation="silu", metadata=g["conv_meta"],
             ).t()  # fmt: skip
             q = F.normalize(conv[:, : hk * dk].float().reshape(1, n_pre, hk, dk), dim=-1)
-            k = F.normalize(conv[:, hk * dk : 2 * hk * dk].float().reshape(1, n_pre, hk, dk), dim=-1)
+            k = F.normalize(
+                conv[:, hk * dk : 2 * hk * dk].float().reshape(1, n_pre, hk, dk), dim=-1
+            )
             v = conv[:, 2 * hk * dk :].reshape(1, n_pre, hv, dv)
             b, a = ba[n_dec:, :hv], ba[n_dec:, hv:]
             init = layer["ssm"].index_select(0, g["pre_idx"])
@@ -218,7 +226,7 @@ class VllmStepStack:
         ctx_lens = [pt.ctx_tok + w] * r + [c + n for n, c in pre]
         cu, used, table, _ = vops.batch_meta(q_lens, ctx_lens, self.block, 1, dev)
         meta = (cu, used, table, max(q_lens), max(ctx_lens))
-        i32 = dict(dtype=torch.int32, device=dev)
+        i32 = {"dtype": torch.int32, "device": dev}
         g = {"n_dec_tok": n_dec, "w": w, "r": r, "tree": pt.tree}
         if r:
             g["dec_cu"] = torch.arange(0, (r + 1) * w, w, **i32)
@@ -268,7 +276,11 @@ class VllmStepStack:
         def draft(hidden, meta_d):
             e = emb[: hidden.shape[0]]
             cat = torch.cat(
-                [F.rms_norm(e, (h,), mtp["norm"], 1e-6), F.rms_norm(hidden, (h,), mtp["norm"], 1e-6)], -1
+                [
+                    F.rms_norm(e, (h,), mtp["norm"], 1e-6),
+                    F.rms_norm(hidden, (h,), mtp["norm"], 1e-6),
+                ],
+                -1,
             )
             y = F.linear(cat, mtp["fc"])
             return self._layer(mtp, y, g, meta_d)
@@ -312,7 +324,10 @@ def measure(shp, points, out, dev, gen, replays: int, deadline: float, time_call
     block = vops.hybrid_block_size(shp)
     try:
         stack = VllmStepStack(
-            shp, dev, gen, max(blocks_needed(p, block) for p in points),
+            shp,
+            dev,
+            gen,
+            max(blocks_needed(p, block) for p in points),
             max(slots_needed(p) for p in points),
         )
     except torch.OutOfMemoryError as exc:

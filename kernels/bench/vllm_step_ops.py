@@ -14,10 +14,9 @@ from __future__ import annotations
 
 import math
 
+import model_ops as ops
 import torch
 import torch.nn.functional as F
-
-import model_ops as ops
 import vllm_loader as vl
 
 MOE_IMPL = (
@@ -38,9 +37,10 @@ def hybrid_block_size(shp, align: int = 16) -> int:
     """Attention block size vLLM picks for a hybrid model (platforms/interface.py): the
     smallest multiple of ``align`` tokens whose KV page holds one GDN state page."""
     state_bytes = 4 if shp.ssm_state_dtype in ("float32", "fp32") else 2
-    mamba_page = shp.gdn_hv * shp.gdn_dk * shp.gdn_dv * state_bytes + shp.conv_dim * (
-        shp.conv_kernel - 1
-    ) * 2
+    mamba_page = (
+        shp.gdn_hv * shp.gdn_dk * shp.gdn_dv * state_bytes
+        + shp.conv_dim * (shp.conv_kernel - 1) * 2
+    )
     per_tok = shp.kv_bytes_per_tok
     return align * -(-mamba_page // (align * per_tok))
 
@@ -56,7 +56,9 @@ class Attn:
         rows = self.seq_threshold_3d * min(max_q, 8)
         pad = 1 << (hd - 1).bit_length()
         f32 = torch.float32
-        self.segm_out = torch.empty((rows, hq, NUM_PAR_SOFTMAX_SEGMENTS, pad), device=dev, dtype=f32)
+        self.segm_out = torch.empty(
+            (rows, hq, NUM_PAR_SOFTMAX_SEGMENTS, pad), device=dev, dtype=f32
+        )
         self.segm_max = torch.empty((rows, hq, NUM_PAR_SOFTMAX_SEGMENTS), device=dev, dtype=f32)
         self.segm_sum = torch.empty_like(self.segm_max)
 
@@ -124,7 +126,9 @@ def make_attn(attn: Attn, batch: int, q_tok: int, ctx: int, cache, block: int, d
     out = torch.empty_like(q)
     fns = []
     for i in range(ncopy):
-        cu, used, table, _ = batch_meta([q_tok] * batch, [ctx] * batch, block, 1 + i * per_copy, dev)
+        cu, used, table, _ = batch_meta(
+            [q_tok] * batch, [ctx] * batch, block, 1 + i * per_copy, dev
+        )
         fns.append(
             lambda cu=cu, used=used, table=table: attn(
                 q, k_cache, v_cache, out, cu, q_tok, used, ctx, table
@@ -183,9 +187,7 @@ def make_moe_vllm(m: int, shp, dev, gen):
     h, i, s, e = shp.hidden, shp.moe_inter, shp.shared_inter, shp.num_experts
     flops = 2.0 * m * shp.topk * 3 * h * i + 2.0 * m * (3 * h * s + e * h)
     bytes_ = touched + (3 * h * s + e * h) * 2 + 4.0 * m * h
-    cfg = fm.try_get_optimal_moe_config(
-        ws[0]["w13"].shape, ws[0]["w2"].shape, shp.topk, None, m
-    )
+    cfg = fm.try_get_optimal_moe_config(ws[0]["w13"].shape, ws[0]["w2"].shape, shp.topk, None, m)
     return fns, flops, bytes_, f"BLOCK_M={cfg['BLOCK_SIZE_M']}"
 
 
@@ -204,7 +206,7 @@ def make_moe_standin(part: str, m: int, shp, dev, gen):
 
     e, k, h, i = shp.num_experts, shp.topk, shp.hidden, shp.moe_inter
     logits = ops._randn((m, e), dev, gen)
-    tw, ti = vl.topk_softmax_standin(logits, k)
+    _tw, ti = vl.topk_softmax_standin(logits, k)
     cfg = fm.try_get_optimal_moe_config((e, 2 * i, h), (e, h, i), k, None, m)
     if part == "topk_softmax":
         fns = [lambda: vl.topk_softmax_standin(logits, k)]
@@ -285,11 +287,12 @@ def storeall_inputs(batch: int, t: int, shp, dev, gen):
     slots = torch.arange(1, batch * t + 1, dtype=torch.int32, device=dev).view(batch, t)
     acc = torch.ones(batch, dtype=torch.int32, device=dev)
     cu = torch.arange(0, (batch + 1) * t, t, dtype=torch.int32, device=dev)
-    return dict(
-        A_log=a_log, a=a, b=b, dt_bias=dt_bias, q=q, k=k, v=v, initial_state=pool,
-        inplace_final_state=True, cu_seqlens=cu, ssm_state_indices=slots,
-        num_accepted_tokens=acc, use_qk_l2norm_in_kernel=True,
-    )  # fmt: skip
+    return {
+        "A_log": a_log, "a": a, "b": b, "dt_bias": dt_bias, "q": q, "k": k, "v": v,
+        "initial_state": pool, "inplace_final_state": True, "cu_seqlens": cu,
+        "ssm_state_indices": slots, "num_accepted_tokens": acc,
+        "use_qk_l2norm_in_kernel": True,
+    }  # fmt: skip
 
 
 def make_storeall_vllm(batch: int, t: int, shp, dev, gen):
@@ -345,7 +348,12 @@ def checks(dev: str, gen) -> dict:
                 s = torch.einsum("qhd,khd->hqk", qb, kk) / math.sqrt(d)
                 pos = torch.arange(ctx - q_tok, ctx, device=dev)[:, None]
                 s = s.masked_fill(torch.arange(ctx, device=dev)[None, :] > pos, float("-inf"))
-                errs.append(rel(o[b * q_tok : (b + 1) * q_tok], torch.einsum("hqk,khd->qhd", s.softmax(-1), vv)))
+                errs.append(
+                    rel(
+                        o[b * q_tok : (b + 1) * q_tok],
+                        torch.einsum("hqk,khd->qhd", s.softmax(-1), vv),
+                    )
+                )
             out[f"attn_q{q_tok}_{attn.path(batch, q_tok)}_rel_err"] = max(errs)
     except Exception as exc:
         out["attn_error"] = repr(exc)[:300]
