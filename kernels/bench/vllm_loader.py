@@ -8,8 +8,10 @@ device run carries ``.vllmwheel/src``)::
 ``install()`` builds a ``vllm`` package whose sub-packages point at the extracted
 folders without running their ``__init__.py`` (those import all of vLLM), plus stub
 modules for what the loaded files import but cannot have here. Stubs carry no kernel
-code except the *stand-ins* below, each a plain torch re-statement of a compiled CUDA op
-of vLLM (vLLM's ``_C`` library needs torch 2.14; the H200 image has 2.11):
+code except the *stand-ins* below, each a re-statement of a compiled CUDA op of vLLM
+(vLLM's ``_C`` library needs torch 2.14; the H200 image has 2.11): a few-launch Triton
+kernel of ``vllm_standins.py`` where one exists, the torch version here as its reference
+(and on the CPU):
 
     STANDIN["moe_align_block_size"]  vllm._custom_ops.moe_align_block_size (CUDA)
     STANDIN["moe_sum"]               vllm._custom_ops.moe_sum (CUDA)
@@ -67,10 +69,12 @@ KERNEL_FILES = {
     "fused_sigmoid_gating": FLA + "fused_sigmoid_gating.py",
 }
 STANDIN = {
-    "moe_align_block_size": "torch stand-in for vllm._custom_ops.moe_align_block_size",
-    "moe_sum": "torch stand-in for vllm._custom_ops.moe_sum",
-    "silu_and_mul": "torch stand-in for torch.ops._C.silu_and_mul",
-    "topk_softmax": "torch stand-in for vllm's fused topk_softmax (softmax, top-k, renorm)",
+    "moe_align_block_size": "triton stand-in (vllm_standins.py) for "
+    "vllm._custom_ops.moe_align_block_size",
+    "moe_sum": "torch.sum stand-in for vllm._custom_ops.moe_sum",
+    "silu_and_mul": "triton stand-in (vllm_standins.py) for torch.ops._C.silu_and_mul",
+    "topk_softmax": "triton stand-in (vllm_standins.py) for vllm's fused topk_softmax "
+    "(softmax, top-k, renorm)",
 }
 
 
@@ -228,6 +232,30 @@ def _moe_align_block_size_standin(
     expert_ids.copy_(torch.where(starts < total, ids, -1).to(expert_ids.dtype))
 
 
+def _standins():
+    try:
+        from . import vllm_standins  # as capsim_kernels.bench
+    except ImportError:
+        import vllm_standins  # kernels/bench on sys.path (model_step.py)
+    return vllm_standins
+
+
+def _moe_align_block_size(topk_ids, *args, **kwargs) -> None:
+    """STANDIN: the Triton version on CUDA (and under TRITON_INTERPRET), torch else."""
+    import os
+
+    if topk_ids.is_cuda or os.environ.get("TRITON_INTERPRET") == "1":
+        return _standins().moe_align_block_size(topk_ids, *args, **kwargs)
+    return _moe_align_block_size_standin(topk_ids, *args, **kwargs)
+
+
+def topk_softmax(logits, topk: int):
+    """STANDIN: router top-k (Triton on CUDA; the torch reference otherwise)."""
+    if logits.is_cuda:
+        return _standins().topk_softmax(logits, topk)
+    return topk_softmax_standin(logits, topk)
+
+
 def _moe_sum_standin(input, output, topk_ids=None, expert_map=None) -> None:
     """STANDIN: sum over the top-k axis."""
     import torch
@@ -259,8 +287,11 @@ def _register_silu_and_mul() -> None:
         d = x.shape[-1] // 2
         torch.mul(torch.nn.functional.silu(x[..., :d]), x[..., d:], out=out)
 
-    for key in ("CPU", "CUDA"):
-        lib.impl("silu_and_mul", impl, key)
+    def impl_cuda(out, x):
+        _standins().silu_and_mul(out, x)
+
+    lib.impl("silu_and_mul", impl, "CPU")
+    lib.impl("silu_and_mul", impl_cuda, "CUDA")
     _LIBS.append(lib)  # keep the registration alive
 
 
@@ -324,7 +355,7 @@ def install(src: Path = DEFAULT_SRC) -> None:
     _module("vllm.triton_utils.allocation", set_triton_allocator=lambda device: None)
     _module(
         "vllm._custom_ops",
-        moe_align_block_size=_moe_align_block_size_standin,
+        moe_align_block_size=_moe_align_block_size,
         moe_sum=_moe_sum_standin,
     )
     _module(

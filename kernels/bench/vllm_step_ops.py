@@ -21,7 +21,7 @@ import vllm_loader as vl
 
 MOE_IMPL = (
     "vllm.fused_experts_impl[fused_moe_kernel x2, try_get_optimal_moe_config]"
-    "+standin:topk_softmax,moe_align_block_size,silu_and_mul,moe_sum"
+    "+standin(triton):topk_softmax,moe_align_block_size,silu_and_mul+standin(torch.sum):moe_sum"
     "+torch:router,shared_expert"
 )
 ATTN_IMPL = "vllm.unified_attention(triton,paged,GQA{path})"
@@ -165,7 +165,7 @@ def silu_and_mul(x):
 def moe_apply_vllm(fm, w: dict, x, topk: int):
     """Router GEMM, top-k (stand-in), vLLM's fused_experts_impl, shared expert."""
     logits = F.linear(x, w["router"])
-    tw, ti = vl.topk_softmax_standin(logits, topk, renormalize=True)
+    tw, ti = vl.topk_softmax(logits, topk)
     out = fm.fused_experts_impl(x, w["w13"], w["w2"], tw, ti)
     if w["shared"]:
         hs = silu_and_mul(F.linear(x, w["s13"]))
@@ -209,7 +209,7 @@ def make_moe_standin(part: str, m: int, shp, dev, gen):
     _tw, ti = vl.topk_softmax_standin(logits, k)
     cfg = fm.try_get_optimal_moe_config((e, 2 * i, h), (e, h, i), k, None, m)
     if part == "topk_softmax":
-        fns = [lambda: vl.topk_softmax_standin(logits, k)]
+        fns = [lambda: vl.topk_softmax(logits, k)]
     elif part == "moe_align_block_size":
         fns = [lambda: moe_align_block_size(ti, cfg["BLOCK_SIZE_M"], e, None)]
     elif part == "silu_and_mul":

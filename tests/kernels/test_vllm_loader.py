@@ -73,3 +73,33 @@ def test_vllm_fused_moe_under_the_shim_matches_float64():
     names = {p.name for p in (SRC / vl.CONFIG_GLOB).glob("*.json")}
     assert "E=256,N=512,device_name=NVIDIA_H200.json" not in names
     assert "E=512,N=128,device_name=NVIDIA_H200.json" in names
+
+
+@pytest.mark.skipif(os.environ.get("TRITON_INTERPRET") != "1", reason="needs TRITON_INTERPRET=1")
+@pytest.mark.parametrize("tokens,topk,experts,block", [(5, 2, 8, 4), (40, 8, 256, 16)])
+def test_triton_standins_match_the_torch_references(tokens, topk, experts, block):
+    from capsim_kernels.bench import vllm_standins as st
+
+    gen = torch.Generator().manual_seed(7)
+    logits = torch.randn(tokens, experts, generator=gen)
+    w, ids = st.topk_softmax(logits, topk)
+    w_ref, ids_ref = vl.topk_softmax_standin(logits, topk)
+    assert torch.equal(ids, ids_ref) and torch.allclose(w, w_ref, atol=1e-6)
+    n = ids.numel()
+    cap = min(n * block, n + experts * (block - 1))
+    outs = [
+        (torch.empty(cap, dtype=torch.int32), torch.empty(-(-cap // block), dtype=torch.int32),
+         torch.empty(1, dtype=torch.int32))
+        for _ in range(2)
+    ]  # fmt: skip
+    st.moe_align_block_size(ids, experts, block, *outs[0])
+    vl._moe_align_block_size_standin(ids, experts, block, *outs[1])
+    total = int(outs[1][2])
+    assert int(outs[0][2]) == total and torch.equal(outs[0][1], outs[1][1])
+    for b in range(total // block):  # same routes per block (order inside is free)
+        got, ref = (o[0][b * block : (b + 1) * block].sort().values for o in outs)
+        assert torch.equal(got, ref)
+    x = torch.randn(tokens, 2 * 48, generator=gen)
+    out = torch.empty(tokens, 48)
+    st.silu_and_mul(out, x)
+    assert torch.allclose(out, F.silu(x[:, :48]) * x[:, 48:], atol=1e-5)
