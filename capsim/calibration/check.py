@@ -270,21 +270,46 @@ TORCH_NOTES = {
 }
 
 
+VLLM_SOURCE_KEYS = {  # impl prefix -> key of the run metadata's vllm_sources
+    "vllm.fused_experts_impl": "fused_moe",
+    "vllm.unified_attention": "unified_attention",
+    "vllm.causal_conv1d": "causal_conv1d",
+    "vllm.fla.chunk_gated_delta_rule": "chunk_gated_delta_rule",
+    "vllm.fused_sigmoid_gating": "fused_sigmoid_gating",
+}
+
+
+def _vllm_sources(tables: CalibrationTables) -> dict[str, str]:
+    """vLLM file and sha256 per kernel, from the newest run that recorded them."""
+    meta = tables.manifest.get("model_step_meta") or {}
+    for run in reversed(meta.get("runs", [meta])):
+        if run.get("vllm_sources"):
+            return run["vllm_sources"]
+    return {}
+
+
 def _impls(tables: CalibrationTables) -> list[tuple[str, str]]:
-    """Distinct (op class, impl) pairs of the fit rows and GDN kernels, sorted."""
+    """Distinct (op class, impl) pairs of the fit rows and GDN kernels, sorted; vLLM
+    kernels carry the vLLM file and its sha256 prefix."""
     pairs = set()
     for row in tables.ops:
         impl = str(row.get("impl", ""))
         impl = TORCH_NOTES.get(row["op"], impl) if impl == "torch" else impl
         impl = impl.split("[BLOCK_M")[0]
-        impl = impl.split(",3d")[0].split(",2d")[0]  # attention: path per point
+        impl = impl.replace(",3d)", ")").replace(",2d)", ")")  # attention: path per point
         key = row["key"] if row["op"] in ("moe", "moe_standin") else ""
         pairs.add((row["op"], f"{impl} {key}".strip()))
     for row in tables.gdn:
         pairs.add(
             (f"gdn:{row['kernel']}", str(row.get("impl") or "capsim_kernels (kernels/gdn_verify)"))
         )
-    return sorted(pairs)
+    sources = _vllm_sources(tables)
+    out = []
+    for op, impl in sorted(pairs):
+        keys = [k for prefix, k in VLLM_SOURCE_KEYS.items() if impl.startswith(prefix)]
+        src = sources.get(keys[0]) if keys else None
+        out.append((op, f"{impl}\n{'':17}<- {src}" if src else impl))
+    return out
 
 
 def run_check(tables: CalibrationTables) -> tuple[str, dict]:
