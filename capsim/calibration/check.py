@@ -301,7 +301,10 @@ def _impls(tables: CalibrationTables) -> list[tuple[str, str]]:
         pairs.add((row["op"], f"{impl} {key}".strip()))
     for row in tables.gdn:
         pairs.add(
-            (f"gdn:{row['kernel']}", str(row.get("impl") or "capsim_kernels (kernels/gdn_verify)"))
+            (
+                f"gdn:{row['kernel']}",
+                str(row.get("impl") or "timed by kernels/bench/run.py (kernels/BENCHMARKS.md)"),
+            )
         )
     sources = _vllm_sources(tables)
     out = []
