@@ -5,6 +5,8 @@ Inputs, in ``results_dir``::
     model_step_run*.csv          operator points from kernels/bench/model_step.py; a later
                                  run's rows replace earlier rows of the same (op, key)
     model_step_validation.csv    whole steps (held back by construction)
+    vllm_gdn_verify.csv (opt.)   vLLM's store-all GDN op (kernel vllm_storeall), joins
+                                 the GDN kernel table
     model_step_meta.json         device, versions, dates, commands of each run
     gdn_verify.csv (optional)    GDN verify/commit kernels (kernels/bench, kernels issue)
 
@@ -122,14 +124,20 @@ def build(
         files[name] = sha256_file(data_dir / name)
 
     gdn_path = results_dir / "gdn_verify.csv"
+    # vLLM's own store-all op (kernel "vllm_storeall"), timed by model_step.py next to
+    # the operators; its rows join the GDN kernel table
+    vllm_gdn_path = results_dir / "vllm_gdn_verify.csv"
     if gdn_path.is_file():
         gdn = read_rows(gdn_path, GDN_INT_FIELDS, GDN_FLOAT_FIELDS, ("kernel", "tree"))
+        with gdn_path.open() as fh:
+            gdn_columns = next(csv.reader(fh))
+        if vllm_gdn_path.is_file():
+            gdn += read_rows(vllm_gdn_path, GDN_INT_FIELDS, GDN_FLOAT_FIELDS, ("kernel", "tree"))
+            gdn_columns += ["impl", "source"]
         for row, split in zip(
             gdn, assign_splits(gdn, gdn_series, seed=seed, fraction=fraction), strict=True
         ):
             row["split"] = split
-        with gdn_path.open() as fh:
-            gdn_columns = next(csv.reader(fh))
         name = f"{prefix}_gdn_verify.csv"
         _write_csv(data_dir / name, gdn, [*gdn_columns, "split"])
         files[name] = sha256_file(data_dir / name)
@@ -149,6 +157,9 @@ def build(
             "model_step_sha256": {p.name: sha256_file(p) for p in runs},
             "gdn_verify": gdn_path.name if gdn_path.is_file() else None,
             "gdn_verify_sha256": sha256_file(gdn_path) if gdn_path.is_file() else None,
+            "vllm_gdn_verify_sha256": (
+                sha256_file(vllm_gdn_path) if vllm_gdn_path.is_file() else None
+            ),
             "results_dir": str(results_dir),
         },
         "holdout": {"seed": seed, "fraction": fraction, "rule": "interior points per series"},

@@ -144,6 +144,8 @@ class KVCacheManager:
         "_hashes",
         "_junction",
         "_max_len",
+        "_pending",
+        "_pending_n",
         "_use_eagle",
         "gdn_blocks_per_request",
         "layout",
@@ -163,6 +165,10 @@ class KVCacheManager:
         self.prefix_stats = PrefixCacheStats()
         self._hashes: dict[int, list[int]] = {}
         self._junction: dict[int, int] = {}
+        # TreeWY deferred commit's pending window (caching on): un-hashed blocks taken on a
+        # request's first allocation and held until it is freed (never cached)
+        self._pending: dict[int, list[int]] = {}
+        self._pending_n = layout.pending_blocks_per_request
         # group order as vLLM builds it for Qwen hybrids: the first layer is a GDN layer,
         # so the GDN groups come before the attention group
         g = layout.num_gdn_groups
@@ -302,6 +308,8 @@ class KVCacheManager:
             n += m.blocks_to_allocate(slot, num_tok, hit.attn[i] if hit.attn else ())
         for i, g in enumerate(self._gdn_mgrs):
             n += g.blocks_to_allocate(slot, num_main, hit.gdn[i] if hit.gdn else ())
+        if self._pending_n and slot not in self._pending:
+            n += self._pending_n
         return n
 
     def allocate_slots(
@@ -339,8 +347,12 @@ class KVCacheManager:
             m.allocate_new(slot, num_tok, num_main)
         for m in (*self._gdn_mgrs, *self._attn_mgrs):
             m.cache(slot, hashes, to_cache)
+        if self._pending_n and slot not in self._pending:
+            self._pending[slot] = self.pool.get_new_blocks(self._pending_n)
         req.num_attn_blocks = sum(m.num_held(slot) for m in self._attn_mgrs)
-        req.num_gdn_blocks = sum(g.num_held(slot) for g in self._gdn_mgrs)
+        req.num_gdn_blocks = sum(g.num_held(slot) for g in self._gdn_mgrs) + len(
+            self._pending.get(slot, ())
+        )
         return True
 
     def admit_uncached(
@@ -432,6 +444,9 @@ class KVCacheManager:
             slot = req._slot
             for m in (*self._gdn_mgrs, *self._attn_mgrs):
                 m.free(slot)
+            pending = self._pending.pop(slot, None)
+            if pending:
+                self.pool.free_blocks(reversed(pending))
         else:
             self.pool.give(req.num_attn_blocks + req.num_gdn_blocks)
         req.num_attn_blocks = 0

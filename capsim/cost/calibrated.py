@@ -41,7 +41,9 @@ from capsim.models import ModelSpec
 MEASURED_GPU = measured_gpu().name  # the registry entry with step_times="measured"
 COMMIT_KERNELS: dict[str, tuple[tuple[str, ...], ...]] = {
     # preferred kernel set first; the next is used when the table lacks the first
-    "storeall": (("storeall",),),
+    # vLLM's own store-all op first (what vLLM runs: chains only); capsim's store-all
+    # kernel where vLLM's was not measured (tree windows, other shapes)
+    "storeall": (("vllm_storeall",), ("storeall",)),
     "reconstruct": (("treewy_verify", "treewy_commit"), ("treewy_verify_commit",)),
     "deferred": (("deferred",),),
 }
@@ -353,8 +355,9 @@ class CalibratedStepTime:
 
     def breakdown_s(self, shape: BatchShape, *, parts: str = "step") -> dict[str, float]:
         """Seconds per part of one step. ``parts='forward_no_gdn'`` prices only what the
-        whole-step validation runs measured (target forward without the GDN recurrence,
-        no drafts, no host)."""
+        issue-6 whole-step runs measured (target forward without the GDN recurrence, no
+        drafts, no host); the issue-13 runs measure the whole step but the host round trip
+        (``parts='step'`` less ``host``)."""
         if parts not in ("step", "forward_no_gdn"):
             raise ValueError(f"breakdown parts={parts!r} must be 'step' or 'forward_no_gdn'")
         out: dict[str, float] = {}

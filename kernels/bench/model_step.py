@@ -74,6 +74,11 @@ VAL_COLUMNS = (
     "q_tok",
     "ctx_tok",
     "prefill_tok",
+    "prefill_chunks",
+    "tree",
+    "depth",
+    "commit",
+    "kind",
     "timing",
     "p20_us",
     "p50_us",
@@ -101,6 +106,30 @@ FULL_GRID = {
         (0, 4, 0, 4096),
     ],
 }
+VLLM_VAL = (  # whole steps of the 35B: compositions no operator series was measured at
+    # (R, ctx, tree, prefill chunks (new, cached))
+    (2, 3000, None, ()),
+    (12, 1500, None, ()),
+    (48, 6000, None, ()),
+    (100, 2500, None, ()),
+    (200, 1200, None, ()),
+    (384, 700, None, ()),
+    (24, 3000, None, ((1500, 0),)),
+    (8, 5000, None, ((3000, 2000),)),
+    (96, 1000, None, ((512, 4096), (256, 0))),
+    (0, 0, None, ((3000, 1000),)),
+    (8, 2000, (2, 2, 2), ()),
+    (40, 3000, (2, 2, 2), ()),
+    (16, 2500, (2, 2, 1), ()),
+    (64, 1800, (2, 2, 1), ()),
+)
+VLLM_GDN_GRID = {"T": (4, 15, 40), "B": (1, 8, 32, 128, 256)}
+MOE_STANDIN_M = (1, 16, 256, 4096)
+GDN_COLUMNS = (
+    "kernel", "model_shape", "state_dtype", "T", "tree", "B", "Hv", "Hk", "dk", "dv",
+    "p20_us", "p50_us", "p80_us", "bytes_moved", "impl", "source",
+)  # fmt: skip
+
 SMOKE_GRID = {
     "m": [1, 4, 16],
     "m_logits": [1, 4, 16],
@@ -350,6 +379,92 @@ def operator_points(shp: StepShapes, grid: dict, dev: str, gen, kv=None) -> list
     return pts
 
 
+def vllm_operator_points(shp: StepShapes, grid: dict, dev: str, gen, cache) -> list[OpPoint]:
+    """The op classes that vLLM runs its own kernels for (``vllm_step_ops``), replacing
+    the torch rows of the same (op, key): moe (+ its stand-in parts), attn_decode and
+    attn_prefill over a paged cache, gdn_prefill, conv."""
+    import vllm_step_ops as vops
+
+    attn = vops.Attn(shp.attn_hq, shp.attn_hkv, shp.head_dim, dev, max_q=max(grid["q"]))
+    block = vops.hybrid_block_size(shp)
+    pts: list[OpPoint] = []
+    for m in grid["m"]:
+        pts.append(OpPoint(
+            ("moe", shp.moe_key, m), "moe", shp.moe_key,
+            lambda m=m: vops.make_moe_vllm(m, shp, dev, gen), {"m_tok": m},
+            impl=vops.MOE_IMPL + "[{extra}]",
+        ))  # fmt: skip
+    for part in ("topk_softmax", "moe_align_block_size", "silu_and_mul", "moe_sum"):
+        for m in MOE_STANDIN_M:
+            pts.append(OpPoint(
+                ("moe_standin", part, shp.moe_key, m), "moe_standin", f"{part}/{shp.moe_key}",
+                lambda m=m, part=part: vops.make_moe_standin(part, m, shp, dev, gen),
+                {"m_tok": m}, impl="{extra}",
+            ))  # fmt: skip
+    for m in grid["m"]:
+        pts.append(OpPoint(
+            ("conv", shp.conv_dim, m), "conv", f"c{shp.conv_dim}",
+            lambda m=m: vops.make_conv_vllm(m, shp, dev, gen), {"m_tok": m, "k": shp.conv_dim},
+            impl="{extra}",
+        ))  # fmt: skip
+    if cache is not None:
+        for q in grid["q"]:
+            for batch in grid["batch"]:
+                for ctx in grid["ctx"]:
+                    if batch * ctx > grid["max_kv_tok"]:
+                        continue
+                    pts.append(OpPoint(
+                        ("attn_decode", shp.attn_key, q, batch, ctx), "attn_decode",
+                        shp.attn_key,
+                        lambda q=q, batch=batch, ctx=ctx: vops.make_attn(
+                            attn, batch, q, ctx, cache, block, dev, gen),
+                        {"batch": batch, "q_tok": q, "ctx_tok": ctx},
+                        impl=vops.ATTN_IMPL.replace("{path}", ",{extra}") + f"[block={block}]",
+                    ))  # fmt: skip
+        for n in grid["pre_n"]:
+            for ctx in grid["pre_ctx"]:
+                pts.append(OpPoint(
+                    ("attn_prefill", shp.attn_key, n, ctx), "attn_prefill", shp.attn_key,
+                    lambda n=n, ctx=ctx: vops.make_attn(
+                        attn, 1, n, ctx + n, cache, block, dev, gen),
+                    {"batch": 1, "q_tok": n, "ctx_tok": ctx},
+                    impl=vops.ATTN_IMPL.replace("{path}", ",{extra}") + f"[block={block}]",
+                ))  # fmt: skip
+    for t in grid["gdn_t"]:
+        pts.append(OpPoint(
+            ("gdn_prefill", shp.gdn_key, t), "gdn_prefill", shp.gdn_key,
+            lambda t=t: vops.make_gdn_prefill_vllm(t, shp, dev, gen),
+            {"batch": 1, "m_tok": t, "q_tok": t}, impl="{extra}",
+        ))  # fmt: skip
+    return pts
+
+
+def measure_vllm_gdn(shp: StepShapes, out: Writer, dev, gen, replays, deadline) -> None:
+    """vLLM's store-all verify op at the GDN kernel table's shapes (chain windows)."""
+    import vllm_loader as vl
+    import vllm_step_ops as vops
+
+    src = vl.sources()["fused_sigmoid_gating"]
+    for t in VLLM_GDN_GRID["T"]:
+        for b in VLLM_GDN_GRID["B"]:
+            if time.monotonic() > deadline:
+                return
+            try:
+                fns, _, bytes_, impl = vops.make_storeall_vllm(b, t, shp, dev, gen)
+                how, pct = time_calls(fns, replays)
+            except Exception as exc:
+                print(f"FAILED vllm storeall T={t} B={b}: {exc}"[:400], file=sys.stderr)
+                continue
+            out.write({
+                "kernel": "vllm_storeall", "model_shape": f"{shp.model}-tp{shp.tp}",
+                "state_dtype": "float32", "T": t, "tree": "chain", "B": b, "Hv": shp.gdn_hv,
+                "Hk": shp.gdn_hk, "dk": shp.gdn_dk, "dv": shp.gdn_dv,
+                "p20_us": f"{pct[0]:.3f}", "p50_us": f"{pct[1]:.3f}", "p80_us": f"{pct[2]:.3f}",
+                "bytes_moved": f"{bytes_:.0f}", "impl": f"{impl} ({how})", "source": src,
+            })  # fmt: skip
+            _free()
+
+
 def measure_shapes(
     shp: StepShapes,
     grid: dict,
@@ -360,21 +475,38 @@ def measure_shapes(
     replays: int,
     deadline: float,
     only: frozenset[str] = frozenset(),
+    kernels: str = "torch",
 ) -> None:
-    """All per-op points of one (model, tp) (``operator_points``); shapes already
-    measured are skipped. A point is timed as a CUDA graph, eagerly if that fails."""
+    """All per-op points of one (model, tp) (``operator_points``; with
+    ``kernels='vllm'`` the classes of ``vllm_operator_points`` replace the torch ones);
+    shapes already measured are skipped. A point is timed as a CUDA graph, eagerly if
+    that fails."""
 
     def wanted(op: str) -> bool:
         return not only or op in only
 
     # decode attention reads KV from one large buffer (distinct slices per copy)
     kv = None
-    fresh = ("attn_buf", shp.attn_key) not in done and wanted("attn_decode")
+    fresh = ("attn_buf", shp.attn_key) not in done and (
+        wanted("attn_decode") or (kernels == "vllm" and wanted("attn_prefill"))
+    )
     if fresh and time.monotonic() < deadline:
-        shape = (grid["max_kv_tok"], shp.attn_hkv, shp.head_dim)
-        k_buf = torch.empty(shape, device=dev, dtype=torch.bfloat16).normal_(generator=gen)
-        kv = (k_buf, torch.empty_like(k_buf).normal_(generator=gen))
-    for pt in operator_points(shp, grid, dev, gen, kv):
+        if kernels == "vllm":
+            import vllm_step_ops as vops
+
+            block = vops.hybrid_block_size(shp)
+            nblk = -(-grid["max_kv_tok"] // block) + max(grid["batch"]) + 2
+            kv = vops.kv_cache(nblk, block, shp.attn_hkv, shp.head_dim, dev, gen)
+        else:
+            shape = (grid["max_kv_tok"], shp.attn_hkv, shp.head_dim)
+            k_buf = torch.empty(shape, device=dev, dtype=torch.bfloat16).normal_(generator=gen)
+            kv = (k_buf, torch.empty_like(k_buf).normal_(generator=gen))
+    points = operator_points(shp, grid, dev, gen, None if kernels == "vllm" else kv)
+    if kernels == "vllm":
+        vpts = vllm_operator_points(shp, grid, dev, gen, kv)
+        replaced = {p.op for p in vpts}
+        points = [p for p in points if p.op not in replaced] + vpts
+    for pt in points:
         if pt.tag in done or time.monotonic() > deadline or not wanted(pt.op):
             continue
         done.add(pt.tag)
@@ -517,6 +649,8 @@ def measure_validation(shp, grid, out: Writer, dev, gen, replays, deadline) -> N
         out.write(
             {
                 "finite": finite,
+                "kind": "forward_no_gdn",
+                "tree": "chain",
                 "model": shp.model,
                 "tp": shp.tp,
                 "num_decode_req": batch,
@@ -562,12 +696,19 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--no-validation", action="store_true")
     ap.add_argument("--ops", default="", help="comma list: measure only these op classes")
     ap.add_argument("--no-host", action="store_true", help="skip the host round trip")
+    ap.add_argument(
+        "--kernels", choices=("vllm", "torch"), default=None,
+        help="vllm: vLLM 0.33's kernels from .vllmwheel/src (default on CUDA); torch: stand-ins",
+    )  # fmt: skip
     args = ap.parse_args(argv)
 
     dev = "cuda" if torch.cuda.is_available() else "cpu"
     if not args.smoke and dev != "cuda":
         ap.error("a full run needs CUDA; use --smoke on CPU")
     grid = SMOKE_GRID if args.smoke else FULL_GRID
+    kernels = args.kernels or ("torch" if args.smoke or dev != "cuda" else "vllm")
+    if kernels == "vllm" and dev != "cuda":
+        ap.error("--kernels vllm needs CUDA")
     if args.smoke:
         shapes = [step_shapes(SMOKE_MODEL, 1)]
     else:
@@ -604,22 +745,50 @@ def main(argv: list[str] | None = None) -> int:
         meta["import_note"] = repr(exc)
     meta["ceilings"] = measure_ceilings(dev, args.smoke)
     print("ceilings", meta["ceilings"], flush=True)
+    meta["kernels"] = kernels
+    gdn_out = None
+    if kernels == "vllm":
+        import vllm_loader as vl
+        import vllm_step_ops as vops
+
+        meta["vllm_sources"] = vl.sources()
+        meta["vllm_standins"] = vl.STANDIN
+        meta["vllm_moe_config"] = {
+            s.key: dict(zip(("file", "found"), vops.moe_config_file(s), strict=True))
+            for s in shapes
+        }
+        meta["vllm_checks"] = vops.checks(dev, gen)
+        print("vllm", json.dumps(meta["vllm_moe_config"]), json.dumps(meta["vllm_checks"]))
+        gdn_out = Writer(args.out / "vllm_gdn_verify.csv", GDN_COLUMNS)
 
     ops_out = Writer(args.out / "model_step.csv", COLUMNS)
     val_out = Writer(args.out / "model_step_validation.csv", VAL_COLUMNS)
     done: set = set()
+    only = frozenset(o for o in args.ops.split(",") if o)
     for i, shp in enumerate(shapes):
-        only = frozenset(o for o in args.ops.split(",") if o)
-        measure_shapes(shp, grid, ops_out, done, dev, gen, args.replays, deadline, only)
+        measure_shapes(shp, grid, ops_out, done, dev, gen, args.replays, deadline, only, kernels)
         print(f"{shp.key}: {ops_out.rows} op rows, {time.monotonic() - t_start:.0f}s", flush=True)
         if i == 0 and not args.no_validation:
-            measure_validation(shp, grid, val_out, dev, gen, args.replays, deadline + 60)
+            if kernels == "vllm":
+                import vllm_step
+
+                pts = [vllm_step.StepPoint(r, c, tree, pre) for r, c, tree, pre in VLLM_VAL]
+                vllm_step.measure(
+                    shp, pts, val_out, dev, gen, args.replays, deadline + 120, time_calls
+                )
+            else:
+                measure_validation(shp, grid, val_out, dev, gen, args.replays, deadline + 60)
             print(f"validation: {val_out.rows} rows, {time.monotonic() - t_start:.0f}s", flush=True)
+        if gdn_out is not None:
+            measure_vllm_gdn(shp, gdn_out, dev, gen, args.replays, deadline + 150)
+            print(f"vllm gdn: {gdn_out.rows} rows, {time.monotonic() - t_start:.0f}s", flush=True)
     for m in [] if args.no_host else grid["host_m"]:
         how, pct = time_host_roundtrip(m, 200, dev)
         ops_out.write(_row("host", "roundtrip", how, pct, flops=0, bytes_=8 * m, copies=1, m_tok=m))
     ops_out.close()
     val_out.close()
+    if gdn_out is not None:
+        gdn_out.close()
     meta["finished_utc"] = dt.datetime.now(dt.UTC).isoformat(timespec="seconds")
     meta["op_rows"] = ops_out.rows
     meta["validation_rows"] = val_out.rows

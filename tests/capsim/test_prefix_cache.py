@@ -175,6 +175,59 @@ def test_store_all_vs_reconstruct_gdn_blocks_per_request() -> None:
     assert held == [9, 3]
 
 
+def test_deferred_pending_blocks_are_charged_with_caching_on() -> None:
+    """TreeWY deferred: the pending window's 2 blocks are taken once, on the first
+    allocation, held through every later chunk and decode step (never cached), and come
+    back when the request is freed; caching on and off alike. Checked as the difference
+    in free blocks against the same run without a pending window."""
+    for caching in (False, True):
+        free: dict[int, list[int]] = {}
+        for pending in (0, 2):
+            layout = PoolLayout(
+                block_size_tok=4,
+                num_blocks=40,
+                num_gdn_groups=3,
+                pending_blocks_per_request=pending,
+                enable_caching=caching,
+            )
+            s = Scheduler(SchedulerConfig(max_num_batched_tokens=4), KVCacheManager(layout))
+            r = req(0, 8, 6, (1, 14))
+            s.add_request(r)
+            trace = []
+            while s.has_work:
+                out = s.schedule()
+                trace.append(s.kv.num_free_blocks)
+                s.update(out, {})
+            trace.append(s.kv.num_free_blocks)
+            free[pending] = trace
+        # 2 prefill chunks + 5 decode steps, then the request finishes and frees all
+        assert len(free[0]) == len(free[2]) == 8, caching
+        assert [a - b for a, b in zip(free[0], free[2], strict=True)] == [2] * 7 + [0]
+        assert free[0][-1] == free[2][-1] == 39
+
+
+def test_deferred_pending_blocks_gate_admission_with_caching_on() -> None:
+    """5 usable blocks hold the first step of an 8-token prompt (caching off: 2 attention
+    + 3 GDN blocks; caching on, align mode: a 4-token chunk, 1 + 3) but not with the
+    2-block pending window on top: the request then waits, caching on and off alike."""
+    for caching in (False, True):
+        admitted = {}
+        for pending in (0, 2):
+            layout = PoolLayout(
+                block_size_tok=4,
+                num_blocks=6,
+                num_gdn_groups=3,
+                pending_blocks_per_request=pending,
+                enable_caching=caching,
+            )
+            s = Scheduler(SchedulerConfig(), KVCacheManager(layout))
+            r = req(0, 8, 2, (1, 10))
+            s.add_request(r)
+            admitted[pending] = len(s.schedule().admitted)
+            assert s.kv.num_free_blocks == (5 if admitted[pending] == 0 else 5 - (2 + 3 - caching))
+        assert admitted == {0: 1, 2: 0}, caching
+
+
 def test_caching_off_path_unchanged_by_segments() -> None:
     """Caching off: segments are ignored and block counts follow the counting rule."""
     layout = PoolLayout(block_size_tok=4, num_blocks=20, num_gdn_groups=3)
