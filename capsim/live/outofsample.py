@@ -151,7 +151,9 @@ def predict_run(
     if (Path(run_dir) / "config.json").exists():
         server = {**server, "model_dir": str(run_dir)}
     order = requests.sort_values(["release_s", "send_s"], kind="stable")
-    live_load = summary["config"]["load"]
+    live_load = summary["config"].get("load") or {
+        "mode": "concurrency", "concurrency": summary["config"]["live"]["concurrency"]
+    }  # fmt: skip
     n, conc = len(order), int(live_load["concurrency"])
     open_loop = live_load.get("mode") == "rate"
     table = RequestTable(
