@@ -4,11 +4,12 @@ Closed loop: ``concurrency`` workers each send the next request as soon as their
 one finished. Open loop (``request_rate_per_s``): request i is released at capsim's
 ``loadgen.release_times_s`` for that rate and seed (gamma gaps, Poisson at burstiness 1,
 like ``vllm bench serve --request-rate``) and sent then, with ``concurrency`` as the cap
-on requests in flight (``--max-concurrency``). Every request is a streaming ``/v1/completions`` call with token-id
-prompts, ``ignore_eos`` and ``max_tokens`` = the workload's output length, so the server
-produces exactly the workload's tokens. Times are client-side, as in ``vllm bench serve``
-(``benchmarks/serve.py``): TTFT = send -> first streamed chunk, ITL = gaps between
-chunks, E2EL = send -> last chunk, TPOT = (E2EL - TTFT) / (output - 1).
+on requests in flight (``--max-concurrency``). Every request is a streaming
+``/v1/completions`` call with token-id prompts, ``ignore_eos`` and ``max_tokens`` = the
+workload's output length, so the server produces exactly the workload's tokens. Times
+are client-side, as in ``vllm bench serve`` (``benchmarks/serve.py``): TTFT = send ->
+first streamed chunk, ITL = gaps between chunks, E2EL = send -> last chunk,
+TPOT = (E2EL - TTFT) / (output - 1).
 
 The result has the schema of ``capsim simulate`` (``capsim.result.SimResult``); the
 ``steps`` table comes from the engine's own per-step log when the server was started with

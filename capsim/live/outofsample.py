@@ -2,13 +2,16 @@
 
 ``crosscheck`` fits the CPU step-time model (``capsim.live.steptime``) to a run's own step
 log and replays that run's requests in the engine's observed admission order: an
-in-sample fit. Here the model is fitted on ONE run (the "fit run") and the other runs are
-predicted from their requests (prompt/output lengths, concurrency, server arguments) only:
-no step log and no admission order of a predicted run is used (requests are offered in the
-client's send order). Each run dir also records the machine's load average while it ran
-(``loadavg.json``): live CPU timings on a shared machine are contended. Two predictions
-per run: the fitted mean step time, and the mean times the fit run's observed spread
-(``SpreadStepTime``).
+in-sample fit. Here each run is predicted from another run's step log (its "fit run")
+and from its own inputs only: requests (prompt/output lengths) in the client's send
+order, server arguments, and load: closed loop at its concurrency, or open loop replaying
+the client's Poisson release times (``LiveRun.request_rate_per_s``). With speculative
+decoding (MTP), capsim's speculation model runs with the per-depth acceptance measured
+on the fit run (vLLM's per-position counters): acceptance is a workload input of capsim.
+No step log and no admission order of a predicted run is used. Two predictions per run:
+the fitted mean step time, and the mean times the fit run's observed spread
+(``SpreadStepTime``). Each run dir also records the machine's load while it ran
+(``loadavg.json``: 1-min load average before and during, cores used by other processes).
 
 A committed run dir (``experiments/live/runs/<name>/``) holds ``summary.json``,
 ``requests.parquet``, ``server.json``, ``config.json`` (the tiny model's HF config),
@@ -163,7 +166,9 @@ def predict_run(
         source_id=tuple(order["source_id"].astype(str)),
         arrival_s=order["release_s"].to_numpy(float) if open_loop else None,
     )
-    load = LoadConfig(mode="replay", concurrency=min(conc, n), num_requests=n) if open_loop else None
+    load = (
+        LoadConfig(mode="replay", concurrency=min(conc, n), num_requests=n) if open_loop else None
+    )
     k = num_spec_tok(server)
     spec = None
     if k:
@@ -222,11 +227,14 @@ def format_table(df: pd.DataFrame) -> str:
     for run, g in df.groupby("run", sort=False):
         g = g.set_index("metric")
         first = g.iloc[0]
-        head = (f"{run:26s} fit={first['fit']:22s} load before {first['load_before']:.2f} "
-                f"max {first['loadavg_max']:.2f} others {first['others_cores']:.2f} cores")  # fmt: skip
-        lines.append(head)
+        lines.append(
+            f"{run:26s} fit={first['fit']:22s} load before {first['load_before']:.2f} "
+            f"max {first['loadavg_max']:.2f} others {first['others_cores']:.2f} cores"
+        )
         for m, r in g.iterrows():
-            lines.append(f"    {short[m]:8s} obs {r['observed']:10.4g}  mean {r['pred_mean']:10.4g} "
-                         f"({r['err_mean']:+7.1%})  spread {r['pred_spread']:10.4g} "
-                         f"({r['err_spread']:+7.1%})")  # fmt: skip
+            lines.append(
+                f"    {short[m]:8s} obs {r['observed']:10.4g}  "
+                f"mean {r['pred_mean']:10.4g} ({r['err_mean']:+7.1%})  "
+                f"spread {r['pred_spread']:10.4g} ({r['err_spread']:+7.1%})"
+            )
     return "\n".join(lines)

@@ -25,7 +25,8 @@ PER_LABEL: dict[str, str] = {"vllm:spec_decode_num_accepted_tokens_per_pos_total
 
 def parse_metrics(text: str) -> dict[str, float]:
     """Sum each metric over its label sets: ``{name: value}`` (histogram series kept as
-    ``name_bucket`` etc.; the metrics in PER_LABEL also per label value). Lines that are comments or malformed are skipped."""
+    ``name_bucket`` etc.; the metrics in PER_LABEL also per label value, as
+    ``name=value``). Lines that are comments or malformed are skipped."""
     out: dict[str, float] = {}
     for line in text.splitlines():
         if not line or line.startswith("#"):

@@ -15,6 +15,7 @@ the committed runs: each run is predicted from the step log of its ``fit`` run o
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import sys
@@ -54,30 +55,57 @@ RUNS: dict[str, RunSpec] = {
     FIT_RUN: RunSpec(workload="sharegpt", concurrency=16, num_requests=96),
     # the fit configuration again, recorded at another time: the run-to-run noise
     "c16_b512_sharegpt_repeat": RunSpec(workload="sharegpt", concurrency=16, num_requests=96),
+    "c16_b512_sharegpt_repeat2": RunSpec(workload="sharegpt", concurrency=16, num_requests=96),
     "c4_b512_sharegpt": RunSpec(workload="sharegpt", concurrency=4, num_requests=64),
-    "c16_b128_sharegpt": RunSpec(workload="sharegpt", concurrency=16, num_requests=96,
-                                 batched_tok=128),  # fmt: skip
+    "c16_b128_sharegpt": RunSpec(
+        workload="sharegpt", concurrency=16, num_requests=96, batched_tok=128
+    ),
     "c8_b512_spec-bench": RunSpec(workload="spec-bench", concurrency=8, num_requests=64),
-    "r0.8_b512_sharegpt": RunSpec(workload="sharegpt", concurrency=96, num_requests=96,
-                                  rate_req_per_s=0.8),  # fmt: skip
-    "r1.4_b512_sharegpt": RunSpec(workload="sharegpt", concurrency=96, num_requests=96,
-                                  rate_req_per_s=1.4),  # fmt: skip
+    "r0.8_b512_sharegpt": RunSpec(
+        workload="sharegpt", concurrency=96, num_requests=96, rate_req_per_s=0.8
+    ),
+    "r1.4_b512_sharegpt": RunSpec(
+        workload="sharegpt", concurrency=96, num_requests=96, rate_req_per_s=1.4
+    ),
     # MTP k=2 on the tiny hybrid with an MTP layer: step time fitted on MTP_FIT_RUN
-    MTP_FIT_RUN: RunSpec(workload="sharegpt", concurrency=16, num_requests=96,
-                         model="qwen3next_mtp", speculative_config=MTP_K2, num_gpu_blocks=40,
-                         fit=MTP_FIT_RUN),  # fmt: skip
-    "mtp_c4_b512_sharegpt": RunSpec(workload="sharegpt", concurrency=4, num_requests=64,
-                                    model="qwen3next_mtp", speculative_config=MTP_K2,
-                                    num_gpu_blocks=40, fit=MTP_FIT_RUN),  # fmt: skip
-    "mtp_r1.0_b512_sharegpt": RunSpec(workload="sharegpt", concurrency=96, num_requests=96,
-                                      rate_req_per_s=1.0, model="qwen3next_mtp",
-                                      speculative_config=MTP_K2, num_gpu_blocks=40,
-                                      fit=MTP_FIT_RUN),  # fmt: skip
+    MTP_FIT_RUN: RunSpec(
+        workload="sharegpt",
+        concurrency=16,
+        num_requests=96,
+        model="qwen3next_mtp",
+        speculative_config=MTP_K2,
+        num_gpu_blocks=40,
+        fit=MTP_FIT_RUN,
+    ),
+    "mtp_c4_b512_sharegpt": RunSpec(
+        workload="sharegpt",
+        concurrency=4,
+        num_requests=64,
+        model="qwen3next_mtp",
+        speculative_config=MTP_K2,
+        num_gpu_blocks=40,
+        fit=MTP_FIT_RUN,
+    ),
+    "mtp_r1.0_b512_sharegpt": RunSpec(
+        workload="sharegpt",
+        concurrency=96,
+        num_requests=96,
+        rate_req_per_s=1.0,
+        model="qwen3next_mtp",
+        speculative_config=MTP_K2,
+        num_gpu_blocks=40,
+        fit=MTP_FIT_RUN,
+    ),
     # ngram k=2 on the hybrid: vLLM 0.32's CPU GDN kernel fails after a fully accepted
     # verify (README finding 4); recorded to see whether a served run completes
-    "ngram_c8_b512_sharegpt": RunSpec(workload="sharegpt", concurrency=8, num_requests=32,
-                                      speculative_config=NGRAM_K2, num_gpu_blocks=40,
-                                      fit="ngram_c8_b512_sharegpt"),  # fmt: skip
+    "ngram_c8_b512_sharegpt": RunSpec(
+        workload="sharegpt",
+        concurrency=8,
+        num_requests=32,
+        speculative_config=NGRAM_K2,
+        num_gpu_blocks=40,
+        fit="ngram_c8_b512_sharegpt",
+    ),
 }
 MAX_MODEL_LEN = 2048
 MAX_NUM_SEQS = 8
@@ -118,10 +146,8 @@ class LoadSampler(threading.Thread):
 
     def _sample_ours(self) -> None:
         for p in [self._me, *self._me.children(recursive=True)]:
-            try:
+            with contextlib.suppress(self._psutil.Error):  # a process that just exited
                 self._ours[p.pid] = sum(p.cpu_times()[:2])
-            except self._psutil.Error:
-                pass
 
     def run(self) -> None:
         while not self._stop_event.wait(self.period_s):
@@ -172,7 +198,9 @@ def record(name: str, max_load: float, wait_s: float) -> None:
         with LiveServer(server, log_path=live_dir() / "server.log", step_log=log):
             result = run_live(run, table, step_log=log)
         (out / "loadavg.json").write_text(
-            json.dumps({**sampler.stop(), "utc": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())})
+            json.dumps(
+                {**sampler.stop(), "utc": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}
+            )
         )
         (out / "server.json").write_text(
             json.dumps({**asdict(server), "model_dir": str(server.model_dir)})

@@ -143,10 +143,13 @@ def test_open_loop_sends_at_the_release_times(fake_url: str) -> None:
 def test_spec_decode_counters_per_position() -> None:
     from capsim.live.client import _spec_counts
 
-    text = ('vllm:spec_decode_num_drafts_total{engine="0"} 10\n'
-            'vllm:spec_decode_num_accepted_tokens_total{engine="0"} 7\n'
-            'vllm:spec_decode_num_accepted_tokens_per_pos_total{engine="0",position="1"} 2\n'
-            'vllm:spec_decode_num_accepted_tokens_per_pos_total{engine="0",position="0"} 5\n')  # fmt: skip
+    per_pos = "vllm:spec_decode_num_accepted_tokens_per_pos_total"
+    text = (
+        'vllm:spec_decode_num_drafts_total{engine="0"} 10\n'
+        'vllm:spec_decode_num_accepted_tokens_total{engine="0"} 7\n'
+        f'{per_pos}{{engine="0",position="1"}} 2\n'
+        f'{per_pos}{{engine="0",position="0"}} 5\n'
+    )
     after = parse_metrics(text)
     assert after["vllm:spec_decode_num_accepted_tokens_per_pos_total"] == 7.0
     before = {"vllm:spec_decode_num_drafts_total": 4.0}
