@@ -179,7 +179,7 @@ def run_live(run: LiveRun, table: RequestTable, step_log: Path | None = None) ->
                     errors.append(f"request {i}: {type(exc).__name__}: {exc}")
                 return
 
-    threads = [threading.Thread(target=worker, daemon=True) for _ in range(run.concurrency)]
+    threads = [threading.Thread(target=worker, daemon=True) for _ in range(min(run.concurrency, n))]
     for t in threads:
         t.start()
     for t in threads:

@@ -169,3 +169,19 @@ def test_server_speculative_config_is_checked() -> None:
     assert "--speculative-config" not in ServerArgs(model_dir=Path("m")).argv()
     with pytest.raises(ValueError, match=r"server\.speculative_config='\[1\]'"):
         ServerArgs(model_dir=Path("m"), speculative_config="[1]")
+
+
+def test_live_cli_open_loop(fake_url: str, tmp_path) -> None:
+    from click.testing import CliRunner
+
+    from capsim.live.cli import live
+
+    out = tmp_path / "run"
+    base = ["--url", fake_url, "--workload", "burstgpt-standin", "--num-requests", "3",
+            "--max-model-len", "200", "--out", str(out)]  # fmt: skip
+    res = CliRunner().invoke(live, [*base, "--request-rate", "50"])
+    assert res.exit_code == 0, res.output
+    load = json.loads((out / "summary.json").read_text())["config"]["load"]
+    assert load["mode"] == "rate" and load["rate_req_per_s"] == 50.0 and load["concurrency"] == 3
+    res = CliRunner().invoke(live, base)
+    assert res.exit_code != 0 and "--max-concurrency or --request-rate" in res.output
