@@ -67,6 +67,12 @@ RUNS: dict[str, RunSpec] = {
     "r1.4_b512_sharegpt": RunSpec(
         workload="sharegpt", concurrency=96, num_requests=96, rate_req_per_s=1.4
     ),
+    "r1.4_b512_sharegpt_repeat": RunSpec(
+        workload="sharegpt", concurrency=96, num_requests=96, rate_req_per_s=1.4
+    ),
+    "r2.0_b512_sharegpt": RunSpec(
+        workload="sharegpt", concurrency=96, num_requests=96, rate_req_per_s=2.0
+    ),
     # MTP k=2 on the tiny hybrid with an MTP layer: step time fitted on MTP_FIT_RUN
     MTP_FIT_RUN: RunSpec(
         workload="sharegpt",
