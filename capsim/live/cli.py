@@ -14,6 +14,8 @@ from capsim.cliopts import OutDir, options
 from capsim.config import MAX_TOKENS
 from capsim.traces import WORKLOADS
 
+OPEN_LOOP_MAX_IN_FLIGHT = 1024  # client threads when --request-rate has no --max-concurrency
+
 
 @click.command("live")
 @click.option(
@@ -22,13 +24,20 @@ from capsim.traces import WORKLOADS
 @options(
     "dataset",
     "max_concurrency",
+    "request_rate",
+    "burstiness",
     "num_prompts",
     "seed",
     dataset={
         "type": click.Choice(sorted(WORKLOADS)),
         "help": "capsim workload name (capsim traces list)",
     },
-    max_concurrency={"required": True, "help": "requests in flight (closed loop)"},
+    max_concurrency={
+        "help": "closed loop: requests in flight; with --request-rate: cap (default "
+        f"{OPEN_LOOP_MAX_IN_FLIGHT}, one client thread each)"
+    },
+    request_rate={"help": "open loop: Poisson requests per second (vllm bench serve's name)"},
+    burstiness={"default": 1.0, "help": "gamma shape of the open-loop gaps (1 = Poisson)"},
     num_prompts={"default": 100},
 )
 @click.option("--served-name", default="tiny", show_default=True, help="--served-model-name")
@@ -61,7 +70,9 @@ from capsim.traces import WORKLOADS
 def live(
     url: str,
     workload: str,
-    concurrency: int,
+    concurrency: int | None,
+    rate: float | None,
+    burstiness: float,
     num_requests: int,
     seed: int,
     served_name: str,
@@ -76,9 +87,13 @@ def live(
     from capsim.live.client import LiveRun, run_live
     from capsim.live.workload import live_table
 
+    if concurrency is None and rate is None:
+        raise click.UsageError("--max-concurrency or --request-rate is required")
     table = live_table(workload, num_requests, seed, max_model_len)
-    run = LiveRun(url=url, concurrency=concurrency, num_requests=num_requests,
-                  served_name=served_name, vocab_size=vocab_size, seed=seed)  # fmt: skip
+    cap = concurrency or min(num_requests, OPEN_LOOP_MAX_IN_FLIGHT)
+    run = LiveRun(url=url, concurrency=cap, num_requests=num_requests,
+                  served_name=served_name, vocab_size=vocab_size, seed=seed,
+                  request_rate_per_s=rate, burstiness=burstiness)  # fmt: skip
     result = run_live(run, table, step_log=step_log)
     out_dir.mkdir(parents=True, exist_ok=True)
     if step_log is not None and step_log.exists():

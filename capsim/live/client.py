@@ -1,11 +1,15 @@
 """Drive an OpenAI-compatible vLLM server like ``vllm bench serve`` and record the run.
 
 Closed loop: ``concurrency`` workers each send the next request as soon as their previous
-one finished; every request is a streaming ``/v1/completions`` call with token-id
-prompts, ``ignore_eos`` and ``max_tokens`` = the workload's output length, so the server
-produces exactly the workload's tokens. Times are client-side, as in ``vllm bench serve``
-(``benchmarks/serve.py``): TTFT = send -> first streamed chunk, ITL = gaps between
-chunks, E2EL = send -> last chunk, TPOT = (E2EL - TTFT) / (output - 1).
+one finished. Open loop (``request_rate_per_s``): request i is released at capsim's
+``loadgen.release_times_s`` for that rate and seed (gamma gaps, Poisson at burstiness 1,
+like ``vllm bench serve --request-rate``) and sent then, with ``concurrency`` as the cap
+on requests in flight (``--max-concurrency``). Every request is a streaming
+``/v1/completions`` call with token-id prompts, ``ignore_eos`` and ``max_tokens`` = the
+workload's output length, so the server produces exactly the workload's tokens. Times
+are client-side, as in ``vllm bench serve`` (``benchmarks/serve.py``): TTFT = send ->
+first streamed chunk, ITL = gaps between chunks, E2EL = send -> last chunk,
+TPOT = (E2EL - TTFT) / (output - 1).
 
 The result has the schema of ``capsim simulate`` (``capsim.result.SimResult``); the
 ``steps`` table comes from the engine's own per-step log when the server was started with
@@ -27,11 +31,14 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from capsim.config import LoadConfig
 from capsim.live.prom import MetricsSampler, fetch_metrics
+from capsim.loadgen import release_times_s
 from capsim.metrics import STEP_COLUMNS, summarize
 from capsim.result import SimResult
 from capsim.traces.table import RequestTable
 
+_PER_POS = "vllm:spec_decode_num_accepted_tokens_per_pos_total"
 # ids 0..2 are bos/eos/pad in the tiny tokenizer (experiments/live/build_tiny_models.py)
 FIRST_PLAIN_TOKEN_ID = 3
 
@@ -46,6 +53,8 @@ class LiveRun:
     seed: int = 0
     timeout_s: float = 600.0
     metrics_period_s: float = 0.1
+    request_rate_per_s: float | None = None
+    burstiness: float = 1.0
 
     def __post_init__(self) -> None:
         parsed = urllib.parse.urlparse(self.url)
@@ -57,6 +66,22 @@ class LiveRun:
             raise ValueError(f"live.num_requests={self.num_requests} must be >= 1")
         if self.vocab_size <= FIRST_PLAIN_TOKEN_ID:
             raise ValueError(f"live.vocab_size={self.vocab_size} is too small")
+        if self.request_rate_per_s is not None:
+            self.load()  # LoadConfig checks rate and burstiness, naming the field
+
+    def load(self) -> LoadConfig:
+        """The capsim load this run applies (closed loop, or open loop at the rate)."""
+        if self.request_rate_per_s is None:
+            return LoadConfig(mode="concurrency", concurrency=self.concurrency,
+                              num_requests=self.num_requests)  # fmt: skip
+        return LoadConfig(mode="rate", rate_req_per_s=self.request_rate_per_s,
+                          burstiness=self.burstiness, concurrency=self.concurrency,
+                          num_requests=self.num_requests)  # fmt: skip
+
+    def release_s(self, n: int) -> np.ndarray:
+        """When each of ``n`` requests may be sent, seconds after the run starts."""
+        rng = np.random.default_rng(np.random.SeedSequence([self.seed, 1]))
+        return release_times_s(self.load(), n, rng, None)
 
 
 def _prompt_ids(rng: np.random.Generator, n: int, vocab: int) -> list[int]:
@@ -64,8 +89,16 @@ def _prompt_ids(rng: np.random.Generator, n: int, vocab: int) -> list[int]:
 
 
 def _stream_one(
-    conn_args: tuple[str, int], body: dict[str, Any], t0: float, timeout_s: float, req_id: str
+    conn_args: tuple[str, int],
+    body: dict[str, Any],
+    t0: float,
+    timeout_s: float,
+    req_id: str,
+    release_s: float = 0.0,
 ) -> dict[str, Any]:
+    wait_s = t0 + release_s - time.perf_counter()
+    if wait_s > 0:
+        time.sleep(wait_s)
     conn = http.client.HTTPConnection(*conn_args, timeout=timeout_s)
     send = time.perf_counter() - t0
     chunks: list[float] = []
@@ -100,7 +133,7 @@ def _stream_one(
         conn.close()
     if not chunks:
         raise RuntimeError("stream ended without a token chunk")
-    return {"send_s": send, "chunks": chunks, "completion_tok": usage_tok}
+    return {"release_s": release_s, "send_s": send, "chunks": chunks, "completion_tok": usage_tok}
 
 
 def run_live(run: LiveRun, table: RequestTable, step_log: Path | None = None) -> SimResult:
@@ -108,6 +141,7 @@ def run_live(run: LiveRun, table: RequestTable, step_log: Path | None = None) ->
     n = min(run.num_requests, table.num_requests)
     rng = np.random.default_rng(np.random.SeedSequence(run.seed))
     prompts = [_prompt_ids(rng, int(table.prompt_tok[i]), run.vocab_size) for i in range(n)]
+    release = run.release_s(n)
     parsed = urllib.parse.urlparse(run.url)
     conn_args = (parsed.hostname or "127.0.0.1", parsed.port or 80)
     results: list[dict[str, Any] | None] = [None] * n
@@ -138,13 +172,14 @@ def run_live(run: LiveRun, table: RequestTable, step_log: Path | None = None) ->
                 "stream_options": {"include_usage": True},
             }
             try:
-                results[i] = _stream_one(conn_args, body, t0, run.timeout_s, f"r{i}")
+                results[i] = _stream_one(conn_args, body, t0, run.timeout_s, f"r{i}",
+                                         float(release[i]))  # fmt: skip
             except Exception as exc:  # recorded and re-raised after the workers stop
                 with lock:
                     errors.append(f"request {i}: {type(exc).__name__}: {exc}")
                 return
 
-    threads = [threading.Thread(target=worker, daemon=True) for _ in range(run.concurrency)]
+    threads = [threading.Thread(target=worker, daemon=True) for _ in range(min(run.concurrency, n))]
     for t in threads:
         t.start()
     for t in threads:
@@ -183,7 +218,7 @@ def _to_result(
                 "source_id": table.source_id[i] if table.source_id else f"{table.name}:{i}",
                 "prompt_tok": int(table.prompt_tok[i]),
                 "output_tok": int(out_tok),
-                "release_s": r["send_s"],
+                "release_s": r["release_s"],
                 "send_s": r["send_s"],
                 "first_scheduled_s": math.nan,
                 "first_token_s": chunks[0],
@@ -216,12 +251,14 @@ def _to_result(
         summary["metrics_peak_waiting"] = float(s["waiting"].max())
         summary["metrics_peak_kv_usage"] = float(s["kv_usage"].max())
     summary["steps_source"] = source
+    summary |= _spec_counts(m_before, m_after)
     summary["live"] = 1
     config = {
         "live": {"url": run.url, "concurrency": run.concurrency, "num_requests": n,
                  "served_name": run.served_name, "seed": run.seed},
         "workload": table.name,
-        "load": {"mode": "concurrency", "concurrency": run.concurrency, "num_requests": n},
+        "load": {"mode": run.load().mode, "concurrency": run.concurrency, "num_requests": n,
+                 "rate_req_per_s": run.request_rate_per_s, "burstiness": run.burstiness},
         "cache_config_info": _cache_info(run.url),
     }  # fmt: skip
     return SimResult(
@@ -231,6 +268,20 @@ def _to_result(
         steps=steps_df,
         step_time_model={"kind": "live", "url": run.url},
     )
+
+
+def _spec_counts(m_before: dict[str, float], m_after: dict[str, float]) -> dict[str, Any]:
+    """vLLM's speculative-decoding counters over the run (absent without speculation):
+    drafts, draft tokens, accepted tokens, and accepted tokens per draft position."""
+    out: dict[str, Any] = {}
+    for name in ("num_drafts", "num_draft_tokens", "num_accepted_tokens"):
+        key = f"vllm:spec_decode_{name}_total"
+        if key in m_after:
+            out[f"spec_{name}"] = int(m_after[key] - m_before.get(key, 0.0))
+    pos = sorted((int(k.rsplit("=", 1)[1]), k) for k in m_after if k.startswith(_PER_POS + "="))
+    if pos:
+        out["spec_accepted_per_pos"] = [int(m_after[k] - m_before.get(k, 0.0)) for _, k in pos]
+    return out
 
 
 def _cache_info(url: str) -> dict[str, str]:
@@ -281,7 +332,8 @@ def _steps_frame(step_log: Path, t0_unix: float) -> pd.DataFrame:
             "num_emitted_tok": 0,  # not logged by the step hook
         }
     )
-    return df[list(STEP_COLUMNS)]
+    # prefix-cache columns: the live runs serve with --no-enable-prefix-caching
+    return df.reindex(columns=list(STEP_COLUMNS), fill_value=0)
 
 
 def _steps_from_samples(samples: list[dict[str, float]]) -> pd.DataFrame:

@@ -44,8 +44,16 @@ COMPARED_METRICS: tuple[str, ...] = (
 )
 
 
-def sim_config_for(server: dict[str, Any], concurrency: int, num_requests: int) -> SimConfig:
-    """The SimConfig that mirrors a live server (tiny model, forced pool size)."""
+def sim_config_for(
+    server: dict[str, Any],
+    concurrency: int,
+    num_requests: int,
+    *,
+    load: LoadConfig | None = None,
+    spec: SpecDecodeConfig | None = None,
+) -> SimConfig:
+    """The SimConfig that mirrors a live server (tiny model, forced pool size); closed
+    loop at ``concurrency`` unless ``load`` is given, no speculation unless ``spec`` is."""
     model_cfg = Path(server["model_dir"]) / "config.json"
     engine = EngineConfig(
         max_num_seqs=int(server["max_num_seqs"]),
@@ -60,9 +68,10 @@ def sim_config_for(server: dict[str, Any], concurrency: int, num_requests: int) 
         model=str(model_cfg),
         gpu="H200",  # unused: the pool size is forced by num_gpu_blocks_override
         engine=engine,
-        spec=SpecDecodeConfig(num_spec_tok=0),
+        spec=spec or SpecDecodeConfig(num_spec_tok=0),
         workload="live",
-        load=LoadConfig(mode="concurrency", concurrency=concurrency, num_requests=num_requests),
+        load=load
+        or LoadConfig(mode="concurrency", concurrency=concurrency, num_requests=num_requests),
         seed=0,
         step_time="live-fitted",
     )

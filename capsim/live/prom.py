@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 import threading
 import time
 import urllib.request
@@ -18,9 +19,14 @@ SAMPLED: dict[str, str] = {
 }
 
 
+# counters also kept per label value by parse_metrics: {metric: label}
+PER_LABEL: dict[str, str] = {"vllm:spec_decode_num_accepted_tokens_per_pos_total": "position"}
+
+
 def parse_metrics(text: str) -> dict[str, float]:
     """Sum each metric over its label sets: ``{name: value}`` (histogram series kept as
-    ``name_bucket`` etc.). Lines that are comments or malformed are skipped."""
+    ``name_bucket`` etc.; the metrics in PER_LABEL also per label value, as
+    ``name=value``). Lines that are comments or malformed are skipped."""
     out: dict[str, float] = {}
     for line in text.splitlines():
         if not line or line.startswith("#"):
@@ -34,6 +40,11 @@ def parse_metrics(text: str) -> dict[str, float]:
         except ValueError:
             continue
         out[name] = out.get(name, 0.0) + v
+        if name in PER_LABEL:  # also kept per value of its label: "name=value"
+            m = re.search(PER_LABEL[name] + r'="([^"]*)"', head)
+            if m:
+                key = f"{name}={m.group(1)}"
+                out[key] = out.get(key, 0.0) + v
     return out
 
 

@@ -6,6 +6,7 @@ given its engine core appends one JSON line per step (see steplog/sitecustomize.
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import subprocess
@@ -27,10 +28,20 @@ class ServerArgs:
     max_num_seqs: int = 8
     max_num_batched_tokens: int = 512
     max_model_len: int = 2048
+    speculative_config: str = ""  # vLLM's --speculative-config JSON; "" = no speculation
 
     def __post_init__(self) -> None:
         if not 1024 <= self.port <= 65535:
             raise ValueError(f"server.port={self.port} must be in [1024, 65535]")
+        if self.speculative_config:
+            try:
+                spec = json.loads(self.speculative_config)
+            except ValueError:
+                spec = None
+            if not isinstance(spec, dict):
+                raise ValueError(
+                    f"server.speculative_config={self.speculative_config!r} must be a JSON object"
+                )
 
     def argv(self) -> list[str]:
         return [
@@ -47,7 +58,8 @@ class ServerArgs:
             "--max-num-batched-tokens", str(self.max_num_batched_tokens),
             "--no-enable-prefix-caching",
             "--enforce-eager",
-        ]  # fmt: skip
+        ] + (["--speculative-config", self.speculative_config]
+             if self.speculative_config else [])  # fmt: skip
 
     @property
     def url(self) -> str:

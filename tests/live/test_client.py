@@ -120,3 +120,68 @@ def test_live_cli_writes_the_simulate_files(fake_url: str, tmp_path) -> None:
 
     req = pd.read_parquet(out / "requests.parquet")
     assert (req["prompt_tok"] + req["output_tok"] <= 200).all()
+
+
+def test_open_loop_sends_at_the_release_times(fake_url: str) -> None:
+    table = RequestTable(name="t", prompt_tok=np.full(6, 5), output_tok=np.full(6, 3))
+    run = LiveRun(url=fake_url, concurrency=6, num_requests=6, request_rate_per_s=20.0,
+                  metrics_period_s=0.01)  # fmt: skip
+    release = run.release_s(6)
+    assert np.array_equal(release, run.release_s(6))  # same seed, same schedule
+    assert release[-1] == pytest.approx(6 / 20.0)  # capsim's loadgen: last at N / rate
+    res = run_live(run, table)
+    req = res.requests
+    assert np.allclose(req["release_s"], release)
+    # sent at (not before) its release time; a closed loop would send all at t=0
+    assert (req["send_s"] >= req["release_s"] - 1e-3).all()
+    assert (req["send_s"] - req["release_s"]).max() < 0.2
+    assert res.config["load"]["mode"] == "rate"
+    with pytest.raises(ValueError, match=r"load\.rate_req_per_s"):
+        LiveRun(url=fake_url, concurrency=1, num_requests=1, request_rate_per_s=-1.0)
+
+
+def test_spec_decode_counters_per_position() -> None:
+    from capsim.live.client import _spec_counts
+
+    per_pos = "vllm:spec_decode_num_accepted_tokens_per_pos_total"
+    text = (
+        'vllm:spec_decode_num_drafts_total{engine="0"} 10\n'
+        'vllm:spec_decode_num_accepted_tokens_total{engine="0"} 7\n'
+        f'{per_pos}{{engine="0",position="1"}} 2\n'
+        f'{per_pos}{{engine="0",position="0"}} 5\n'
+    )
+    after = parse_metrics(text)
+    assert after["vllm:spec_decode_num_accepted_tokens_per_pos_total"] == 7.0
+    before = {"vllm:spec_decode_num_drafts_total": 4.0}
+    out = _spec_counts(before, after)
+    assert out == {"spec_num_drafts": 6, "spec_num_accepted_tokens": 7,
+                   "spec_accepted_per_pos": [5, 2]}  # fmt: skip
+    assert _spec_counts({}, {"vllm:num_requests_running": 1.0}) == {}
+
+
+def test_server_speculative_config_is_checked() -> None:
+    from pathlib import Path
+
+    from capsim.live.server import ServerArgs
+
+    args = ServerArgs(model_dir=Path("m"), speculative_config='{"method": "mtp"}')
+    assert args.argv()[-2:] == ["--speculative-config", '{"method": "mtp"}']
+    assert "--speculative-config" not in ServerArgs(model_dir=Path("m")).argv()
+    with pytest.raises(ValueError, match=r"server\.speculative_config='\[1\]'"):
+        ServerArgs(model_dir=Path("m"), speculative_config="[1]")
+
+
+def test_live_cli_open_loop(fake_url: str, tmp_path) -> None:
+    from click.testing import CliRunner
+
+    from capsim.live.cli import live
+
+    out = tmp_path / "run"
+    base = ["--url", fake_url, "--workload", "burstgpt-standin", "--num-requests", "3",
+            "--max-model-len", "200", "--out", str(out)]  # fmt: skip
+    res = CliRunner().invoke(live, [*base, "--request-rate", "50"])
+    assert res.exit_code == 0, res.output
+    load = json.loads((out / "summary.json").read_text())["config"]["load"]
+    assert load["mode"] == "rate" and load["rate_req_per_s"] == 50.0 and load["concurrency"] == 3
+    res = CliRunner().invoke(live, base)
+    assert res.exit_code != 0 and "--max-concurrency or --request-rate" in res.output
