@@ -97,8 +97,9 @@ def step_errors(tables: CalibrationTables) -> list[dict]:
     """Whole-step validation rows against the step model built from the operator tables.
 
     ``kind=full_step`` rows (issue 13: target forward, GDN kernels, sampling and MTP
-    drafts, vLLM's kernels, one CUDA graph) are compared with ``step_time_s`` less the
-    host round trip (not in the graph); older rows (no GDN kernel, no drafts) with
+    drafts, vLLM's kernels, one CUDA graph of one GPU's share) are compared with
+    ``step_time_s`` less the host round trip and, at TP > 1, the analytical all-reduce
+    (neither is in the graph); older rows (no GDN kernel, no drafts) with
     ``breakdown_s(parts='forward_no_gdn')``.
     """
     from capsim.calibration.shapes import step_shapes
@@ -133,7 +134,9 @@ def step_errors(tables: CalibrationTables) -> list[dict]:
         )
         if full:
             parts = models[key].breakdown_s(shape, parts="step")
-            pred_us = (sum(parts.values()) - parts["host"]) * 1e6
+            # the graph runs one GPU's share: no host round trip, no TP all-reduce
+            not_in_graph = parts["host"] + parts.get("tp_allreduce", 0.0)
+            pred_us = (sum(parts.values()) - not_in_graph) * 1e6
             tree = row.get("tree") or "chain"
             label = (
                 f"{row['model']}/tp{row['tp']} R={batch} W={q} ({tree}) ctx={row['ctx_tok']} "
