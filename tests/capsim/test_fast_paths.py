@@ -150,3 +150,66 @@ def test_varied_lengths_small_budget(monkeypatch: pytest.MonkeyPatch) -> None:
         _reference_paths(m)
         ref = simulate(cfg, workload=table)
     _assert_same(fast, ref)
+
+
+@pytest.mark.parametrize("num_rows", [0, 1, 2, 3, 17, 1000, 17400])
+@pytest.mark.parametrize("seed", [0, 1, 12345])
+def test_inlined_shuffle_is_random_shuffle(num_rows: int, seed: int) -> None:
+    import random
+
+    from capsim.traces.sampling import vllm_shuffled_order
+
+    ref = list(range(num_rows))
+    random.Random(seed).shuffle(ref)
+    assert vllm_shuffled_order(num_rows, seed) == ref
+
+
+def _rows_one_by_one(path, ints, floats) -> list[dict]:
+    import csv
+
+    from capsim.calibration.tables import _typed
+
+    with path.open(newline="") as fh:
+        return [_typed(r, ints, floats, "ref") for r in csv.DictReader(fh)]
+
+
+@pytest.mark.parametrize(
+    "role, ints, floats",
+    [
+        ("model_step", "OP_INT_FIELDS", "OP_FLOAT_FIELDS"),
+        ("gdn_verify", "GDN_INT_FIELDS", "GDN_FLOAT_FIELDS"),
+        ("model_step_validation", "VAL_INT_FIELDS", None),
+    ],
+)
+def test_column_typed_rows_match_row_by_row(role: str, ints: str, floats: str | None) -> None:
+    from capsim.calibration import tables as T
+
+    i_f = getattr(T, ints)
+    f_f = getattr(T, floats) if floats else ("p50_us",)
+    path = T.DATA_DIR / f"h200_{role}.csv"
+    fast, ref = T.read_rows(path, i_f, f_f), _rows_one_by_one(path, i_f, f_f)
+    assert [list(r.items()) for r in fast] == [list(r.items()) for r in ref]
+    assert [[type(v) for v in r.values()] for r in fast] == [
+        [type(v) for v in r.values()] for r in ref
+    ]
+
+
+@pytest.mark.parametrize(
+    "body, where",
+    [
+        ("a,b\n1,2\n3,x\n", "row 3: column b='x' is not a number"),
+        ("a,b\n1,2\n3,-1\n", "row 3: column b='-1' must be finite"),
+        ("a,b\n1,2\nnan,1\n", "row 3: column a='nan' is not an int"),
+        ("a,b\n1,2\ninf,1\n", None),
+    ],
+)
+def test_column_typing_falls_back_to_row_errors(tmp_path, body: str, where: str | None) -> None:
+    from capsim.calibration.tables import read_rows
+
+    path = tmp_path / "t.csv"
+    path.write_text(body)
+    # as before the column path: int(float('inf')) raises OverflowError from the row path
+    with pytest.raises(ValueError if where else OverflowError) as err:
+        read_rows(path, ("a",), ("b",))
+    if where is not None:
+        assert where in str(err.value)
