@@ -29,6 +29,8 @@ from dataclasses import dataclass
 from itertools import pairwise
 from pathlib import Path
 
+import numpy as np
+
 from capsim.calibration.interp import Curve, Sheet, curve_sum
 from capsim.calibration.shapes import StepShapes, step_shapes
 from capsim.calibration.tables import CalibrationTables, load_tables, op_series
@@ -37,6 +39,8 @@ from capsim.cost.base import BatchShape
 from capsim.cost.projection import HardwareProjection, class_fixed_us
 from capsim.gpus import GpuSpec, measured_gpu
 from capsim.models import ModelSpec
+
+_add = np.add.reduce  # what ndarray.sum() calls, without its Python wrapper
 
 MEASURED_GPU = measured_gpu().name  # the registry entry with step_times="measured"
 COMMIT_KERNELS: dict[str, tuple[tuple[str, ...], ...]] = {
@@ -371,12 +375,12 @@ class CalibratedStepTime:
         t, shp, spec = self._t, self.shapes, self.spec
         r_dec, w = shape.num_decode_req, shape.query_tok_per_decode
         n_chunks = shape.prefill_new_tok.size
-        pre_tok = int(shape.prefill_new_tok.sum()) if n_chunks else 0
+        pre_tok = int(_add(shape.prefill_new_tok)) if n_chunks else 0
         m = r_dec * w + pre_tok
         dense = t.tok(m) if m else 0.0
         attn = ctx = 0.0
         if r_dec:
-            ctx = float(shape.decode_context_tok.sum()) / r_dec + w
+            ctx = float(_add(shape.decode_context_tok)) / r_dec + w
             if w == spec.window_tok and t.attn_w is not None:
                 attn = t.attn_w(r_dec, ctx)
             elif w == 1:
