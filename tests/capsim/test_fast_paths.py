@@ -213,3 +213,26 @@ def test_column_typing_falls_back_to_row_errors(tmp_path, body: str, where: str 
         read_rows(path, ("a",), ("b",))
     if where is not None:
         assert where in str(err.value)
+
+
+def test_request_many_is_the_constructor_per_row() -> None:
+    from capsim.core.request import Request
+
+    prompt, out, seg = [5, 1, 300], [2, 9, 1], (None, ((7, 4),), None)
+    many = Request.many(prompt, out, seg)
+    one = [
+        Request(req_id=f"r{i}", prompt_tok=p, max_output_tok=o, index=i, segments=s)
+        for i, (p, o, s) in enumerate(zip(prompt, out, seg, strict=True))
+    ]
+    for a, b in zip(many, one, strict=True):
+        assert {k: getattr(a, k) for k in Request.__slots__} == {
+            k: getattr(b, k) for k in Request.__slots__
+        }
+        assert list(a._own.items()) == list(b._own.items())
+
+
+def test_request_many_names_the_first_bad_row() -> None:
+    from capsim.core.request import Request
+
+    with pytest.raises(ValueError, match=r"request r1: max_output_tok=0 must be >= 1"):
+        Request.many([3, 4, 0], [1, 0, 5], (None, None, None))
