@@ -236,3 +236,56 @@ def test_request_many_names_the_first_bad_row() -> None:
 
     with pytest.raises(ValueError, match=r"request r1: max_output_tok=0 must be >= 1"):
         Request.many([3, 4, 0], [1, 0, 5], (None, None, None))
+
+
+@pytest.mark.parametrize(
+    "spec, tp, gpu, model",
+    [
+        (SpecDecodeConfig(commit="storeall"), 1, "H200", "qwen3.5-35b-a3b"),
+        (SpecDecodeConfig(commit="reconstruct"), 1, "B200", "qwen3.5-35b-a3b"),
+        (SpecDecodeConfig(num_spec_tok=4, tree_widths=(2, 2, 1)), 1, "H200", "qwen3.5-35b-a3b"),
+        (SpecDecodeConfig(commit="storeall"), 8, "H200", "qwen3.5-397b-a17b"),  # all-reduce
+    ],
+)
+def test_memoised_step_price_is_the_reference_price(spec, tp: int, gpu: str, model: str) -> None:  # type: ignore[no-untyped-def]
+    import numpy as np
+
+    from capsim.cost.base import BatchShape
+    from capsim.cost.factory import build_step_time_model
+    from capsim.gpus import get_gpu
+    from capsim.models import get_model
+
+    cfg = SimConfig(
+        workload="sharegpt",
+        model=model,
+        engine=EngineConfig(tp=tp),
+        spec=spec,
+        gpu=gpu,
+        step_time="calibrated",
+    )
+    try:
+        cost = build_step_time_model(cfg, get_model(cfg.model), get_gpu(cfg.gpu))
+    except ValueError as err:  # a configuration the tables cannot price
+        pytest.skip(str(err))
+    rng = np.random.default_rng(0)
+    w = spec.window_tok
+    checked = 0
+    for _ in range(400):  # repeated counts hit the memo, varied contexts miss nothing
+        r_dec = int(rng.integers(0, 9)) * 16
+        n_chunks = int(rng.integers(0, 3))
+        shape = BatchShape(
+            num_decode_req=r_dec,
+            query_tok_per_decode=w,
+            decode_context_tok=rng.integers(1, 6000, r_dec),
+            prefill_new_tok=rng.integers(1, 2, n_chunks) * int(rng.choice([64, 512])),
+            prefill_computed_tok=rng.integers(0, 3000, n_chunks),
+        )
+        if r_dec == 0 and n_chunks == 0:
+            continue
+        try:
+            ref = cost._price(shape, None, True)
+        except ValueError:
+            continue
+        assert cost.step_time_s(shape) == ref
+        checked += 1
+    assert checked > 300
