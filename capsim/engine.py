@@ -28,6 +28,7 @@ from capsim.cost.base import BatchShape, StepTimeModel
 from capsim.metrics import StepRecorder
 
 _EMPTY = np.zeros(0, dtype=np.int64)
+_add = np.add.reduce  # what ndarray.sum() calls, without its Python wrapper
 
 
 class EngineSim:
@@ -197,14 +198,14 @@ class EngineSim:
                     step_s,
                     num_running,
                     num_waiting,
-                    int(out.num_new.sum()),
-                    int(shape.prefill_new_tok.sum()) if shape.prefill_new_tok.size else 0,
+                    int(_add(out.num_new)),
+                    int(_add(shape.prefill_new_tok)) if shape.prefill_new_tok.size else 0,
                     shape.num_decode_req,
                     free_blocks,
                     usage,
                     len(out.preempted),
                     len(out.admitted),
-                    int(out.emitted_tok.sum()),
+                    int(_add(out.emitted_tok)),
                     cached_free,
                     stats.queries_tok - q0,
                     stats.hits_tok - h0,

@@ -96,10 +96,7 @@ def simulate(
     )
     draws = AcceptanceDraws(cfg.spec, output, np.random.default_rng(accept_ss))
     segments = (None,) * n if table.segments is None else table.segments
-    requests = [
-        Request(req_id=f"r{i}", prompt_tok=p, max_output_tok=o, index=i, segments=segments[i])
-        for i, (p, o) in enumerate(zip(prompt.tolist(), output.tolist(), strict=True))
-    ]
+    requests = Request.many(prompt.tolist(), output.tolist(), tuple(segments[:n]))
     scheduler = Scheduler(
         SchedulerConfig(
             max_num_seqs=plan.max_num_seqs,

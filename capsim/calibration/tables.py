@@ -65,19 +65,45 @@ def read_rows(
         missing = [c for c in (*ints, *floats, *required) if c not in names]
         if missing:
             raise ValueError(f"{path}: missing columns {missing}")
-        # csv.DictReader's rows, built without its per-row overhead: blank lines skipped,
-        # missing trailing fields None, extra fields under the key None
-        rows = []
-        for row in reader.reader:
-            if not row:
-                continue
-            r = dict(zip(names, row, strict=False))  # ragged rows handled below
-            if len(row) != len(names):
-                r.update(dict.fromkeys(names[len(row) :]))
-                if len(row) > len(names):
-                    r[None] = row[len(names) :]
-            rows.append(_typed(r, ints, floats, f"{path} row {len(rows) + 2}"))
-        return rows
+        raw = [row for row in reader.reader if row]  # blank lines skipped (as DictReader)
+    fast = _typed_columns(raw, names, ints, floats)
+    if fast is not None:
+        return fast
+    # csv.DictReader's rows, built without its per-row overhead: missing trailing fields
+    # None, extra fields under the key None; each row typed on its own (errors name it)
+    rows = []
+    for row in raw:
+        r = dict(zip(names, row, strict=False))  # ragged rows handled below
+        if len(row) != len(names):
+            r.update(dict.fromkeys(names[len(row) :]))
+            if len(row) > len(names):
+                r[None] = row[len(names) :]
+        rows.append(_typed(r, ints, floats, f"{path} row {len(rows) + 2}"))
+    return rows
+
+
+def _typed_columns(
+    raw: list[list[str]], names: list[str], ints: tuple[str, ...], floats: tuple[str, ...]
+) -> list[dict] | None:
+    """``_typed`` applied column by column (the same ``int(float(s))``/``float(s)``), or
+    None when a row is ragged or any value would fail: the row-by-row path then names it."""
+    width = len(names)
+    if len(set(names)) != width or any(len(row) != width for row in raw):
+        return None
+    cols = [list(c) for c in zip(*raw, strict=True)] if raw else [[] for _ in names]
+    try:
+        for name in ints:
+            j = names.index(name)
+            cols[j] = list(map(int, map(float, cols[j])))
+        for name in floats:
+            j = names.index(name)
+            vals = list(map(float, cols[j]))
+            if not all(map(math.isfinite, vals)) or (vals and min(vals) < 0):
+                return None
+            cols[j] = vals
+    except (ValueError, OverflowError):  # int(float('inf')) overflows
+        return None
+    return [dict(zip(names, vals, strict=True)) for vals in zip(*cols, strict=True)]
 
 
 def op_series(row: dict) -> tuple[tuple, float]:

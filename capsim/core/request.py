@@ -131,6 +131,36 @@ class Request:
         """Content of prompt + outputs as ``(segment_id, num_tok)`` runs (``block_hash``);
         ``None``: shared with no other request."""
 
+    @classmethod
+    def many(
+        cls,
+        prompt_tok: list[int],
+        max_output_tok: list[int],
+        segments: tuple[tuple[tuple[int, int], ...] | None, ...],
+    ) -> list[Request]:
+        """``Request(req_id=f"r{i}", prompt_tok=p, max_output_tok=o, index=i,
+        segments=s)`` for each row: the same objects, built without a call per row."""
+        for i, (p, o) in enumerate(zip(prompt_tok, max_output_tok, strict=True)):
+            if p < 1 or o < 1:  # the constructor names the first bad row
+                cls(req_id=f"r{i}", prompt_tok=p, max_output_tok=o, index=i)
+        base = dict.fromkeys(_COUNTERS, 0)
+        out = []
+        new = cls.__new__
+        for i, (p, o, seg) in enumerate(zip(prompt_tok, max_output_tok, segments, strict=True)):
+            req = new(cls)
+            req.req_id = f"r{i}"
+            own = base.copy()
+            own.update(prompt_tok=p, max_output_tok=o, index=i)
+            req._own = own
+            req._store = None
+            req._slot = -1
+            req.arrival_s = 0.0
+            req.first_scheduled_s = None
+            req.finish_s = None
+            req.segments = seg
+            out.append(req)
+        return out
+
     prompt_tok = _counter("prompt_tok")
     max_output_tok = _counter("max_output_tok")
     num_output_tok = _counter("num_output_tok")

@@ -150,3 +150,142 @@ def test_varied_lengths_small_budget(monkeypatch: pytest.MonkeyPatch) -> None:
         _reference_paths(m)
         ref = simulate(cfg, workload=table)
     _assert_same(fast, ref)
+
+
+@pytest.mark.parametrize("num_rows", [0, 1, 2, 3, 17, 1000, 17400])
+@pytest.mark.parametrize("seed", [0, 1, 12345])
+def test_inlined_shuffle_is_random_shuffle(num_rows: int, seed: int) -> None:
+    import random
+
+    from capsim.traces.sampling import vllm_shuffled_order
+
+    ref = list(range(num_rows))
+    random.Random(seed).shuffle(ref)
+    assert vllm_shuffled_order(num_rows, seed) == ref
+
+
+def _rows_one_by_one(path, ints, floats) -> list[dict]:
+    import csv
+
+    from capsim.calibration.tables import _typed
+
+    with path.open(newline="") as fh:
+        return [_typed(r, ints, floats, "ref") for r in csv.DictReader(fh)]
+
+
+@pytest.mark.parametrize(
+    "role, ints, floats",
+    [
+        ("model_step", "OP_INT_FIELDS", "OP_FLOAT_FIELDS"),
+        ("gdn_verify", "GDN_INT_FIELDS", "GDN_FLOAT_FIELDS"),
+        ("model_step_validation", "VAL_INT_FIELDS", None),
+    ],
+)
+def test_column_typed_rows_match_row_by_row(role: str, ints: str, floats: str | None) -> None:
+    from capsim.calibration import tables as T
+
+    i_f = getattr(T, ints)
+    f_f = getattr(T, floats) if floats else ("p50_us",)
+    path = T.DATA_DIR / f"h200_{role}.csv"
+    fast, ref = T.read_rows(path, i_f, f_f), _rows_one_by_one(path, i_f, f_f)
+    assert [list(r.items()) for r in fast] == [list(r.items()) for r in ref]
+    assert [[type(v) for v in r.values()] for r in fast] == [
+        [type(v) for v in r.values()] for r in ref
+    ]
+
+
+@pytest.mark.parametrize(
+    "body, where",
+    [
+        ("a,b\n1,2\n3,x\n", "row 3: column b='x' is not a number"),
+        ("a,b\n1,2\n3,-1\n", "row 3: column b='-1' must be finite"),
+        ("a,b\n1,2\nnan,1\n", "row 3: column a='nan' is not an int"),
+        ("a,b\n1,2\ninf,1\n", None),
+    ],
+)
+def test_column_typing_falls_back_to_row_errors(tmp_path, body: str, where: str | None) -> None:
+    from capsim.calibration.tables import read_rows
+
+    path = tmp_path / "t.csv"
+    path.write_text(body)
+    # as before the column path: int(float('inf')) raises OverflowError from the row path
+    with pytest.raises(ValueError if where else OverflowError) as err:
+        read_rows(path, ("a",), ("b",))
+    if where is not None:
+        assert where in str(err.value)
+
+
+def test_request_many_is_the_constructor_per_row() -> None:
+    from capsim.core.request import Request
+
+    prompt, out, seg = [5, 1, 300], [2, 9, 1], (None, ((7, 4),), None)
+    many = Request.many(prompt, out, seg)
+    one = [
+        Request(req_id=f"r{i}", prompt_tok=p, max_output_tok=o, index=i, segments=s)
+        for i, (p, o, s) in enumerate(zip(prompt, out, seg, strict=True))
+    ]
+    for a, b in zip(many, one, strict=True):
+        assert {k: getattr(a, k) for k in Request.__slots__} == {
+            k: getattr(b, k) for k in Request.__slots__
+        }
+        assert list(a._own.items()) == list(b._own.items())
+
+
+def test_request_many_names_the_first_bad_row() -> None:
+    from capsim.core.request import Request
+
+    with pytest.raises(ValueError, match=r"request r1: max_output_tok=0 must be >= 1"):
+        Request.many([3, 4, 0], [1, 0, 5], (None, None, None))
+
+
+@pytest.mark.parametrize(
+    "spec, tp, gpu, model",
+    [
+        (SpecDecodeConfig(commit="storeall"), 1, "H200", "qwen3.5-35b-a3b"),
+        (SpecDecodeConfig(commit="reconstruct"), 1, "B200", "qwen3.5-35b-a3b"),
+        (SpecDecodeConfig(num_spec_tok=4, tree_widths=(2, 2, 1)), 1, "H200", "qwen3.5-35b-a3b"),
+        (SpecDecodeConfig(commit="storeall"), 8, "H200", "qwen3.5-397b-a17b"),  # all-reduce
+    ],
+)
+def test_memoised_step_price_is_the_reference_price(spec, tp: int, gpu: str, model: str) -> None:  # type: ignore[no-untyped-def]
+    import numpy as np
+
+    from capsim.cost.base import BatchShape
+    from capsim.cost.factory import build_step_time_model
+    from capsim.gpus import get_gpu
+    from capsim.models import get_model
+
+    cfg = SimConfig(
+        workload="sharegpt",
+        model=model,
+        engine=EngineConfig(tp=tp),
+        spec=spec,
+        gpu=gpu,
+        step_time="calibrated",
+    )
+    try:
+        cost = build_step_time_model(cfg, get_model(cfg.model), get_gpu(cfg.gpu))
+    except ValueError as err:  # a configuration the tables cannot price
+        pytest.skip(str(err))
+    rng = np.random.default_rng(0)
+    w = spec.window_tok
+    checked = 0
+    for _ in range(400):  # repeated counts hit the memo, varied contexts miss nothing
+        r_dec = int(rng.integers(0, 9)) * 16
+        n_chunks = int(rng.integers(0, 3))
+        shape = BatchShape(
+            num_decode_req=r_dec,
+            query_tok_per_decode=w,
+            decode_context_tok=rng.integers(1, 6000, r_dec),
+            prefill_new_tok=rng.integers(1, 2, n_chunks) * int(rng.choice([64, 512])),
+            prefill_computed_tok=rng.integers(0, 3000, n_chunks),
+        )
+        if r_dec == 0 and n_chunks == 0:
+            continue
+        try:
+            ref = cost._price(shape, None, True)
+        except ValueError:
+            continue
+        assert cost.step_time_s(shape) == ref
+        checked += 1
+    assert checked > 300
