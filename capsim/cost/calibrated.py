@@ -375,56 +375,33 @@ class CalibratedStepTime:
     def step_time_s(self, shape: BatchShape) -> float:
         """``_price(shape, None, True)`` with the count-only terms memoised: the same
         operations in the same order on the same numbers (a test compares the two)."""
-        t, shp, spec = self._t, self.shapes, self.spec
         r_dec, w = shape.num_decode_req, shape.query_tok_per_decode
         n_chunks = shape.prefill_new_tok.size
         pre_tok = int(_add(shape.prefill_new_tok)) if n_chunks else 0
         key = (r_dec, w, n_chunks, pre_tok)
         terms = self._count_terms.get(key)
         if terms is None:
-            terms = self._count_terms[key] = self._terms(r_dec, w, n_chunks, pre_tok)
-        dense, logits, gdn, mtp_m, logits_all, rest, levels, host, allreduce = terms
-        attn = ctx = 0.0
-        if r_dec:
-            ctx = float(_add(shape.decode_context_tok)) / r_dec + w
-            if w == spec.window_tok and t.attn_w is not None:
-                attn = t.attn_w(r_dec, ctx)
-            elif w == 1:
-                attn = t.attn_1(r_dec, ctx)
-            else:
-                raise ValueError(
-                    f"calibrated: query_tok_per_decode={w} has no attention table "
-                    f"(measured for 1 and the spec window {spec.window_tok})"
-                )
-        pre_attn = 0.0
-        if n_chunks:
-            for n, c in zip(
-                shape.prefill_new_tok.tolist(), shape.prefill_computed_tok.tolist(), strict=True
-            ):
-                pre_attn += self._attn_prefill(int(n), int(c))
-        total = dense + shp.num_attn_layers * (attn + pre_attn) + logits
-        drafts = 0.0
-        r_all = r_dec + n_chunks
-        if spec.depth and r_all:
-            drafts += mtp_m + attn + pre_attn + logits_all
-            if spec.tree_widths is None:
-                drafts += rest + (spec.depth - 1) * t.attn_1(r_all, ctx + 1)
-            else:
-                for d, (mtp_d, r_d, logits_d) in enumerate(levels, start=1):
-                    drafts += mtp_d + t.attn_1(r_d, ctx + d) + logits_d
-        total += gdn + drafts + host
-        if shp.tp > 1:
-            total += allreduce
-        return total
+            terms = self._count_terms[key] = self._terms(r_dec, w, n_chunks, pre_tok, True)
+        return self._assemble(shape, terms, None, True)
 
-    def _terms(self, r_dec: int, w: int, n_chunks: int, pre_tok: int) -> tuple:  # type: ignore[type-arg]
-        """The terms of ``_price`` that depend only on the token counts (its expressions)."""
+    def _price(self, shape: BatchShape, out: dict[str, float] | None, full: bool) -> float:
+        r_dec, w = shape.num_decode_req, shape.query_tok_per_decode
+        n_chunks = shape.prefill_new_tok.size
+        pre_tok = int(_add(shape.prefill_new_tok)) if n_chunks else 0
+        return self._assemble(shape, self._terms(r_dec, w, n_chunks, pre_tok, full), out, full)
+
+    def _terms(self, r_dec: int, w: int, n_chunks: int, pre_tok: int, full: bool) -> tuple:  # type: ignore[type-arg]
+        """The terms of a step that depend only on its token counts (``full=False``: the
+        forward without GDN kernels, drafts or host: dense and logits only)."""
         t, shp, spec = self._t, self.shapes, self.spec
         m = r_dec * w + pre_tok
         dense = t.tok(m) if m else 0.0
         n_logits = r_dec * w + n_chunks
         logits = t.logits(n_logits) if n_logits else 0.0
-        gdn = 0.0
+        gdn = mtp_m = logits_all = rest = host = allreduce = 0.0
+        levels: list[tuple[float, int, float]] = []
+        if not full:
+            return dense, logits, gdn, mtp_m, logits_all, rest, (), host, allreduce
         if r_dec:
             if t.gdn_verify is None:
                 raise ValueError("calibrated: decode requests but spec.depth=0 (no GDN table)")
@@ -432,12 +409,10 @@ class CalibratedStepTime:
         if n_chunks:
             gdn += t.gdn_prefill(pre_tok)
         gdn *= shp.num_gdn_layers
-        mtp_m = logits_all = rest = 0.0
-        levels: list[tuple[float, int, float]] = []
         r_all = r_dec + n_chunks
         if spec.depth and r_all:
             mtp_m, logits_all = t.mtp_tok(m), t.logits(r_all)
-            if spec.tree_widths is None:
+            if spec.tree_widths is None:  # chain: passes 2..depth price r_all tokens each
                 rest = t.draft_rest(r_all)
             else:
                 level = 1
@@ -446,20 +421,25 @@ class CalibratedStepTime:
                     r_d = r_all * level
                     levels.append((t.mtp_tok(r_d), r_d, t.logits(r_d)))
         host = t.host(min(max(n_logits, 1), t.host.x_max))
-        allreduce = 0.0
         if shp.tp > 1:
             layers = shp.num_gdn_layers + shp.num_attn_layers + (1 if spec.depth else 0)
             ring = 2.0 * (shp.tp - 1) / shp.tp
             allreduce = ring * 2 * layers * m * shp.hidden * 2 / self.gpu.interconnect_bytes_per_s
         return dense, logits, gdn, mtp_m, logits_all, rest, tuple(levels), host, allreduce
 
-    def _price(self, shape: BatchShape, out: dict[str, float] | None, full: bool) -> float:
+    def _assemble(
+        self,
+        shape: BatchShape,
+        terms: tuple,  # type: ignore[type-arg]
+        out: dict[str, float] | None,
+        full: bool,
+    ) -> float:
+        """The step's time from its count-only ``terms`` and its attention (which depends
+        on the contexts); the parts go to ``out`` when given."""
         t, shp, spec = self._t, self.shapes, self.spec
+        dense, logits, gdn, mtp_m, logits_all, rest, levels, host, allreduce = terms
         r_dec, w = shape.num_decode_req, shape.query_tok_per_decode
         n_chunks = shape.prefill_new_tok.size
-        pre_tok = int(_add(shape.prefill_new_tok)) if n_chunks else 0
-        m = r_dec * w + pre_tok
-        dense = t.tok(m) if m else 0.0
         attn = ctx = 0.0
         if r_dec:
             ctx = float(_add(shape.decode_context_tok)) / r_dec + w
@@ -479,40 +459,22 @@ class CalibratedStepTime:
             ):
                 pre_attn += self._attn_prefill(int(n), int(c))
         attention = shp.num_attn_layers * (attn + pre_attn)
-        n_logits = r_dec * w + n_chunks
-        logits = t.logits(n_logits) if n_logits else 0.0
         total = dense + attention + logits
         if out is not None:
             out.update(dense=dense, attention=attention, logits=logits)
         if not full:
             return total
-        gdn = 0.0
-        if r_dec:
-            if t.gdn_verify is None:
-                raise ValueError("calibrated: decode requests but spec.depth=0 (no GDN table)")
-            gdn += t.gdn_verify(r_dec)
-        if n_chunks:
-            gdn += t.gdn_prefill(pre_tok)
-        gdn *= shp.num_gdn_layers
         drafts = 0.0
         r_all = r_dec + n_chunks
         if spec.depth and r_all:
-            drafts += t.mtp_tok(m) + attn + pre_attn + t.logits(r_all)
-            if spec.tree_widths is None:  # chain: passes 2..depth price r_all tokens each
-                drafts += t.draft_rest(r_all) + (spec.depth - 1) * t.attn_1(r_all, ctx + 1)
+            drafts += mtp_m + attn + pre_attn + logits_all
+            if spec.tree_widths is None:
+                drafts += rest + (spec.depth - 1) * t.attn_1(r_all, ctx + 1)
             else:
-                level = 1
-                for d in range(1, spec.depth):
-                    level *= spec.tree_widths[d - 1]
-                    r_d = r_all * level
-                    drafts += t.mtp_tok(r_d) + t.attn_1(r_d, ctx + d) + t.logits(r_d)
-        host = t.host(min(max(n_logits, 1), t.host.x_max))
+                for d, (mtp_d, r_d, logits_d) in enumerate(levels, start=1):
+                    drafts += mtp_d + t.attn_1(r_d, ctx + d) + logits_d
         total += gdn + drafts + host
-        allreduce = 0.0
         if shp.tp > 1:
-            layers = shp.num_gdn_layers + shp.num_attn_layers + (1 if spec.depth else 0)
-            ring = 2.0 * (shp.tp - 1) / shp.tp
-            allreduce = ring * 2 * layers * m * shp.hidden * 2 / self.gpu.interconnect_bytes_per_s
             total += allreduce
         if out is not None:
             out.update(gdn=gdn, drafts=drafts, host=host)
