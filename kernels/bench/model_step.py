@@ -309,6 +309,15 @@ class OpPoint:
     impl: str = "torch"
 
 
+def decode_attn_grid(grid: dict) -> Iterable[tuple[int, int, int]]:
+    """(q, batch, ctx) of the decode-attention grid, batch x ctx within max_kv_tok."""
+    for q in grid["q"]:
+        for batch in grid["batch"]:
+            for ctx in grid["ctx"]:
+                if batch * ctx <= grid["max_kv_tok"]:
+                    yield q, batch, ctx
+
+
 def operator_points(shp: StepShapes, grid: dict, dev: str, gen, kv=None) -> list[OpPoint]:
     """The table of operators of one (model, tp): every point the step model reads.
 
@@ -348,20 +357,16 @@ def operator_points(shp: StepShapes, grid: dict, dev: str, gen, kv=None) -> list
         ))  # fmt: skip
     if kv is not None:
         k_buf, v_buf = kv
-        for q in grid["q"]:
-            for batch in grid["batch"]:
-                for ctx in grid["ctx"]:
-                    if batch * ctx > grid["max_kv_tok"]:
-                        continue
-                    pts.append(OpPoint(
-                        ("attn_decode", shp.attn_key, q, batch, ctx), "attn_decode",
-                        shp.attn_key,
-                        lambda q=q, batch=batch, ctx=ctx: ops.make_attn_decode(
-                            batch, q, ctx, shp.attn_hq, shp.attn_hkv, shp.head_dim, k_buf,
-                            v_buf, dev, gen),
-                        {"batch": batch, "q_tok": q, "ctx_tok": ctx},
-                        impl="sdpa_flash_splitkv{extra}",
-                    ))  # fmt: skip
+        for q, batch, ctx in decode_attn_grid(grid):
+            pts.append(OpPoint(
+                ("attn_decode", shp.attn_key, q, batch, ctx), "attn_decode",
+                shp.attn_key,
+                lambda q=q, batch=batch, ctx=ctx: ops.make_attn_decode(
+                    batch, q, ctx, shp.attn_hq, shp.attn_hkv, shp.head_dim, k_buf,
+                    v_buf, dev, gen),
+                {"batch": batch, "q_tok": q, "ctx_tok": ctx},
+                impl="sdpa_flash_splitkv{extra}",
+            ))  # fmt: skip
     for t in grid["gdn_t"]:
         pts.append(OpPoint(
             ("gdn_prefill", shp.gdn_key, t), "gdn_prefill", shp.gdn_key,
@@ -408,19 +413,15 @@ def vllm_operator_points(shp: StepShapes, grid: dict, dev: str, gen, cache) -> l
             impl="{extra}",
         ))  # fmt: skip
     if cache is not None:
-        for q in grid["q"]:
-            for batch in grid["batch"]:
-                for ctx in grid["ctx"]:
-                    if batch * ctx > grid["max_kv_tok"]:
-                        continue
-                    pts.append(OpPoint(
-                        ("attn_decode", shp.attn_key, q, batch, ctx), "attn_decode",
-                        shp.attn_key,
-                        lambda q=q, batch=batch, ctx=ctx: vops.make_attn(
-                            attn, batch, q, ctx, cache, block, dev, gen),
-                        {"batch": batch, "q_tok": q, "ctx_tok": ctx},
-                        impl=vops.ATTN_IMPL.replace("{path}", ",{extra}") + f"[block={block}]",
-                    ))  # fmt: skip
+        for q, batch, ctx in decode_attn_grid(grid):
+            pts.append(OpPoint(
+                ("attn_decode", shp.attn_key, q, batch, ctx), "attn_decode",
+                shp.attn_key,
+                lambda q=q, batch=batch, ctx=ctx: vops.make_attn(
+                    attn, batch, q, ctx, cache, block, dev, gen),
+                {"batch": batch, "q_tok": q, "ctx_tok": ctx},
+                impl=vops.ATTN_IMPL.replace("{path}", ",{extra}") + f"[block={block}]",
+            ))  # fmt: skip
         for n in grid["pre_n"]:
             for ctx in grid["pre_ctx"]:
                 pts.append(OpPoint(
