@@ -20,12 +20,14 @@ from collections.abc import Sequence
 import numpy as np
 import simpy
 
+from capsim.acceptance_stream import StreamingAcceptanceDraws
 from capsim.core.acceptance import AcceptanceDraws
 from capsim.core.decode_run import DecodeRun
 from capsim.core.request import Request
 from capsim.core.scheduler import Scheduler, SchedulerOutput
 from capsim.cost.base import BatchShape, StepTimeModel
 from capsim.metrics import StepRecorder
+from capsim.request_source import LazyRequests
 
 _EMPTY = np.zeros(0, dtype=np.int64)
 _add = np.add.reduce  # what ndarray.sum() calls, without its Python wrapper
@@ -45,6 +47,9 @@ class EngineSim:
         max_concurrency: int | None,
         window_tok: int,
         parent: np.ndarray | None = None,
+        keep_steps: bool = True,
+        exact_itl: bool = True,
+        recycle_slots: bool = False,
     ) -> None:
         if len(requests) != len(release_s):
             raise ValueError("requests and release_s differ in length")
@@ -52,11 +57,17 @@ class EngineSim:
         self.scheduler = scheduler
         self.cost = cost
         self.acceptance = acceptance
-        self.requests = list(requests)
+        # a LazyRequests builds each handle when the client sends it (bounded memory)
+        self.requests = requests if isinstance(requests, LazyRequests) else list(requests)
         self.release_s = np.asarray(release_s, dtype=np.float64)
         self.max_concurrency = max_concurrency
         self.window_tok = window_tok
-        self.recorder = StepRecorder()
+        self.recorder = StepRecorder(keep_steps=keep_steps, exact_itl=exact_itl)
+        self.recycle_slots = recycle_slots
+        """Hand a finished request's store row back (prefix caching off only: with it
+        on, block hashes and memos are keyed by slot)."""
+        if recycle_slots and scheduler.kv.enable_caching:
+            raise ValueError("recycle_slots needs prefix caching off")
         self._pending: deque[Request] = deque()
         # conversation turns: a request with a parent waits until the parent finished,
         # then goes to the head of the send queue (the same user continues)
@@ -71,8 +82,16 @@ class EngineSim:
         """Plan runs of decode-only steps at once when nothing can change the schedule
         (``capsim.core.decode_run``); False steps one at a time (the reference path)."""
         # per workload index: first and latest token times (NaN until they happen)
-        self.first_token_s = np.full(len(self.requests), np.nan)
-        self.last_emit_s = np.full(len(self.requests), np.nan)
+        n = len(self.requests)
+        self.first_token_s = np.full(n, np.nan)
+        self.last_emit_s = np.full(n, np.nan)
+        # per workload index, stamped as they happen (the handles need not be kept)
+        self.send_s = np.full(n, np.nan)
+        self.first_scheduled_s = np.full(n, np.nan)
+        self.finish_s = np.full(n, np.nan)
+        self.num_preemptions = np.zeros(n, dtype=np.int64)
+        self.num_cached_tok = np.zeros(n, dtype=np.int64)
+        self.num_accept_draws_used = np.zeros(n, dtype=np.int64)
 
     # -- client -------------------------------------------------------------------------
     def _send_ready(self) -> None:
@@ -81,6 +100,7 @@ class EngineSim:
         while self._pending and (gate is None or self._in_flight < gate):
             req = self._pending.popleft()
             req.arrival_s = now
+            self.send_s[req.index] = now
             self._in_flight += 1
             self.scheduler.add_request(req)
         if self._wake is not None and not self._wake.triggered and self.scheduler.has_work:
@@ -178,6 +198,7 @@ class EngineSim:
             for req in out.admitted:
                 if req.first_scheduled_s is None:
                     req.first_scheduled_s = t0
+                    self.first_scheduled_s[req.index] = t0
             yield env.timeout(step_s)
             finished = sched.update(out, self.acceptance)
             now = env.now
@@ -192,6 +213,7 @@ class EngineSim:
                 rec.add_itl(now - last_emit[idx])
             last_emit[idx] = now
             self._finish(finished, now)
+            self._settle(finished)
             rec.record_row(  # STEP_COLUMNS order
                 (
                     t0,
@@ -224,6 +246,7 @@ class EngineSim:
         idx = sched.store.cols["index"][run.slots]
         handles = sched.store.handles
         last_emit = self.last_emit_s
+        done_in_run: list[Request] = []
         num_waiting = len(sched.waiting)
         cached_free, evictions = kv.num_cached_free_blocks, kv.pool.num_evictions
         for j in range(run.num_steps):
@@ -253,6 +276,7 @@ class EngineSim:
                 else []
             )
             self._finish(finished, now)
+            done_in_run += finished
             free = run.free_blocks[j]
             rec.record_row(  # STEP_COLUMNS order
                 (
@@ -277,11 +301,34 @@ class EngineSim:
             if finished:
                 self._send_ready()
         sched.apply_decode_run(run)
+        # counters of the run's finished requests are final only now (and their rows are
+        # handed back only now: a request sent during the run must not take one)
+        self._settle(done_in_run)
+
+    def _settle(self, finished: list[Request]) -> None:
+        """Copy finished requests' final counters to the per-index arrays, tell streaming
+        acceptance draws, and (``recycle_slots``) hand their store rows back."""
+        if not finished:
+            return
+        store = self.scheduler.store
+        cols = store.cols
+        slots = np.fromiter((r._slot for r in finished), dtype=np.int64, count=len(finished))
+        idx = cols["index"][slots]
+        used = cols["num_accept_draws_used"][slots]
+        self.num_accept_draws_used[idx] = used
+        self.num_preemptions[idx] = cols["num_preemptions"][slots]
+        self.num_cached_tok[idx] = cols["num_cached_tok"][slots]
+        if isinstance(self.acceptance, StreamingAcceptanceDraws):
+            self.acceptance.finished(idx, used)
+        if self.recycle_slots:
+            for s in slots.tolist():
+                store.release(s)
 
     def _finish(self, finished: list[Request], now: float) -> None:
         """Finish times, conversation children to the head of the send queue, counts."""
         for req in finished:
             req.finish_s = now
+            self.finish_s[req.index] = now
             if self._parent is not None:
                 self._done[req.index] = True
                 for child in reversed(self._children.pop(req.index, [])):

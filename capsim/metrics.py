@@ -18,8 +18,14 @@ Warm-up, steady state and cool-down are reported separately as well (``phases``)
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+from typing import TYPE_CHECKING, Any, Union
+
 import numpy as np
 import pandas as pd
+
+if TYPE_CHECKING:
+    from capsim.streaming_metrics import ItlRuns, StepColumns
 
 STEP_COLUMNS: tuple[str, ...] = (
     "t_start_s",
@@ -41,38 +47,78 @@ STEP_COLUMNS: tuple[str, ...] = (
 )
 
 
-class StepRecorder:
-    """Append-only per-step rows (tuples in ``STEP_COLUMNS`` order; columns are built
-    once at the end) and inter-token latencies (one array per step)."""
+STEP_BLOCK_ROWS = 8192
+"""Steps per block of the step table (16 float64 columns: 1 MiB per block)."""
 
-    def __init__(self) -> None:
-        self.rows: list[tuple[float, ...]] = []
-        self._itl_chunks: list[np.ndarray] = []
+
+class StepRecorder:
+    """Per-step rows in ``STEP_COLUMNS`` order and inter-token latencies.
+
+    ``keep_steps``: the step table is kept, in float64 blocks of ``STEP_BLOCK_ROWS`` rows
+    (128 bytes a step; every count is an integer below 2**53, so the int64 columns built
+    at the end are exact); otherwise only ``StepColumns`` (32 bytes a step).
+    ``exact_itl``: every inter-token latency is kept (8 bytes a token); otherwise
+    ``ItlRuns`` (value, count) runs, whose quantiles are exact and whose mean is not
+    bit-identical (``capsim.streaming_metrics``).
+    """
+
+    def __init__(self, *, keep_steps: bool = True, exact_itl: bool = True) -> None:
+        from capsim.streaming_metrics import ItlRuns, StepColumns
+
+        self.keep_steps = keep_steps
+        self._blocks: list[np.ndarray] = []
+        self._block = np.empty((STEP_BLOCK_ROWS, len(STEP_COLUMNS)), dtype=np.float64)
+        self._num_in_block = 0
+        self.columns: StepColumns | None = None if keep_steps else StepColumns()
+        self._itl_chunks: list[np.ndarray] | None = [] if exact_itl else None
+        self.itl_runs: ItlRuns | None = None if exact_itl else ItlRuns()
 
     def record(self, **values: float) -> None:
-        self.rows.append(tuple(values[c] for c in STEP_COLUMNS))
+        self.record_row(tuple(values[c] for c in STEP_COLUMNS))
 
     def record_row(self, row: tuple[float, ...]) -> None:
         """One step's values in ``STEP_COLUMNS`` order (the engine's per-step call)."""
-        self.rows.append(row)
+        if self.columns is not None:
+            self.columns.add(row)
+            return
+        self._block[self._num_in_block] = row
+        self._num_in_block += 1
+        if self._num_in_block == STEP_BLOCK_ROWS:
+            self._blocks.append(self._block)
+            self._block = np.empty_like(self._block)
+            self._num_in_block = 0
+
+    @property
+    def num_steps(self) -> int:
+        if self.columns is not None:
+            return len(self.columns)
+        return len(self._blocks) * STEP_BLOCK_ROWS + self._num_in_block
 
     def add_itl(self, itl_s: np.ndarray) -> None:
-        self._itl_chunks.append(itl_s)
+        if self._itl_chunks is not None:
+            self._itl_chunks.append(itl_s)
+        else:
+            self.itl_runs.add(itl_s)  # type: ignore[union-attr]
 
     @property
     def itl_s(self) -> np.ndarray:
-        """Every inter-token latency, in the order the steps emitted them."""
+        """Every inter-token latency, in the order the steps emitted them (exact_itl)."""
+        if self._itl_chunks is None:
+            raise ValueError("inter-token latencies were recorded as runs (exact_itl=False)")
         if not self._itl_chunks:
             return np.zeros(0)
         return np.concatenate(self._itl_chunks)
 
     def frame(self) -> pd.DataFrame:
-        """One row per step: ``num_*`` columns int64, the others float64."""
-        values = zip(*self.rows, strict=True) if self.rows else ((),) * len(STEP_COLUMNS)
+        """One row per step: ``num_*`` columns int64, the others float64 (keep_steps;
+        otherwise an empty table with the step columns)."""
+        blocks = [*self._blocks, self._block[: self._num_in_block]]
         return pd.DataFrame(
             {
-                c: np.array(v, dtype=np.int64 if c.startswith("num_") else np.float64)
-                for c, v in zip(STEP_COLUMNS, values, strict=True)
+                c: np.concatenate([b[:, j] for b in blocks]).astype(
+                    np.int64 if c.startswith("num_") else np.float64
+                )
+                for j, c in enumerate(STEP_COLUMNS)
             }
         )
 
@@ -108,7 +154,7 @@ def hit_rate_over_time(steps: pd.DataFrame, window_s: float) -> pd.DataFrame:
     )
 
 
-def phases(requests: pd.DataFrame, steps: pd.DataFrame) -> dict[str, float]:
+def phases(requests: RequestCols, steps: StepCols) -> dict[str, float]:
     """Warm-up, load and cool-down of one run, reported separately from the whole run.
 
     - warm-up: [0, first finish): the run fills from empty (closed loop: the burst of C
@@ -124,13 +170,15 @@ def phases(requests: pd.DataFrame, steps: pd.DataFrame) -> dict[str, float]:
     """
     nan = float("nan")
     out: dict[str, float] = {}
-    if not len(requests):
+    if not _num_rows(requests, "finish_s"):
         return out
-    a = float(requests["finish_s"].min())
-    b = float(requests["send_s"].max())
-    end = float(requests["finish_s"].max())
-    t_end = (steps["t_start_s"] + steps["step_s"]).to_numpy() if len(steps) else np.zeros(0)
-    emitted = steps["num_emitted_tok"].to_numpy() if len(steps) else np.zeros(0)
+    finish_s = _col(requests, "finish_s")
+    a = float(finish_s.min())
+    b = float(_col(requests, "send_s").max())
+    end = float(finish_s.max())
+    has_steps = _num_rows(steps, "step_s") > 0
+    t_end = _col(steps, "t_start_s") + _col(steps, "step_s") if has_steps else np.zeros(0)
+    emitted = _col(steps, "num_emitted_tok") if has_steps else np.zeros(0)
 
     def tok_rate(lo: float, hi: float) -> float:
         if not hi > lo:
@@ -138,8 +186,8 @@ def phases(requests: pd.DataFrame, steps: pd.DataFrame) -> dict[str, float]:
         sel = (t_end > lo) & (t_end <= hi) if lo > 0 else (t_end <= hi)
         return float(emitted[sel].sum()) / (hi - lo)
 
-    send = requests["send_s"].to_numpy()
-    ttft = requests["ttft_s"].to_numpy()[(send >= a) & (send <= b)]
+    send = _col(requests, "send_s")
+    ttft = _col(requests, "ttft_s")[(send >= a) & (send <= b)]
     out["warmup_s"] = a
     out["warmup_output_throughput_tok_per_s"] = tok_rate(0.0, a)
     out["cooldown_s"] = end - b
@@ -152,44 +200,98 @@ def phases(requests: pd.DataFrame, steps: pd.DataFrame) -> dict[str, float]:
     return out
 
 
-def summarize(requests: pd.DataFrame, steps: pd.DataFrame, itl_s: np.ndarray) -> dict[str, float]:
-    """Scalar metrics of one run."""
-    duration = float(requests["finish_s"].max()) if len(requests) else 0.0
-    out_tok = int(requests["output_tok"].sum())
-    in_tok = int(requests["prompt_tok"].sum())
+def summarize(
+    requests: RequestCols, steps: StepCols, itl_s: np.ndarray | ItlRuns
+) -> dict[str, float]:
+    """Scalar metrics of one run.
+
+    ``requests``/``steps``: tables or mappings of numpy columns (``StepColumns`` when the
+    step table was not kept); ``itl_s``: every inter-token latency, or their runs.
+    """
+    from capsim.streaming_metrics import ItlRuns
+
+    n = _num_rows(requests, "finish_s")
+    finish_s = _col(requests, "finish_s")
+    duration = float(finish_s.max()) if n else 0.0
+    out_tok = int(_col(requests, "output_tok").sum())
+    in_tok = int(_col(requests, "prompt_tok").sum())
     summary: dict[str, float] = {
-        "num_requests": len(requests),
+        "num_requests": n,
         "duration_s": duration,
         "total_output_tok": out_tok,
         "output_throughput_tok_per_s": out_tok / duration if duration > 0 else float("nan"),
         "total_token_throughput_tok_per_s": (out_tok + in_tok) / duration
         if duration > 0
         else float("nan"),
-        "request_throughput_req_per_s": len(requests) / duration if duration > 0 else float("nan"),
+        "request_throughput_req_per_s": n / duration if duration > 0 else float("nan"),
     }
-    summary |= _stats("ttft", requests["ttft_s"].to_numpy())
-    tpot = requests["tpot_s"].dropna().to_numpy()
-    summary |= _stats("tpot", tpot)
-    summary |= _stats("itl", itl_s)
-    summary |= _stats("e2el", requests["e2el_s"].to_numpy())
-    summary |= _stats("queue", (requests["first_scheduled_s"] - requests["send_s"]).to_numpy())
-    if len(steps):
-        summary["peak_kv_usage"] = float(steps["kv_usage"].max())
+    summary |= _stats("ttft", _col(requests, "ttft_s"))
+    tpot = _col(requests, "tpot_s")
+    summary |= _stats("tpot", tpot[~np.isnan(tpot)])
+    summary |= itl_s.stats("itl") if isinstance(itl_s, ItlRuns) else _stats("itl", itl_s)
+    summary |= _stats("e2el", _col(requests, "e2el_s"))
+    summary |= _stats("queue", _col(requests, "first_scheduled_s") - _col(requests, "send_s"))
+    num_steps = _num_rows(steps, "step_s")
+    if num_steps:
+        kv = _col(steps, "kv_usage")
+        summary["peak_kv_usage"] = float(kv.max())
         summary["mean_kv_usage"] = float(
-            np.average(steps["kv_usage"], weights=steps["step_s"].clip(lower=1e-12))
+            np.average(kv, weights=np.maximum(_col(steps, "step_s"), 1e-12))
         )
-        summary["peak_running"] = int(steps["num_running"].max())
-        summary["peak_waiting"] = int(steps["num_waiting"].max())
-        summary["num_steps"] = len(steps)
-    summary["num_preemptions"] = int(requests["num_preemptions"].sum())
-    if len(steps) and "num_prefix_query_tok" in steps:
-        q = int(steps["num_prefix_query_tok"].sum())
-        h = int(steps["num_prefix_hit_tok"].sum())
+        summary |= _step_gauges(steps)
+        summary["num_steps"] = num_steps
+    summary["num_preemptions"] = int(_col(requests, "num_preemptions").sum())
+    if num_steps and _has(steps, "num_prefix_query_tok"):
+        q, h, ev = _prefix_counts(steps)
         summary["prefix_cache_queries_tok"] = q
         summary["prefix_cache_hits_tok"] = h
         summary["prefix_cache_hit_rate"] = h / q if q else float("nan")
-        summary["num_cached_block_evictions"] = int(steps["num_evictions"].iloc[-1])
-    if "cached_tok" in requests:
-        summary["mean_cached_tok_per_request"] = float(requests["cached_tok"].mean())
+        summary["num_cached_block_evictions"] = ev
+    if _has(requests, "cached_tok"):
+        summary["mean_cached_tok_per_request"] = float(np.mean(_col(requests, "cached_tok")))
     summary |= phases(requests, steps)
     return summary
+
+
+# -- tables, mappings of columns and StepColumns alike ------------------------------------
+RequestCols = pd.DataFrame | Mapping[str, np.ndarray]
+StepCols = Union[pd.DataFrame, Mapping[str, np.ndarray], "StepColumns"]
+
+
+def _col(table: Any, name: str) -> np.ndarray:
+    if isinstance(table, pd.DataFrame):
+        return table[name].to_numpy()
+    if hasattr(table, "column"):  # StepColumns
+        return table.column(name)
+    return np.asarray(table[name])
+
+
+def _num_rows(table: Any, name: str) -> int:
+    if isinstance(table, pd.DataFrame) or hasattr(table, "column"):
+        return len(table)
+    return len(table[name]) if name in table else 0
+
+
+def _has(table: Any, name: str) -> bool:
+    if hasattr(table, "column"):
+        return name == "num_prefix_query_tok"
+    return name in table
+
+
+def _step_gauges(steps: Any) -> dict[str, int]:
+    if hasattr(steps, "column"):
+        return {"peak_running": steps.peak_running, "peak_waiting": steps.peak_waiting}
+    return {
+        "peak_running": int(_col(steps, "num_running").max()),
+        "peak_waiting": int(_col(steps, "num_waiting").max()),
+    }
+
+
+def _prefix_counts(steps: Any) -> tuple[int, int, int]:
+    if hasattr(steps, "column"):
+        return steps.prefix_query_tok, steps.prefix_hit_tok, steps.num_evictions
+    return (
+        int(_col(steps, "num_prefix_query_tok").sum()),
+        int(_col(steps, "num_prefix_hit_tok").sum()),
+        int(_col(steps, "num_evictions")[-1]),
+    )

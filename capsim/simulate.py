@@ -11,11 +11,11 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
+from capsim.acceptance_stream import StreamingAcceptanceDraws
 from capsim.config import SimConfig
 from capsim.core.acceptance import AcceptanceDraws
 from capsim.core.kv_manager import KVCacheManager, PoolLayout
 from capsim.core.memory_plan import MemoryPlan, plan_memory
-from capsim.core.request import Request
 from capsim.core.scheduler import Scheduler, SchedulerConfig
 from capsim.cost.base import StepTimeModel
 from capsim.cost.factory import build_step_time_model
@@ -24,6 +24,7 @@ from capsim.gpus import get_gpu
 from capsim.loadgen import release_times_s
 from capsim.metrics import summarize
 from capsim.models import get_model
+from capsim.request_source import LazyRequests
 from capsim.result import SimResult
 from capsim.traces.table import RequestTable
 
@@ -64,18 +65,37 @@ def load_requests(cfg: SimConfig) -> RequestTable:
     )
 
 
+STREAMING_MIN_REQUESTS = 200_000
+"""Above this many requests a run streams by default: no per-request or per-step table
+is kept unless asked for, and inter-token latencies are kept as (value, count) runs
+(exact quantiles; the ITL mean may differ from the exact path in the last bits). At or
+below it every result is bit-identical to keeping everything."""
+
+
 def simulate(
     cfg: SimConfig,
     *,
     workload: RequestTable | None = None,
     cost: StepTimeModel | None = None,
+    streaming: bool | None = None,
+    keep_requests: bool | None = None,
+    keep_steps: bool | None = None,
 ) -> SimResult:
-    """Run one point to completion. ``workload``/``cost`` override the configured ones."""
+    """Run one point to completion. ``workload``/``cost`` override the configured ones.
+
+    ``streaming`` (default: more than ``STREAMING_MIN_REQUESTS`` requests) bounds memory:
+    acceptance draws drawn and freed chunk by chunk, inter-token latencies as runs, and the
+    requests / steps tables kept only if ``keep_requests`` / ``keep_steps`` (default: not
+    when streaming). The summary's other figures are the exact path's, bit for bit.
+    """
     model = get_model(cfg.model)
     gpu = get_gpu(cfg.gpu)
     plan = plan_memory(model, gpu, cfg.engine, cfg.spec)
     table = workload if workload is not None else load_requests(cfg)
     n = min(cfg.load.num_requests, table.num_requests)
+    stream = n > STREAMING_MIN_REQUESTS if streaming is None else streaming
+    keep_req = not stream if keep_requests is None else keep_requests
+    keep_st = not stream if keep_steps is None else keep_steps
     prompt = table.prompt_tok[:n]
     output = table.output_tok[:n]
     # compared without adding first: prompt + output can overflow int64 on a bad file
@@ -94,9 +114,11 @@ def simulate(
         np.random.default_rng(arrivals_ss),
         None if table.arrival_s is None else table.arrival_s[:n],
     )
-    draws = AcceptanceDraws(cfg.spec, output, np.random.default_rng(accept_ss))
-    segments = (None,) * n if table.segments is None else table.segments
-    requests = Request.many(prompt.tolist(), output.tolist(), tuple(segments[:n]))
+    draws_cls = StreamingAcceptanceDraws if stream else AcceptanceDraws
+    draws = draws_cls(cfg.spec, output, np.random.default_rng(accept_ss))
+    segments = None if table.segments is None else table.segments[:n]
+    requests = LazyRequests(prompt, output, segments)
+    caching = cfg.engine.enable_prefix_caching
     scheduler = Scheduler(
         SchedulerConfig(
             max_num_seqs=plan.max_num_seqs,
@@ -105,57 +127,37 @@ def simulate(
             enable_chunked_prefill=cfg.engine.enable_chunked_prefill,
             max_model_len=plan.max_model_len,
         ),
-        KVCacheManager(pool_layout(plan, cfg.engine.watermark, cfg.engine.enable_prefix_caching)),
+        KVCacheManager(pool_layout(plan, cfg.engine.watermark, caching)),
     )
     step_model = cost if cost is not None else build_step_time_model(cfg, model, gpu)
-    max_conc = cfg.load.concurrency
     sim = EngineSim(
         scheduler=scheduler,
         cost=step_model,
         acceptance=draws,
         requests=requests,
         release_s=release,
-        max_concurrency=max_conc,
+        max_concurrency=cfg.load.concurrency,
         window_tok=cfg.spec.window_tok,
         parent=None if table.parent is None else table.parent[:n],
+        keep_steps=keep_st,
+        exact_itl=not stream,
+        recycle_slots=not caching,
     )
     sim.run()
-
-    send = np.array([r.arrival_s for r in requests])
-    # counters straight from the scheduler's store (every request was added to it)
-    cols = scheduler.store.cols
-    slots = np.fromiter((r.slot for r in requests), dtype=np.int64, count=n)
-    first = sim.first_token_s
-    finish = np.array([r.finish_s for r in requests], dtype=np.float64)
-    out_tok = cols["max_output_tok"][slots]
-    ttft = first - send
-    e2el = finish - send
-    with np.errstate(divide="ignore", invalid="ignore"):
-        tpot = np.where(out_tok > 1, (e2el - ttft) / (out_tok - 1), np.nan)
-    req_df = pd.DataFrame(
-        {
-            "req_id": [r.req_id for r in requests],
-            "source_id": list(table.source_id[:n]),
-            "prompt_tok": prompt.astype(np.int64),
-            "output_tok": out_tok,
-            "release_s": release,
-            "send_s": send,
-            "first_scheduled_s": np.array([r.first_scheduled_s for r in requests], dtype=float),
-            "first_token_s": first,
-            "finish_s": finish,
-            "ttft_s": ttft,
-            "tpot_s": tpot,
-            "e2el_s": e2el,
-            "num_preemptions": cols["num_preemptions"][slots],
-            "cached_tok": cols["num_cached_tok"][slots],
-        }
-    )
+    cols = _request_columns(sim, prompt, output)
+    req_df = _request_frame(cols, table, release, n) if keep_req else pd.DataFrame()
     steps_df = sim.recorder.frame()
-    summary = summarize(req_df, steps_df, np.asarray(sim.recorder.itl_s))
-    used = cols["num_accept_draws_used"][slots]
+    rec = sim.recorder
+    summary = summarize(
+        cols,
+        steps_df if rec.columns is None else rec.columns,
+        rec.itl_runs if rec.itl_runs is not None else rec.itl_s,
+    )
+    if not keep_st:
+        steps_df = steps_df.iloc[:0]
     mean_ctx = int(np.mean(prompt + output))
     summary |= {
-        "mean_acceptance_len_tok": draws.mean_tokens_over_used(used),
+        "mean_acceptance_len_tok": draws.mean_tokens_over_used(sim.num_accept_draws_used),
         "num_blocks": plan.num_blocks,
         "usable_blocks": plan.usable_blocks,
         "block_size_tok": plan.block_size_tok,
@@ -166,6 +168,9 @@ def simulate(
         "max_num_seqs": plan.max_num_seqs,
         "offered_load": cfg.load.offered_load,
     }
+    if stream:  # the sweep's row reads these from the requests table when it is kept
+        summary["mean_prompt_tok"] = float(np.mean(prompt))
+        summary["mean_output_tok"] = float(np.mean(output))
     desc = dict(step_model.describe())
     summary["step_time_label"] = step_time_label(desc)
     return SimResult(
@@ -174,4 +179,47 @@ def simulate(
         requests=req_df,
         steps=steps_df,
         step_time_model=desc,
+    )
+
+
+def _request_columns(
+    sim: EngineSim, prompt: np.ndarray, output: np.ndarray
+) -> dict[str, np.ndarray]:
+    """Per-request metrics as numpy columns (``vllm bench serve`` definitions)."""
+    send, first, finish = sim.send_s, sim.first_token_s, sim.finish_s
+    ttft = first - send
+    e2el = finish - send
+    with np.errstate(divide="ignore", invalid="ignore"):
+        tpot = np.where(output > 1, (e2el - ttft) / (output - 1), np.nan)
+    return {
+        "prompt_tok": prompt.astype(np.int64),
+        "output_tok": output,
+        "send_s": send,
+        "first_scheduled_s": sim.first_scheduled_s,
+        "first_token_s": first,
+        "finish_s": finish,
+        "ttft_s": ttft,
+        "tpot_s": tpot,
+        "e2el_s": e2el,
+        "num_preemptions": sim.num_preemptions,
+        "cached_tok": sim.num_cached_tok,
+    }
+
+
+def _request_frame(
+    cols: dict[str, np.ndarray], table: RequestTable, release: np.ndarray, n: int
+) -> pd.DataFrame:
+    """The requests table, columns in their published order."""
+    return pd.DataFrame(
+        {
+            "req_id": [f"r{i}" for i in range(n)],
+            "source_id": list(table.source_id[:n]),
+            "prompt_tok": cols["prompt_tok"],
+            "output_tok": cols["output_tok"],
+            "release_s": release,
+            **{k: cols[k] for k in ("send_s", "first_scheduled_s", "first_token_s")},
+            **{k: cols[k] for k in ("finish_s", "ttft_s", "tpot_s", "e2el_s")},
+            "num_preemptions": cols["num_preemptions"],
+            "cached_tok": cols["cached_tok"],
+        }
     )

@@ -47,7 +47,12 @@ _COUNTERS: tuple[str, ...] = (
 
 
 class RequestStore:
-    """Column store of request counters; row = slot, assigned in add order."""
+    """Column store of request counters; row = slot, assigned in add order.
+
+    ``release(slot)`` hands a finished request's row back for the next ``add`` (the
+    engine does so with prefix caching off, where no memo is keyed by slot), so the
+    store holds the requests in flight, not every request of the run.
+    """
 
     def __init__(self, capacity: int = 64) -> None:
         self.size = 0
@@ -55,8 +60,23 @@ class RequestStore:
             name: np.zeros(max(capacity, 1), dtype=np.int64) for name in _COUNTERS
         }
         self.handles: list[Request] = []
+        self._free: list[int] = []
+
+    def release(self, slot: int) -> None:
+        """Row ``slot`` (a finished request's) is reused by a later ``add`` (its handle is
+        kept until then: the store never holds more handles than requests in flight)."""
+        self._free.append(slot)
 
     def add(self, req: Request) -> int:
+        if self._free:
+            slot = self._free.pop()
+            own = req._own
+            for name, col in self.cols.items():
+                col[slot] = own[name]
+            self.handles[slot] = req
+            req._store = self
+            req._slot = slot
+            return slot
         if self.size == len(self.cols["prompt_tok"]):
             for name, col in self.cols.items():
                 grown = np.zeros(2 * len(col), dtype=np.int64)
