@@ -71,6 +71,12 @@ def tokenizer_family(model: str) -> str:
     )
 
 
+def _labels(rows: np.ndarray, per_row: list[str]) -> tuple[str, ...]:
+    """Source ids of the sampled rows, one string object per dataset row (an oversampled
+    run of 10**7 requests shares them instead of holding 10**7 strings)."""
+    return tuple(per_row[i] for i in rows.tolist())
+
+
 def _sharegpt(num_requests: int, seed: int, family: str, root: Path | None) -> RequestTable:
     frame = read_compact("sharegpt", root)
     prompt = frame[f"{family}_prompt_tok"].to_numpy(np.int64)
@@ -81,7 +87,7 @@ def _sharegpt(num_requests: int, seed: int, family: str, root: Path | None) -> R
         name="sharegpt",
         prompt_tok=prompt[rows],
         output_tok=output[rows],
-        source_id=tuple(f"sharegpt:entry{int(entry[i])}" for i in rows),
+        source_id=_labels(rows, [f"sharegpt:entry{int(e)}" for e in entry]),
     )
 
 
@@ -95,7 +101,7 @@ def _spec_bench(num_requests: int, seed: int, family: str, root: Path | None) ->
         name="spec-bench",
         prompt_tok=prompt[rows],
         output_tok=np.full(rows.size, VLLM_SPEC_BENCH_OUTPUT_TOK, dtype=np.int64),
-        source_id=tuple(f"spec-bench:q{int(qid[i])}" for i in rows),
+        source_id=_labels(rows, [f"spec-bench:q{int(q)}" for q in qid]),
     )
 
 
@@ -125,7 +131,7 @@ def _azure(stem: str, num_requests: int, seed: int, root: Path | None) -> Reques
         prompt_tok=frame["prompt_tok"].to_numpy(np.int64)[rows],
         output_tok=frame["output_tok"].to_numpy(np.int64)[rows],
         arrival_s=t - t[0],
-        source_id=tuple(f"{name}:row{int(r)}" for r in rows),
+        source_id=_labels(rows, [f"{name}:row{r}" for r in range(n)]),
     )
 
 
