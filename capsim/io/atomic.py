@@ -63,10 +63,22 @@ def write_json_atomic(path: Path, obj: Any) -> None:
     write_bytes_atomic(path, (dumps_json(obj) + "\n").encode())
 
 
-def write_parquet_atomic(path: Path, df: pd.DataFrame, **kwargs: Any) -> None:
+def write_parquet_atomic(
+    path: Path, df: pd.DataFrame, *, metadata: dict[str, str] | None = None, **kwargs: Any
+) -> None:
+    """``df`` as Parquet; ``metadata`` adds key-value pairs to the file's schema."""
     tmp = _tmp_path(path)
     try:
-        df.to_parquet(tmp, index=False, **kwargs)
+        if metadata:
+            import pyarrow as pa
+            import pyarrow.parquet as pq
+
+            table = pa.Table.from_pandas(df, preserve_index=False)
+            kv = dict(table.schema.metadata or {})
+            kv.update({k.encode(): v.encode() for k, v in metadata.items()})
+            pq.write_table(table.replace_schema_metadata(kv), tmp, **kwargs)
+        else:
+            df.to_parquet(tmp, index=False, **kwargs)
         _commit(tmp, path)
     finally:
         with contextlib.suppress(FileNotFoundError):

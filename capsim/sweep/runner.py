@@ -26,7 +26,13 @@ from capsim.models import get_model
 from capsim.sweep.executors import Executor, SerialExecutor
 from capsim.sweep.grid import Point, SweepSpec, expand
 from capsim.sweep.matched import matched_table
-from capsim.sweep.store import SweepStore, atomic_write_json, atomic_write_parquet, now_utc
+from capsim.sweep.store import (
+    SweepStore,
+    SweepWriteError,
+    atomic_write_json,
+    atomic_write_parquet,
+    now_utc,
+)
 from capsim.sweep.validate import PlanFn, default_plan_fn, validate_points
 
 PointFn = Callable[[SimConfig], Any]
@@ -66,9 +72,14 @@ def result_row(point: Point, result: Any, plan_fn: PlanFn | None = None) -> dict
         if k not in row:
             row[k] = _scalar(v)
     req = result.requests
-    mean_prompt = float(req["prompt_tok"].mean()) if "prompt_tok" in req else math.nan
+    s = result.summary
+    mean_prompt = (
+        float(req["prompt_tok"].mean()) if "prompt_tok" in req else s.get("mean_prompt_tok", math.nan)
+    )
     row["mean_prompt_tok"] = mean_prompt
-    row["mean_output_tok"] = float(req["output_tok"].mean()) if "output_tok" in req else math.nan
+    row["mean_output_tok"] = (
+        float(req["output_tok"].mean()) if "output_tok" in req else s.get("mean_output_tok", math.nan)
+    )
     usable = float(row.get("usable_blocks", math.nan))
     row["peak_kv_blocks"] = float(row.get("peak_kv_usage", math.nan)) * usable
     c = point.cfg
@@ -130,6 +141,8 @@ def consolidate(store: SweepStore, points: list[Point]) -> tuple[pd.DataFrame, p
     matched = matched_table(df)
     atomic_write_parquet(store.out_dir / "points.parquet", df)
     atomic_write_parquet(store.out_dir / "matched.parquet", matched)
+    store.record_file("points.parquet")
+    store.record_file("matched.parquet")
     return df, matched
 
 
@@ -190,6 +203,7 @@ def _run_locked(  # type: ignore[no-untyped-def]
 
         bar = tqdm(total=len(todo), desc="capsim sweep", unit="pt", smoothing=0.1)
     num_done = 0
+    by_id = {p.point_id: p for p in todo}
     try:
         tasks = (Task(p, fn, keep_steps) for p in todo)
         # closing(): on any error here the executor stops its workers at once, instead of
@@ -200,13 +214,24 @@ def _run_locked(  # type: ignore[no-untyped-def]
                     failures[out.point_id] = out.error
                 else:
                     store.check_calibration(out.step_time_model or {})
-                    store.write_point(out.point_id, out.row or {}, out.steps, out.wall_s)
-                    num_done += 1
+                    try:
+                        store.write_point(
+                            out.point_id, out.row or {}, out.steps, out.wall_s,
+                            by_id.get(out.point_id),
+                        )
+                    except SweepWriteError:
+                        raise
+                    except ValueError as exc:  # an implausible result: this point failed
+                        failures[out.point_id] = str(exc)
+                    else:
+                        num_done += 1
                 if bar is not None:
                     bar.update(1)
         run_entry["status"] = "finished"
     except BaseException as exc:
         run_entry["status"] = f"failed: {type(exc).__name__}"
+        if isinstance(exc, SweepWriteError):
+            run_entry["error"] = str(exc)
         raise
     finally:
         if bar is not None:
@@ -216,7 +241,15 @@ def _run_locked(  # type: ignore[no-untyped-def]
         run_entry["num_failed"] = len(failures)
         store.manifest["num_points"] = len(points)
         store.manifest["complete"] = all(store.has(p.point_id) for p in points)
-        store.write_manifest()
+        try:
+            store.write_manifest()
+        except SweepWriteError:
+            # the disk that refused a point may refuse the manifest too: the run stays
+            # 'running' on disk and the next run (taking the lock) marks it 'killed'
+            if run_entry["status"] != "finished":
+                pass
+            else:
+                raise
     if failures:
         atomic_write_json(store.out_dir / "failures.json", failures)
     df, matched = consolidate(store, points)

@@ -15,9 +15,15 @@ Invariants:
   raises ``SweepMismatchError`` naming the fields that differ (never mixes results);
 - every point of a directory was priced by the same step-time model (calibration id);
   a point that reports another raises ``SweepMismatchError``;
-- a reused point file is checked (JSON, the point's keys, finite non-negative numbers) and
-  so is its steps file (a readable Parquet with the step columns); a bad one is removed and
-  recomputed with a warning naming it;
+- a point record carries the sha256 of its own content and of its steps file; a reused
+  point is read in full and verified: its hash, the sweep's fingerprint, the plausibility
+  rules (``capsim.sweep.plausible``, shared with the writer), and its steps file's bytes
+  against the recorded hash and the point id / fingerprint inside the file (Parquet
+  key-value metadata); a bad one is removed and recomputed with a warning naming it;
+- ``points.parquet`` and ``matched.parquet`` have their sha256 in the manifest (``files``);
+- stale ``.*.tmp`` files (a writer killed mid-write) are removed when a run takes the lock;
+- a failed write (disk full, permission) raises ``SweepWriteError`` naming the path; the run
+  is marked failed and every point finished before it stays on disk;
 - one writer at a time: ``DIR/.lock`` is held (``flock``, released when the process dies)
   while a sweep runs; a second writer gets an error naming the holder's pid;
 - every run is in ``manifest.json``'s ``runs``; one still marked ``running`` when the next
@@ -41,19 +47,23 @@ from typing import Any
 
 import pandas as pd
 
-from capsim.io.atomic import write_bytes_atomic, write_json_atomic, write_parquet_atomic
+from capsim.io.atomic import (
+    dumps_json,
+    write_bytes_atomic,
+    write_json_atomic,
+    write_parquet_atomic,
+)
 from capsim.sweep.grid import Point, SweepSpec
+from capsim.sweep.plausible import REQUIRED_METRICS, point_row_problem
+
+__all__ = ["REQUIRED_METRICS", "SweepMismatchError", "SweepStore", "SweepWriteError"]
 
 MANIFEST = "manifest.json"
 LOCK = ".lock"
-REQUIRED_METRICS: tuple[str, ...] = (
-    "num_requests",
-    "duration_s",
-    "output_throughput_tok_per_s",
-    "ttft_p99_s",
-    "peak_kv_usage",
-)
-"""Row fields a reused point must carry as finite numbers (downstream tables need them)."""
+RECORD_FORMAT = 2
+"""Point records with content hashes; older records (no hash) are recomputed."""
+META_POINT_ID = "capsim.point_id"
+META_FINGERPRINT = "capsim.fingerprint"
 STEPS_REQUIRED: tuple[str, ...] = ("t_start_s", "kv_usage")
 """Columns a reused steps file must have (the time axis and the pool usage figures read)."""
 
@@ -79,16 +89,55 @@ class SweepMismatchError(ValueError):
     """The directory holds results of a different sweep configuration."""
 
 
+class SweepWriteError(ValueError):
+    """A results file could not be written (disk full, permission denied...)."""
+
+
+def _write_error(path: Path, exc: OSError) -> SweepWriteError:
+    import errno
+
+    code = errno.errorcode.get(exc.errno or 0, "OSError")
+    return SweepWriteError(
+        f"{path}: cannot write ({code}: {exc.strerror or exc}); every point finished before "
+        "it is kept: free space or fix permissions, then rerun the same command to resume"
+    )
+
+
 def atomic_write_bytes(path: Path, data: bytes) -> None:
-    write_bytes_atomic(path, data)
+    try:
+        write_bytes_atomic(path, data)
+    except OSError as exc:
+        raise _write_error(path, exc) from None
 
 
 def atomic_write_json(path: Path, obj: Any) -> None:
-    write_json_atomic(path, obj)
+    try:
+        write_json_atomic(path, obj)
+    except OSError as exc:
+        raise _write_error(path, exc) from None
 
 
-def atomic_write_parquet(path: Path, df: pd.DataFrame) -> None:
-    write_parquet_atomic(path, df, compression="zstd")
+def atomic_write_parquet(
+    path: Path, df: pd.DataFrame, metadata: dict[str, str] | None = None
+) -> None:
+    try:
+        write_parquet_atomic(path, df, compression="zstd", metadata=metadata)
+    except OSError as exc:
+        raise _write_error(path, exc) from None
+
+
+def sha256_file(path: Path) -> str:
+    h = hashlib.sha256()
+    with path.open("rb") as f:
+        for block in iter(lambda: f.read(1 << 20), b""):
+            h.update(block)
+    return h.hexdigest()
+
+
+def record_hash(record: dict[str, Any]) -> str:
+    """sha256 of a point record's canonical JSON, without its own ``sha256`` field."""
+    body = {k: v for k, v in record.items() if k != "sha256"}
+    return hashlib.sha256(dumps_json(body, indent=None).encode()).hexdigest()
 
 
 def _json_default(obj: Any) -> Any:
@@ -198,57 +247,55 @@ def _lock(out: Path) -> int:
     return fd
 
 
-def _finite_non_negative(key: str, value: Any) -> str | None:
-    if value is None or isinstance(value, bool | str):
-        return None
-    if isinstance(value, int | float):
-        if not math.isfinite(value):
-            return f"{key}={value!r} is not finite"
-        if value < 0:
-            return f"{key}={value!r} is negative"
-    return None
-
-
-def point_record_problem(record: Any, point: Point) -> str | None:
+def point_record_problem(
+    record: Any, point: Point, fingerprint: str | None = None, columns: Any = None
+) -> str | None:
     """Why a stored point record cannot be reused (None if it can)."""
     if not isinstance(record, dict) or not isinstance(record.get("row"), dict):
         return "not a point record (no 'row' object)"
-    row = record["row"]
-    wall = record.get("wall_s")
-    if not isinstance(wall, int | float) or isinstance(wall, bool) or not math.isfinite(wall):
-        return f"wall_s={wall!r} is not a finite number"
-    for key, want in point.keys().items():
-        got = row.get(key)
-        if isinstance(want, float) and isinstance(got, int | float):
-            same = math.isclose(got, want, rel_tol=1e-12) or (math.isnan(got) and math.isnan(want))
-        else:
-            same = got == want
-        if not same:
-            return f"row {key}={got!r}, expected {want!r}"
-    for key in REQUIRED_METRICS:
-        if not isinstance(row.get(key), int | float) or isinstance(row.get(key), bool):
-            return f"row {key}={row.get(key)!r} is not a number"
-    for key, value in row.items():
-        why = _finite_non_negative(key, value)
-        if why:
-            return f"row {why}"
-    return None
+    if record.get("format") != RECORD_FORMAT or not isinstance(record.get("sha256"), str):
+        return "no content hash (written by an older capsim)"
+    if record_hash(record) != record["sha256"]:
+        return "content does not match its sha256 (the file was changed or damaged)"
+    if fingerprint is not None and record.get("fingerprint") != fingerprint:
+        return f"fingerprint {record.get('fingerprint')!r} is not this sweep's"
+    if record.get("point_id") != point.point_id:
+        return f"point_id {record.get('point_id')!r} is not {point.point_id!r}"
+    return point_row_problem(record["row"], point, record.get("wall_s"), columns)
 
 
-def steps_file_problem(path: Path) -> str | None:
-    """Why a steps file cannot be reused (None if it is a Parquet file with the step columns)."""
+def steps_file_problem(
+    path: Path, want_sha256: str | None = None, point_id: str | None = None,
+    fingerprint: str | None = None,
+) -> str | None:
+    """Why a steps file cannot be reused: missing, bytes not the recorded hash, not a
+    Parquet file read in full, no step columns, or another point's or sweep's file."""
+    import io
+
     import pyarrow.parquet as pq
 
     if not path.exists():
         return "missing"
     try:
-        meta = pq.read_metadata(path)
-        names = set(meta.schema.names)
+        data = path.read_bytes()
+    except OSError as exc:
+        return f"unreadable ({exc.strerror})"
+    if want_sha256 is not None and hashlib.sha256(data).hexdigest() != want_sha256:
+        return "content does not match the sha256 its point recorded"
+    try:
+        table = pq.read_table(io.BytesIO(data))  # every page decoded, not only the footer
     except Exception as exc:  # pyarrow raises several types for a bad file
         return f"not a readable Parquet file ({type(exc).__name__})"
-    missing = [c for c in STEPS_REQUIRED if c not in names]
+    missing = [c for c in STEPS_REQUIRED if c not in table.column_names]
     if missing:
         return f"missing columns {missing}"
+    meta = table.schema.metadata or {}
+    got_id = meta.get(META_POINT_ID.encode(), b"").decode(errors="replace")
+    if point_id is not None and got_id != point_id:
+        return f"belongs to point {got_id or '<none>'!r}, not {point_id!r}"
+    got_fp = meta.get(META_FINGERPRINT.encode(), b"").decode(errors="replace")
+    if fingerprint is not None and got_fp != fingerprint:
+        return f"belongs to another sweep (fingerprint {got_fp[:12] or '<none>'!r})"
     return None
 
 
@@ -297,17 +344,15 @@ class SweepStore:
 
     @classmethod
     def _open_locked(cls, out: Path, spec: SweepSpec, fd: int) -> SweepStore:
+        for sub in ("points", "steps"):
+            if (out / sub).exists() and not (out / sub).is_dir():
+                raise SweepMismatchError(
+                    f"{out / sub}: exists and is not a directory; a sweep keeps its point "
+                    "files there: move it away or use another output directory"
+                )
         path = out / MANIFEST
         if path.exists():
-            try:
-                manifest = json.loads(path.read_text())
-                if not isinstance(manifest, dict):
-                    raise ValueError("not a JSON object")
-            except ValueError as exc:
-                raise SweepMismatchError(
-                    f"{path}: unreadable manifest ({exc}); refusing to mix results, use "
-                    "another output directory (or delete this one)"
-                ) from None
+            manifest = read_manifest(path)
             if manifest.get("fingerprint") != spec.fingerprint():
                 diff = spec_diff(manifest.get("spec", {}), spec.to_dict())
                 shown = "; ".join(diff[:10]) + ("; ..." if len(diff) > 10 else "")
@@ -316,10 +361,12 @@ class SweepStore:
                     f"results. Use another output directory (or delete this one). "
                     f"Differences: {shown}"
                 )
-            for run in manifest.get("runs", []):
+            for run in manifest["runs"]:
                 if isinstance(run, dict) and run.get("status") == "running":
                     run["status"] = "killed"  # it held the lock we now hold
-            return cls(out, spec, manifest, fd)
+            store = cls(out, spec, manifest, fd)
+            store.remove_stale_tmp()
+            return store
         if any(p.name in ("points", "steps") for p in out.iterdir()):
             raise SweepMismatchError(
                 f"{out} holds sweep files but no {MANIFEST}; refusing to mix results"
@@ -344,6 +391,22 @@ class SweepStore:
         store.write_manifest()
         return store
 
+    def remove_stale_tmp(self) -> list[Path]:
+        """Delete ``.*.tmp`` files a killed writer left (we hold the lock: none is live)."""
+        gone = []
+        for where in (self.out_dir, self.out_dir / "points", self.out_dir / "steps"):
+            if not where.is_dir():
+                continue
+            for tmp in where.glob(".*.tmp"):
+                try:
+                    tmp.unlink()
+                    gone.append(tmp)
+                except FileNotFoundError:
+                    continue
+                except OSError as exc:
+                    raise _write_error(tmp, exc) from None
+        return gone
+
     def write_manifest(self) -> None:
         atomic_write_json(self.out_dir / MANIFEST, self.manifest)
 
@@ -357,23 +420,39 @@ class SweepStore:
     def has(self, point_id: str) -> bool:
         return self.point_path(point_id).exists()
 
+    @property
+    def row_columns(self) -> list[str] | None:
+        """The column set every row of this sweep has (recorded with the first point)."""
+        cols = self.manifest.get("row_columns")
+        return list(cols) if isinstance(cols, list) else None
+
     def reusable(self, point: Point, need_steps: bool) -> str | None:
         """None if the stored point can be reused, else why not (files named).
 
-        A point with no file is simply not done (returns ``''``); a bad file is removed so
-        the point is recomputed.
+        The record and its steps file are read in full and verified (hashes, fingerprint,
+        point id, plausibility). A point with no file is simply not done (returns ``''``);
+        a bad file is removed so the point is recomputed.
         """
         path = self.point_path(point.point_id)
         if not path.exists():
             return ""
         try:
-            why = point_record_problem(json.loads(path.read_text()), point)
-        except (OSError, ValueError) as exc:
-            why = f"unreadable JSON ({exc})"
+            record = json.loads(path.read_text())
+            why = point_record_problem(
+                record, point, self.spec.fingerprint(), self.row_columns
+            )
+        except (OSError, ValueError, RecursionError) as exc:
+            why = f"unreadable JSON ({type(exc).__name__}: {str(exc)[:80]})"
         if why is None and need_steps:
-            bad = steps_file_problem(self.steps_path(point.point_id))
+            steps = self.steps_path(point.point_id)
+            want = record.get("steps_sha256")
+            bad = (
+                "not recorded with its point"
+                if not isinstance(want, str)
+                else steps_file_problem(steps, want, point.point_id, self.spec.fingerprint())
+            )
             if bad is not None:
-                why = f"its steps file {self.steps_path(point.point_id)}: {bad}"
+                why = f"its steps file {steps}: {bad}"
         if why is None:
             return None
         path.unlink(missing_ok=True)
@@ -407,11 +486,39 @@ class SweepStore:
         row: dict[str, Any],
         steps: pd.DataFrame | None,
         wall_s: float,
+        point: Point | None = None,
     ) -> None:
-        """Steps first, then the point record: the record's presence means 'done'."""
+        """Steps first, then the point record: the record's presence means 'done'.
+
+        With ``point`` the row must pass the plausibility rules first (``ValueError``
+        naming the field otherwise: nothing is written).
+        """
+        if point is not None:
+            why = point_row_problem(row, point, wall_s, self.row_columns)
+            if why is not None:
+                raise ValueError(f"point {point_id}: implausible result, not stored: {why}")
+        fingerprint = self.spec.fingerprint()
+        steps_sha = None
         if steps is not None:
-            atomic_write_parquet(self.steps_path(point_id), steps)
-        atomic_write_json(self.point_path(point_id), {"row": row, "wall_s": wall_s})
+            sp = self.steps_path(point_id)
+            atomic_write_parquet(
+                sp, steps, {META_POINT_ID: point_id, META_FINGERPRINT: fingerprint}
+            )
+            steps_sha = sha256_file(sp)
+        if self.row_columns is None:
+            self.manifest["row_columns"] = sorted(row)
+            self.write_manifest()
+        record: dict[str, Any] = {
+            "format": RECORD_FORMAT,
+            "point_id": point_id,
+            "fingerprint": fingerprint,
+            "row": row,
+            "wall_s": wall_s,
+            "steps_sha256": steps_sha,
+        }
+        record = json.loads(dumps_json(record))  # the stored form (NaN -> null) is hashed
+        record["sha256"] = record_hash(record)
+        atomic_write_json(self.point_path(point_id), record)
 
     def _record(self, point_id: str) -> dict[str, Any] | None:
         path = self.point_path(point_id)
@@ -419,9 +526,11 @@ class SweepStore:
             return None
         try:
             rec = json.loads(path.read_text())
-        except (OSError, ValueError) as exc:
+        except (OSError, ValueError, RecursionError) as exc:
             raise ValueError(f"{path}: unreadable point file ({exc}); rerun the sweep") from None
-        return rec if isinstance(rec, dict) else None
+        if not isinstance(rec, dict) or rec.get("sha256") != record_hash(rec):
+            raise ValueError(f"{path}: content does not match its sha256; rerun the sweep")
+        return rec
 
     def read_rows(self, point_ids: Iterable[str]) -> pd.DataFrame:
         """Rows of the given finished points, in the given order (missing ones skipped)."""
@@ -430,3 +539,36 @@ class SweepStore:
 
     def read_wall_s(self, point_ids: Iterable[str]) -> list[float]:
         return [float(rec["wall_s"]) for pid in point_ids if (rec := self._record(pid)) is not None]
+
+    def record_file(self, name: str) -> None:
+        """Put ``name``'s sha256 into the manifest's ``files`` (after writing it)."""
+        files = self.manifest.setdefault("files", {})
+        files[name] = sha256_file(self.out_dir / name)
+        self.write_manifest()
+
+
+def read_manifest(path: Path) -> dict[str, Any]:
+    """A sweep manifest, its structure and spec fingerprint checked (SweepMismatchError)."""
+    from capsim.sweep.grid import _sha
+
+    try:
+        manifest = json.loads(path.read_text())
+    except (OSError, ValueError, RecursionError) as exc:
+        raise SweepMismatchError(
+            f"{path}: unreadable manifest ({type(exc).__name__}: {str(exc)[:80]}); refusing "
+            "to mix results, use another output directory (or delete this one)"
+        ) from None
+    if not isinstance(manifest, dict):
+        raise SweepMismatchError(f"{path}: manifest is not a JSON object; refusing to mix")
+    for key, kind in (("runs", list), ("spec", dict), ("fingerprint", str)):
+        if not isinstance(manifest.get(key), kind):
+            raise SweepMismatchError(
+                f"{path}: manifest {key}={type(manifest.get(key)).__name__}, expected a "
+                f"{kind.__name__}; the manifest was edited or damaged, refusing to mix results"
+            )
+    if _sha(manifest["spec"]) != manifest["fingerprint"]:
+        raise SweepMismatchError(
+            f"{path}: the manifest's spec does not match its fingerprint "
+            f"{manifest['fingerprint'][:12]} (the spec was edited); refusing to mix results"
+        )
+    return manifest

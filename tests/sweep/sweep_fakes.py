@@ -30,7 +30,7 @@ def fake_simulate(cfg) -> SimResult:
         offered = float(cfg.load.concurrency)
     else:
         offered = float(cfg.load.rate_req_per_s) * 4.0  # ~4 s per request in flight
-    running = min(offered, cap)
+    running = min(offered, cap, n)  # never more in flight than requests sent
     over = max(0.0, offered / cap - 1.0)
     usage = min(1.0, running * plan.blocks_per_request(ctx) / plan.usable_blocks)
     step_s = 0.01 + 0.0001 * running
@@ -46,9 +46,9 @@ def fake_simulate(cfg) -> SimResult:
         "peak_kv_usage": usage,
         "mean_kv_usage": usage * 0.8,
         "peak_running": int(running),
-        "peak_waiting": int(max(0.0, offered - running)),
+        "peak_waiting": int(max(0.0, min(offered, n) - running)),
         "num_preemptions": int(over > 0.5),
-        "mean_acceptance_len_tok": 3.2,
+        "mean_acceptance_len_tok": min(3.2, cfg.spec.depth + 1.0),
         "num_blocks": plan.num_blocks,
         "usable_blocks": plan.usable_blocks,
         "block_size_tok": plan.block_size_tok,
