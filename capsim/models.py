@@ -284,6 +284,8 @@ def model_from_hf_config(path: Path) -> ModelSpec:
         raise ValueError(f"model config {path} does not exist") from None
     except json.JSONDecodeError as exc:
         raise ValueError(f"model config {path} is not valid JSON: {exc}") from None
+    except RecursionError:
+        raise ValueError(f"model config {path}: JSON nested too deeply (~1000 levels)") from None
     except (OSError, UnicodeDecodeError) as exc:
         raise ValueError(f"model config {path} cannot be read: {exc}") from None
     cfg = raw.get("text_config", raw) if isinstance(raw, dict) else raw

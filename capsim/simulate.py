@@ -107,6 +107,15 @@ def simulate(
             f"workload {table.name!r} row {i}: prompt+output={int(prompt[i]) + int(output[i])} "
             f"tokens exceeds max_model_len={plan.max_model_len}"
         )
+    longest = int(np.argmax(prompt + output))
+    need = plan.blocks_per_request(int(prompt[longest] + output[longest]))
+    if need > plan.usable_blocks:
+        raise ValueError(
+            f"workload {table.name!r} row {longest}: prompt+output="
+            f"{int(prompt[longest] + output[longest])} tokens needs {need} KV cache blocks but "
+            f"the pool has {plan.usable_blocks} usable; it could never finish: raise "
+            "--num-gpu-blocks-override / --gmu or use shorter requests"
+        )
     arrivals_ss, accept_ss = np.random.SeedSequence(cfg.seed).spawn(2)
     release = release_times_s(
         cfg.load,

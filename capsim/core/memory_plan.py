@@ -571,4 +571,20 @@ def plan_memory(
             f"{plan.blocks_per_request(max_model_len)} blocks but the pool has "
             f"{plan.usable_blocks} usable at gmu={engine.gmu}; raise gmu or lower max_model_len"
         )
+    if engine.num_gpu_blocks_override is not None and plan.blocks_per_request(1) > (
+        plan.usable_blocks
+    ):
+        # vLLM checks memory before the override replaces the block count; a pool that
+        # cannot hold one 1-token request is refused here in the words of that check
+        need = plan.blocks_per_request(max_model_len) * bytes_per_block
+        raise ValueError(
+            f"engine.num_gpu_blocks_override={engine.num_gpu_blocks_override}: To serve at "
+            f"least one request with the models's max seq len ({max_model_len}), "
+            f"({need / GiB:.2f} GiB KV cache is needed, which is larger than the available "
+            f"KV cache memory ({plan.usable_blocks * bytes_per_block / GiB:.2f} GiB). Based "
+            "on the available memory, the estimated maximum model length is 0 (even a "
+            f"1-token request needs {plan.blocks_per_request(1)} blocks; the override leaves "
+            f"{plan.usable_blocks} usable). Try increasing `--num-gpu-blocks-override` or "
+            "leave it unset"
+        )
     return plan

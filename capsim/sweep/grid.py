@@ -587,6 +587,10 @@ def load_spec(path: Path | str) -> SweepSpec:
         raise ValueError(f"grid file {p} cannot be read: {exc}") from None
     except tomllib.TOMLDecodeError as exc:
         raise ValueError(f"grid file {p} is not valid TOML: {exc}") from None
+    except RecursionError:
+        raise ValueError(
+            f"grid file {p}: TOML nested too deeply (arrays/tables ~1000 levels)"
+        ) from None
     return spec_from_dict(raw, where=str(p))
 
 

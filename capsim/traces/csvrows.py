@@ -10,6 +10,26 @@ from pathlib import Path
 from capsim.traces.errors import RowIssue, TraceFormatError
 from capsim.traces.textio import read_text
 
+INT64_MAX = 2**63 - 1
+CSV_FIELD_LIMIT = csv.field_size_limit()
+"""Python's csv module refuses a field longer than this (131072 characters, 128 KiB)."""
+
+
+def csv_error_reason(exc: csv.Error) -> str:
+    """Python's csv error as a user-facing reason (what is wrong, what to do)."""
+    msg = str(exc)
+    if "field larger than field limit" in msg:
+        return (
+            f"a field is longer than {CSV_FIELD_LIMIT} characters (128 KiB), the CSV reader's "
+            "limit; a token-count file has short fields: check the column separator/quotes"
+        )
+    if "new-line character seen in unquoted field" in msg:
+        return (
+            "a bare carriage return (CR, \\r) inside a row; save the file with LF or CRLF "
+            "line ends"
+        )
+    return msg
+
 
 def read_csv_rows(
     path: Path | str, schemas: dict[str, tuple[str, ...]]
@@ -23,8 +43,10 @@ def read_csv_rows(
     reader = csv.reader(io.StringIO(text))
     try:
         header = tuple(h.strip() for h in next(reader))
-    except (StopIteration, csv.Error) as exc:
+    except StopIteration as exc:
         raise TraceFormatError(path, f"cannot read a CSV header: {exc}") from exc
+    except csv.Error as exc:
+        raise TraceFormatError(path, f"cannot read a CSV header: {csv_error_reason(exc)}") from exc
     schema = next((name for name, cols in schemas.items() if cols == header), None)
     if schema is None:
         expected = " or ".join(",".join(c) for c in schemas.values())
@@ -41,7 +63,9 @@ def read_csv_rows(
                 continue
             rows.append((line, cells))
     except csv.Error as exc:
-        raise TraceFormatError(path, f"CSV error at line {reader.line_num}: {exc}") from exc
+        raise TraceFormatError(
+            path, f"CSV error at line {reader.line_num}: {csv_error_reason(exc)}"
+        ) from exc
     if not rows and not issues:
         raise TraceFormatError(path, "no data rows")
     return schema, header, rows, issues
@@ -62,6 +86,8 @@ def parse_int(value: str, column: str, *, minimum: int) -> int:
         out = int(f)
     if out < minimum:
         raise ValueError(f"{column}={out} must be >= {minimum}")
+    if out > INT64_MAX:
+        raise ValueError(f"{column}={s[:40]} is above the int64 maximum {INT64_MAX}")
     return out
 
 

@@ -30,6 +30,7 @@ import numpy as np
 import pandas as pd
 
 from capsim.traces.compact import read_compact
+from capsim.traces.errors import TraceFormatError
 from capsim.traces.table import RequestTable
 from capsim.traces.textio import read_text
 from capsim.traces.tokenize import TokenCounter, templated
@@ -47,7 +48,12 @@ def conversation_turns(
 ) -> list[tuple[int, list[tuple[str, str]]]]:
     """``(entry_index, [(user, assistant), ...])`` for the first conversations with >= 2
     alternating human/gpt turns."""
-    entries = json.loads(read_text(path))
+    try:
+        entries = json.loads(read_text(path))
+    except RecursionError:
+        raise TraceFormatError(path, "JSON nested too deeply (~1000 levels)") from None
+    except json.JSONDecodeError as exc:
+        raise TraceFormatError(path, f"invalid JSON at line {exc.lineno}: {exc.msg}") from None
     out: list[tuple[int, list[tuple[str, str]]]] = []
     for index, entry in enumerate(entries):
         conv = entry.get("conversations") if isinstance(entry, dict) else None

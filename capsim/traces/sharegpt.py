@@ -81,6 +81,12 @@ def read_sharegpt(path: Path | str) -> SharegptFile:
                 f"invalid JSON at line {line_of(text, exc.pos)} in entry {index} "
                 f"(starting line {line_of(text, start)}): {exc.msg}",
             ) from exc
+        except RecursionError:
+            raise TraceFormatError(
+                path,
+                f"entry {index} (line {line_of(text, start)}): JSON nested too deeply "
+                "(~1000 levels)",
+            ) from None
         problem = _entry_issue(entry)
         if problem is not None:
             issues.append(RowIssue(line_of(text, start), f"entry {index}: {problem}"))

@@ -54,6 +54,9 @@ def read_spec_bench(path: Path | str) -> tuple[SpecBenchQuestion, ...]:
         except json.JSONDecodeError as exc:
             issues.append(RowIssue(lineno, f"invalid JSON: {exc.msg}"))
             continue
+        except RecursionError:
+            issues.append(RowIssue(lineno, "JSON nested too deeply (~1000 levels)"))
+            continue
         problem = _issue(obj)
         if problem is None and obj["question_id"] in seen:
             problem = f"question_id {obj['question_id']} repeats line {seen[obj['question_id']]}"

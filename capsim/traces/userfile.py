@@ -28,6 +28,7 @@ from capsim.traces.textio import read_text
 REQUIRED = ("prompt_tok", "output_tok")
 OPTIONAL = ("arrival_s", "source_id")
 FORMATS = ("csv", "parquet", "jsonl")
+JSON_TOO_DEEP = "JSON nested too deeply (arrays/objects within each other ~1000 levels)"
 
 
 def _sniff(path: Path, fmt: str | None) -> str:
@@ -61,18 +62,25 @@ def _records(path: Path, fmt: str) -> tuple[list[str], list[tuple[int, dict[str,
         import csv
         import io
 
+        from capsim.traces.csvrows import csv_error_reason
+
         text = read_text(path)
         reader = csv.DictReader(io.StringIO(text))
-        cols = [c.strip() for c in (reader.fieldnames or [])]
-        reader.fieldnames = cols
         recs = []
-        for row in reader:
-            if None in row or any(v is None for v in row.values()):
-                recs.append((reader.line_num, {"__bad__": "wrong number of fields"}))
-                continue
-            if all(not str(v).strip() for v in row.values()):
-                continue
-            recs.append((reader.line_num, dict(row)))
+        try:
+            cols = [c.strip() for c in (reader.fieldnames or [])]
+            reader.fieldnames = cols
+            for row in reader:
+                if None in row or any(v is None for v in row.values()):
+                    recs.append((reader.line_num, {"__bad__": "wrong number of fields"}))
+                    continue
+                if all(not str(v).strip() for v in row.values()):
+                    continue
+                recs.append((reader.line_num, dict(row)))
+        except csv.Error as exc:
+            raise TraceFormatError(
+                path, f"CSV error at line {reader.line_num + 1}: {csv_error_reason(exc)}"
+            ) from None
         return cols, recs
     text = read_text(path)
     cols_seen: list[str] = []
@@ -84,6 +92,9 @@ def _records(path: Path, fmt: str) -> tuple[list[str], list[tuple[int, dict[str,
             obj = json.loads(line, object_pairs_hook=_no_duplicate_keys)
         except json.JSONDecodeError as exc:
             recs.append((lineno, {"__bad__": f"invalid JSON: {exc.msg}"}))
+            continue
+        except RecursionError:
+            recs.append((lineno, {"__bad__": JSON_TOO_DEEP}))
             continue
         except ValueError as exc:
             recs.append((lineno, {"__bad__": str(exc)}))
