@@ -13,13 +13,14 @@ import pandas as pd
 
 from capsim.acceptance_stream import StreamingAcceptanceDraws
 from capsim.config import SimConfig
-from capsim.core.acceptance import AcceptanceDraws
+from capsim.core.acceptance import AcceptanceDraws, expected_tokens_per_step
 from capsim.core.kv_manager import KVCacheManager, PoolLayout
 from capsim.core.memory_plan import MemoryPlan, plan_memory
 from capsim.core.scheduler import Scheduler, SchedulerConfig
 from capsim.cost.base import StepTimeModel
 from capsim.cost.factory import build_step_time_model
 from capsim.engine import EngineSim
+from capsim.footprint import check_fits, estimate_footprint
 from capsim.gpus import get_gpu
 from capsim.loadgen import release_times_s
 from capsim.metrics import summarize
@@ -80,6 +81,7 @@ def simulate(
     streaming: bool | None = None,
     keep_requests: bool | None = None,
     keep_steps: bool | None = None,
+    memory_limit_bytes: int | None = None,
 ) -> SimResult:
     """Run one point to completion. ``workload``/``cost`` override the configured ones.
 
@@ -87,10 +89,16 @@ def simulate(
     acceptance draws drawn and freed chunk by chunk, inter-token latencies as runs, and the
     requests / steps tables kept only if ``keep_requests`` / ``keep_steps`` (default: not
     when streaming). The summary's other figures are the exact path's, bit for bit.
+    ``memory_limit_bytes``: refuse (ValueError with the numbers) a run whose lower-bound
+    footprint (``capsim.footprint``) exceeds it, before anything is simulated.
     """
     model = get_model(cfg.model)
     gpu = get_gpu(cfg.gpu)
     plan = plan_memory(model, gpu, cfg.engine, cfg.spec)
+    if workload is None and memory_limit_bytes is not None:
+        # before loading the workload: the per-request floor alone (1-token outputs)
+        _check_footprint(cfg, plan, cfg.load.num_requests, 1.0, streaming, keep_requests,
+                         keep_steps, memory_limit_bytes, 1)
     table = workload if workload is not None else load_requests(cfg)
     n = min(cfg.load.num_requests, table.num_requests)
     stream = n > STREAMING_MIN_REQUESTS if streaming is None else streaming
@@ -116,6 +124,9 @@ def simulate(
             f"the pool has {plan.usable_blocks} usable; it could never finish: raise "
             "--num-gpu-blocks-override / --gmu or use shorter requests"
         )
+    mean_ctx = int(np.mean(prompt + output))
+    _check_footprint(cfg, plan, n, float(np.mean(output)), stream, keep_req, keep_st,
+                     memory_limit_bytes, mean_ctx)
     arrivals_ss, accept_ss = np.random.SeedSequence(cfg.seed).spawn(2)
     release = release_times_s(
         cfg.load,
@@ -164,7 +175,6 @@ def simulate(
     )
     if not keep_st:
         steps_df = steps_df.iloc[:0]
-    mean_ctx = int(np.mean(prompt + output))
     summary |= {
         "mean_acceptance_len_tok": draws.mean_tokens_over_used(sim.num_accept_draws_used),
         "num_blocks": plan.num_blocks,
@@ -189,6 +199,31 @@ def simulate(
         steps=steps_df,
         step_time_model=desc,
     )
+
+
+def _check_footprint(  # type: ignore[no-untyped-def]
+    cfg: SimConfig, plan, n: int, mean_output_tok: float, streaming: bool | None,
+    keep_requests: bool | None, keep_steps: bool | None, limit: int | None, mean_ctx: int,
+) -> None:
+    """Refuse (ValueError with the numbers) a run whose lower-bound footprint exceeds
+    ``limit``; every step taken as a full batch (``capsim.footprint``)."""
+    if limit is None:
+        return
+    stream = n > STREAMING_MIN_REQUESTS if streaming is None else streaming
+    max_batch = min(plan.max_num_seqs, max(plan.max_concurrency(max(mean_ctx, 1)), 1))
+    if cfg.load.concurrency is not None:
+        max_batch = min(max_batch, cfg.load.concurrency)
+    footprint = estimate_footprint(
+        num_requests=n,
+        mean_output_tok=mean_output_tok,
+        tokens_per_step=expected_tokens_per_step(cfg.spec),
+        depth=cfg.spec.depth,
+        max_batch=max_batch,
+        streaming=stream,
+        keep_requests=not stream if keep_requests is None else keep_requests,
+        keep_steps=not stream if keep_steps is None else keep_steps,
+    )
+    check_fits(footprint, limit, f"simulate -n {n}")
 
 
 def _request_columns(
