@@ -424,7 +424,7 @@ def format_whatif(df: pd.DataFrame) -> pd.DataFrame:
     return out
 
 
-# The names capsim.cli looks up when it attaches these commands to the ``capsim`` group.
+# The names capsim.commands.main looks up when it attaches these commands to the ``capsim`` group.
 sweep = sweep_cmd
 knee = knee_cmd
 report = report_cmd

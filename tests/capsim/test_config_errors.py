@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 from click.testing import CliRunner
 
-from capsim.cli import main
+from capsim.commands.main import main
 from capsim.config import EngineConfig, LoadConfig, SpecDecodeConfig
 from capsim.gpus import get_gpu
 from capsim.models import get_model

@@ -12,7 +12,7 @@ import pyarrow.parquet as pq
 import pytest
 from click.testing import CliRunner
 
-from capsim.cli import main
+from capsim.commands.main import main
 from capsim.cliopts import dc_default
 from capsim.config import EngineConfig
 from capsim.core.vllm_versions import rules_for

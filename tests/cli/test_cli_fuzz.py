@@ -25,7 +25,7 @@ from click.testing import CliRunner
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from capsim.cli import main
+from capsim.commands.main import main
 from capsim.cliopts import (
     FiniteFloat,
     ListOf,

@@ -38,7 +38,7 @@ def test_a_new_engine_flag_is_one_entry(monkeypatch) -> None:  # type: ignore[no
 
 
 def test_registry_flags_are_unique_per_command() -> None:
-    from capsim.cli import main
+    from capsim.commands.main import main
 
     for name, cmd in main.commands.items():
         flags = [f for p in cmd.params for f in (*p.opts, *p.secondary_opts)]
@@ -56,7 +56,7 @@ def test_one_tree_spelling() -> None:
 
 
 def test_gmu_default_follows_the_vllm_version() -> None:
-    from capsim.cli import engine_config
+    from capsim.commands.main import engine_config
     from capsim.core.vllm_versions import rules_for
 
     for version in ("0.10", "0.26", "0.33"):

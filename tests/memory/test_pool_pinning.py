@@ -7,7 +7,7 @@ import json
 import pytest
 from click.testing import CliRunner
 
-from capsim.cli import main
+from capsim.commands.main import main
 from capsim.config import EngineConfig, SpecDecodeConfig
 from capsim.core.memory_plan import plan_memory
 from capsim.gpus import get_gpu

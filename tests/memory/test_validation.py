@@ -8,7 +8,7 @@ from pathlib import Path
 
 from click.testing import CliRunner
 
-from capsim.cli import main
+from capsim.commands.main import main
 from capsim.core.log_validate import ROLES, validate_dir
 from capsim.models import model_from_hf_config
 
