@@ -2,7 +2,7 @@
 
 The pool flags vLLM itself has (``--vllm-version``, ``--kv-cache-memory``,
 ``--num-gpu-blocks-override``, ``--limit-mm-per-prompt``, ``--enforce-eager``) are entries
-of ``capsim.cliopts.OPTIONS`` (engine target). Here: ``memory_mode_options`` adds
+of ``capsim.commands.options.OPTIONS`` (engine target). Here: ``memory_mode_options`` adds
 ``--from-log``, ``--validate``, ``--validate-out`` and ``--version-rules`` to
 ``capsim memory``; ``run_memory_mode`` runs whichever was given; ``resolve_gmu`` gives
 the release's default gpu_memory_utilization when ``--gmu`` is not given.

@@ -10,7 +10,7 @@ import click
 import numpy as np
 
 from capsim.calibration.tables import load_tables
-from capsim.cliopts import ListOf, options
+from capsim.commands.options import ListOf, options
 from capsim.config import MAX_CONCURRENCY, MAX_TOKENS, SpecDecodeConfig
 from capsim.core.acceptance import expected_tokens_per_step
 from capsim.cost.base import COMMIT_MODES, BatchShape

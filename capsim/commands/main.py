@@ -12,7 +12,7 @@ from typing import Any
 
 import click
 
-from capsim.cliopts import collect, options
+from capsim.commands.options import collect, options
 from capsim.config import (
     AcceptanceConfig,
     EngineConfig,

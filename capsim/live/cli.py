@@ -10,7 +10,7 @@ from pathlib import Path
 
 import click
 
-from capsim.cliopts import OutDir, options
+from capsim.commands.options import OutDir, options
 from capsim.config import MAX_TOKENS
 from capsim.traces import WORKLOADS
 

@@ -15,7 +15,7 @@ from typing import Any
 import click
 import pandas as pd
 
-from capsim.cliopts import FiniteFloat, ListOf, OutDir, TreeShapes, collect, options
+from capsim.commands.options import FiniteFloat, ListOf, OutDir, TreeShapes, collect, options
 from capsim.config import MAX_CONCURRENCY
 from capsim.cost.base import COMMIT_MODES
 from capsim.memory_cli import resolve_gmu
@@ -31,7 +31,7 @@ POOL_OPTIONS = (
     "limit_mm_per_prompt",
     "enforce_eager",
 )
-"""vLLM's pool flags (``capsim.cliopts.OPTIONS``), on ``sweep`` and ``whatif``."""
+"""vLLM's pool flags (``capsim.commands.options.OPTIONS``), on ``sweep`` and ``whatif``."""
 
 # On ``sweep`` a flag left out keeps the grid TOML's value: no defaults.
 _GRID_OVERRIDE = {name: {"default": None, "show_default": False} for name in POOL_OPTIONS}

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import click
 
-from capsim.cliopts import options
+from capsim.commands.options import options
 from capsim.config import MAX_TOKENS
 from capsim.traces.stats import format_stats, workload_stats
 from capsim.traces.table import RequestTable

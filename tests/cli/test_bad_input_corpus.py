@@ -13,7 +13,7 @@ import pytest
 from click.testing import CliRunner
 
 from capsim.commands.main import main
-from capsim.cliopts import dc_default
+from capsim.commands.options import dc_default
 from capsim.config import EngineConfig
 from capsim.core.vllm_versions import rules_for
 from capsim.gpus import get_gpu

@@ -26,7 +26,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from capsim.commands.main import main
-from capsim.cliopts import (
+from capsim.commands.options import (
     FiniteFloat,
     ListOf,
     NameOrFile,

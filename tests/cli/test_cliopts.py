@@ -9,7 +9,7 @@ import click
 from click.testing import CliRunner
 
 from capsim import cliopts
-from capsim.cliopts import OPTIONS, Opt, collect, options
+from capsim.commands.options import OPTIONS, Opt, collect, options
 from capsim.config import EngineConfig
 from capsim.treeshape import format_tree, parse_tree, parse_trees
 
