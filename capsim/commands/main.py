@@ -417,7 +417,7 @@ def _register_commands() -> None:
     """Attach the commands that live in their own packages (imported lazily by click)."""
     from capsim.calibration.cli import calibrate
     from capsim.live.cli import crosscheck_cmd, live, stepcheck
-    from capsim.sweep.cli import knee, report, sweep, whatif
+    from capsim.commands.sweep import knee, report, sweep, whatif
     from capsim.traces.cli import traces
 
     for cmd in (traces, sweep, knee, report, whatif, calibrate, live, crosscheck_cmd, stepcheck):
