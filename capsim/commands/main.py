@@ -416,7 +416,7 @@ def summary_rows(
 def _register_commands() -> None:
     """Attach the commands that live in their own packages (imported lazily by click)."""
     from capsim.calibration.cli import calibrate
-    from capsim.live.cli import crosscheck_cmd, live, stepcheck
+    from capsim.commands.live import crosscheck_cmd, live, stepcheck
     from capsim.commands.sweep import knee, report, sweep, whatif
     from capsim.traces.cli import traces
 
