@@ -415,7 +415,7 @@ def summary_rows(
 
 def _register_commands() -> None:
     """Attach the commands that live in their own packages (imported lazily by click)."""
-    from capsim.calibration.cli import calibrate
+    from capsim.commands.calibrate import calibrate
     from capsim.commands.live import crosscheck_cmd, live, stepcheck
     from capsim.commands.sweep import knee, report, sweep, whatif
     from capsim.traces.cli import traces
