@@ -418,7 +418,7 @@ def _register_commands() -> None:
     from capsim.commands.calibrate import calibrate
     from capsim.commands.live import crosscheck_cmd, live, stepcheck
     from capsim.commands.sweep import knee, report, sweep, whatif
-    from capsim.traces.cli import traces
+    from capsim.commands.traces import traces
 
     for cmd in (traces, sweep, knee, report, whatif, calibrate, live, crosscheck_cmd, stepcheck):
         main.add_command(cmd)

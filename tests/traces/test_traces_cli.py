@@ -5,7 +5,7 @@ import re
 from click.testing import CliRunner
 
 from capsim.traces import WORKLOADS
-from capsim.traces.cli import traces
+from capsim.commands.traces import traces
 
 
 def test_list():
