@@ -23,7 +23,7 @@ from capsim.config import (
 from capsim.core.vllm_versions import DEFAULT_VLLM_VERSION
 from capsim.gpus import get_gpu
 from capsim.io.atomic import dumps_json
-from capsim.memory_cli import memory_mode_options, resolve_gmu, run_memory_mode
+from capsim.commands.memory import memory_mode_options, resolve_gmu, run_memory_mode
 from capsim.models import get_model
 from capsim.units import GiB, MiB
 

@@ -18,7 +18,7 @@ import pandas as pd
 from capsim.commands.options import FiniteFloat, ListOf, OutDir, TreeShapes, collect, options
 from capsim.config import MAX_CONCURRENCY
 from capsim.cost.base import COMMIT_MODES
-from capsim.memory_cli import resolve_gmu
+from capsim.commands.memory import resolve_gmu
 from capsim.sweep.executors import EXECUTORS, make_executor
 from capsim.sweep.grid import PUBLISHED_GRID, SweepSpec, load_spec, restrict, with_pool
 
