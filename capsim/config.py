@@ -113,7 +113,7 @@ class EngineConfig:
             _fail(o, "kv_cache_memory_bytes", self.kv_cache_memory_bytes, "must be an int >= 1")
         if self.limit_mm_per_prompt is not None and self.limit_mm_per_prompt < 0:
             _fail(o, "limit_mm_per_prompt", self.limit_mm_per_prompt, "must be >= 0")
-        from capsim.core.vllm_versions import parse_version
+        from capsim.vllm_rules import parse_version
 
         parse_version(self.vllm_version)
         if not 0.0 <= self.watermark < 1.0:
@@ -130,7 +130,7 @@ class EngineConfig:
     def resolved_batch_defaults(self, gpu: GpuSpec) -> tuple[int, int]:
         """(max_num_seqs, max_num_batched_tokens): given values, else vLLM's online-serving
         tier for ``gpu`` under ``vllm_version`` (``VllmRules.batch_defaults``)."""
-        from capsim.core.vllm_versions import rules_for
+        from capsim.vllm_rules import rules_for
 
         seqs, tokens = rules_for(self.vllm_version).batch_defaults(gpu)
         seqs = self.max_num_seqs if self.max_num_seqs is not None else seqs

@@ -20,7 +20,7 @@ from capsim.config import (
     SimConfig,
     SpecDecodeConfig,
 )
-from capsim.core.vllm_versions import DEFAULT_VLLM_VERSION
+from capsim.vllm_rules import DEFAULT_VLLM_VERSION
 from capsim.gpus import get_gpu
 from capsim.io.atomic import dumps_json
 from capsim.commands.memory import memory_mode_options, resolve_gmu, run_memory_mode

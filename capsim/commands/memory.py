@@ -18,7 +18,7 @@ from typing import Any
 import click
 
 from capsim.config import EngineConfig, SpecDecodeConfig
-from capsim.core.vllm_versions import rules_for, rules_table
+from capsim.vllm_rules import rules_for, rules_table
 
 MODE_KEYS: tuple[str, ...] = ("from_log", "validate", "version_rules", "validate_out")
 

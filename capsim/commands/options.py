@@ -33,7 +33,7 @@ from capsim.config import (
     SpecDecodeConfig,
 )
 from capsim.core.draft_rank import MAX_TEMPERATURE, TREE_MODELS
-from capsim.core.vllm_versions import DEFAULT_VLLM_VERSION, rules_for
+from capsim.vllm_rules import DEFAULT_VLLM_VERSION, rules_for
 from capsim.cost.base import COMMIT_MODES
 from capsim.gpus import GPUS
 from capsim.models import PRESETS
@@ -172,7 +172,7 @@ class VllmVersion(click.ParamType):
     name = "version"
 
     def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> Any:
-        from capsim.core.vllm_versions import parse_version
+        from capsim.vllm_rules import parse_version
 
         text = str(value).strip()
         try:

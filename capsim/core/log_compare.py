@@ -75,7 +75,7 @@ def settings_from_log(
             upd[field_name] = value
     if log.vllm_version:
         upd["vllm_version"] = log.vllm_version
-        from capsim.core.vllm_versions import rules_for
+        from capsim.vllm_rules import rules_for
 
         if not rules_for(log.vllm_version).v1_engine:
             notes.append(

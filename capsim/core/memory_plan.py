@@ -84,7 +84,7 @@ from dataclasses import dataclass, field
 
 from capsim.config import EngineConfig, SpecDecodeConfig
 from capsim.core.treewy_pending import pending_bytes_per_request
-from capsim.core.vllm_versions import VllmRules, rules_for
+from capsim.vllm_rules import VllmRules, rules_for
 from capsim.core.weights import kv_heads_per_rank, padded_vocab, weight_breakdown_bytes
 from capsim.gpus import GpuSpec
 from capsim.models import ModelSpec

@@ -15,7 +15,7 @@ from click.testing import CliRunner
 from capsim.commands.main import main
 from capsim.commands.options import dc_default
 from capsim.config import EngineConfig
-from capsim.core.vllm_versions import rules_for
+from capsim.vllm_rules import rules_for
 from capsim.gpus import get_gpu
 
 
@@ -183,7 +183,7 @@ def test_help_defaults_come_from_the_config() -> None:
     version = dc_default(EngineConfig, "vllm_version")
     assert "--vllm-version VERSION vLLM release whose memory accounting to follow " in text
     assert f"[default: {version}]" in text
-    # gmu's default is the version's rule (capsim.core.vllm_versions), named in the help
+    # gmu's default is the version's rule (capsim.vllm_rules), named in the help
     gmu = rules_for(version).default_gmu
     assert f"gpu_memory_utilization (default: the vLLM version's rule, {gmu} for {version})" in text
     res = run(["report", "--help"])

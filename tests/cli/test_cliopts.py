@@ -33,7 +33,7 @@ def test_a_new_engine_flag_is_one_entry(monkeypatch) -> None:  # type: ignore[no
     assert seen["engine"] == EngineConfig(gmu=0.5, enable_chunked_prefill=False)
     helptext = " ".join(CliRunner().invoke(cmd, ["--help"]).output.split())
     assert "vLLM default on" in helptext  # the dataclass field's help
-    # gmu's default is the --vllm-version's rule (capsim.core.vllm_versions), not a constant
+    # gmu's default is the --vllm-version's rule (capsim.vllm_rules), not a constant
     assert "default: the vLLM version's rule" in helptext
 
 
@@ -57,7 +57,7 @@ def test_one_tree_spelling() -> None:
 
 def test_gmu_default_follows_the_vllm_version() -> None:
     from capsim.commands.main import engine_config
-    from capsim.core.vllm_versions import rules_for
+    from capsim.vllm_rules import rules_for
 
     for version in ("0.10", "0.26", "0.33"):
         engine = engine_config({"gmu": None, "vllm_version": version})
