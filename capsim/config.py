@@ -11,7 +11,7 @@ import math
 from dataclasses import asdict, dataclass, field
 from typing import Any, Literal
 
-from capsim.core.draft_rank import TREE_MODELS, temperature_factor
+from capsim.draft_rank import TREE_MODELS, temperature_factor
 from capsim.cost.base import COMMIT_MODES
 from capsim.gpus import GpuSpec
 from capsim.units import dtype_bytes
@@ -182,7 +182,7 @@ class AcceptanceConfig:
     width w at a depth is accepted when the target's token is among the top w candidates:
     ``tree_model="rank"`` (default) uses the rank model calibrated on published top-k draft
     accuracies, ``"independent"`` the upper bound ``1 - (1 - p)**w``
-    (``capsim/core/draft_rank.py`` has both, with sources). ``temperature`` > 0 (sampling
+    (``capsim/draft_rank.py`` has both, with sources). ``temperature`` > 0 (sampling
     instead of greedy verification) lowers every depth's acceptance by a cited linear
     factor. A list shorter than the draft depth repeats its last value.
 

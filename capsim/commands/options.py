@@ -32,7 +32,7 @@ from capsim.config import (
     SimConfig,
     SpecDecodeConfig,
 )
-from capsim.core.draft_rank import MAX_TEMPERATURE, TREE_MODELS
+from capsim.draft_rank import MAX_TEMPERATURE, TREE_MODELS
 from capsim.vllm_rules import DEFAULT_VLLM_VERSION, rules_for
 from capsim.cost.base import COMMIT_MODES
 from capsim.gpus import GPUS

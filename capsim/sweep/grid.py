@@ -33,7 +33,7 @@ from capsim.config import (
     SimConfig,
     SpecDecodeConfig,
 )
-from capsim.core.draft_rank import MAX_TEMPERATURE, TREE_MODELS
+from capsim.draft_rank import MAX_TEMPERATURE, TREE_MODELS
 from capsim.cost.base import COMMIT_MODES
 
 RECORD_SCHEMA = 1

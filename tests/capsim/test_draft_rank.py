@@ -10,7 +10,7 @@ from hypothesis import strategies as st
 
 from capsim.config import AcceptanceConfig, SpecDecodeConfig
 from capsim.core.acceptance import AcceptanceDraws, depth_acceptance, expected_tokens_per_step
-from capsim.core.draft_rank import (
+from capsim.draft_rank import (
     BETA_INTERCEPT,
     BETA_SLOPE,
     MEDUSA_TOPK,
