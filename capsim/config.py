@@ -11,12 +11,12 @@ import math
 from dataclasses import asdict, dataclass, field
 from typing import Any, Literal
 
+from capsim.commit_modes import COMMIT_MODES, CommitModeName, get_mode
 from capsim.draft_rank import TREE_MODELS, temperature_factor
-from capsim.cost.base import COMMIT_MODES
 from capsim.gpus import GpuSpec
 from capsim.units import dtype_bytes
 
-CommitMode = Literal["storeall", "reconstruct", "deferred"]
+CommitMode = CommitModeName
 
 
 MAX_NUM_REQUESTS = 10_000_000
@@ -228,7 +228,7 @@ class SpecDecodeConfig:
         default=None, metadata={"help": "per-depth branching widths, e.g. (2,2,2)"}
     )
     commit: CommitMode = field(
-        default="storeall", metadata={"help": "storeall | reconstruct | deferred"}
+        default="storeall", metadata={"help": " | ".join(COMMIT_MODES)}
     )
     acceptance: AcceptanceConfig = field(default_factory=AcceptanceConfig)
 
@@ -280,9 +280,7 @@ class SpecDecodeConfig:
     @property
     def state_slots_per_group(self) -> int:
         """GDN state slots (blocks) each GDN group holds per request."""
-        if self.commit == "storeall":
-            return self.window_tok
-        return 1
+        return get_mode(self.commit).slots_per_group(self.window_tok)
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

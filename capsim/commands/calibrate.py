@@ -11,9 +11,10 @@ import numpy as np
 
 from capsim.calibration.tables import load_tables
 from capsim.commands.options import ListOf, options
+from capsim.commit_modes import COMMIT_MODES
 from capsim.config import MAX_CONCURRENCY, MAX_TOKENS, SpecDecodeConfig
 from capsim.core.acceptance import expected_tokens_per_step
-from capsim.cost.base import COMMIT_MODES, BatchShape
+from capsim.cost.base import BatchShape
 from capsim.gpus import get_gpu
 from capsim.models import get_model
 

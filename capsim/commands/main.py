@@ -12,6 +12,7 @@ from typing import Any
 
 import click
 
+from capsim.commands.memory import memory_mode_options, resolve_gmu, run_memory_mode
 from capsim.commands.options import collect, options
 from capsim.config import (
     AcceptanceConfig,
@@ -20,12 +21,11 @@ from capsim.config import (
     SimConfig,
     SpecDecodeConfig,
 )
-from capsim.vllm_rules import DEFAULT_VLLM_VERSION
 from capsim.gpus import get_gpu
 from capsim.io.atomic import dumps_json
-from capsim.commands.memory import memory_mode_options, resolve_gmu, run_memory_mode
 from capsim.models import get_model
 from capsim.units import GiB, MiB
+from capsim.vllm_rules import DEFAULT_VLLM_VERSION
 
 CONTEXT_SETTINGS = {"help_option_names": ["-h", "--help"], "max_content_width": 100}
 

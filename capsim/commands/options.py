@@ -22,6 +22,7 @@ from typing import Any
 
 import click
 
+from capsim.commit_modes import COMMIT_MODES
 from capsim.config import (
     MAX_CONCURRENCY,
     MAX_NUM_REQUESTS,
@@ -33,12 +34,11 @@ from capsim.config import (
     SpecDecodeConfig,
 )
 from capsim.draft_rank import MAX_TEMPERATURE, TREE_MODELS
-from capsim.vllm_rules import DEFAULT_VLLM_VERSION, rules_for
-from capsim.cost.base import COMMIT_MODES
 from capsim.gpus import GPUS
 from capsim.models import PRESETS
 from capsim.treeshape import format_tree, parse_tree, parse_trees
 from capsim.units import GiB
+from capsim.vllm_rules import DEFAULT_VLLM_VERSION, rules_for
 
 # ------------------------------------------------------------------------ parameter types
 

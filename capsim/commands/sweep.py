@@ -15,10 +15,10 @@ from typing import Any
 import click
 import pandas as pd
 
-from capsim.commands.options import FiniteFloat, ListOf, OutDir, TreeShapes, collect, options
-from capsim.config import MAX_CONCURRENCY
-from capsim.cost.base import COMMIT_MODES
 from capsim.commands.memory import resolve_gmu
+from capsim.commands.options import FiniteFloat, ListOf, OutDir, TreeShapes, collect, options
+from capsim.commit_modes import COMMIT_MODES
+from capsim.config import MAX_CONCURRENCY
 from capsim.sweep.executors import EXECUTORS, make_executor
 from capsim.sweep.grid import PUBLISHED_GRID, SweepSpec, load_spec, restrict, with_pool
 

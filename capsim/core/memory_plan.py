@@ -84,11 +84,11 @@ from dataclasses import dataclass, field
 
 from capsim.config import EngineConfig, SpecDecodeConfig
 from capsim.core.treewy_pending import pending_bytes_per_request
-from capsim.vllm_rules import VllmRules, rules_for
 from capsim.core.weights import kv_heads_per_rank, padded_vocab, weight_breakdown_bytes
 from capsim.gpus import GpuSpec
 from capsim.models import ModelSpec
 from capsim.units import GiB, MiB, cdiv, dtype_bytes
+from capsim.vllm_rules import VllmRules, rules_for
 
 # vLLM's floor per additional captured graph in profile_cudagraph_memory (VLLM.md s1.4).
 CUDAGRAPH_PER_GRAPH_FLOOR_BYTES: int = 1 * MiB

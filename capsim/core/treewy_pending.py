@@ -13,6 +13,7 @@ here and a test compares them with the kernel's buffers.
 
 from __future__ import annotations
 
+from capsim.commit_modes import get_mode
 from capsim.config import SpecDecodeConfig
 from capsim.models import ModelSpec
 from capsim.units import dtype_bytes
@@ -32,7 +33,7 @@ def pending_bytes_per_layer(model: ModelSpec, tp: int, window_tok: int) -> int:
 
 def pending_bytes_per_request(model: ModelSpec, tp: int, spec: SpecDecodeConfig) -> int:
     """Bytes a running request holds for deferred commit on one rank (0 in other modes)."""
-    if spec.commit != "deferred" or not model.is_hybrid or spec.depth == 0:
+    if not get_mode(spec.commit).holds_pending or not model.is_hybrid or spec.depth == 0:
         return 0
     per_layer = pending_bytes_per_layer(model, tp, spec.window_tok)
     return PENDING_SETS * model.num_gdn_layers * per_layer
