@@ -14,7 +14,7 @@ import pandas as pd
 from capsim.config import SimConfig
 from capsim.core.acceptance import AcceptanceDraws
 from capsim.core.kv_manager import KVCacheManager, PoolLayout
-from capsim.core.memory_plan import MemoryPlan, plan_memory
+from capsim.memory.memory_plan import MemoryPlan, plan_memory
 from capsim.core.request import Request
 from capsim.core.scheduler import Scheduler, SchedulerConfig
 from capsim.cost.base import StepTimeModel

@@ -199,7 +199,7 @@ def memory(ctx: click.Context, as_json: bool, **params: Any) -> None:
     """Print the KV/state pool vLLM would build: budget, weights, page, block size,
     groups, blocks, GDN slots per request and capacity at a few context lengths.
     --from-log compares with a real vLLM start-up, --validate reproduces a set of them."""
-    from capsim.core.memory_plan import plan_memory
+    from capsim.memory.memory_plan import plan_memory
 
     spec = spec_config(params)
     engine = engine_config(params)

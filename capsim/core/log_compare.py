@@ -13,7 +13,7 @@ import math
 from dataclasses import dataclass, field, replace
 
 from capsim.config import EngineConfig, SpecDecodeConfig
-from capsim.core.memory_plan import MemoryPlan, plan_memory
+from capsim.memory.memory_plan import MemoryPlan, plan_memory
 from capsim.gpus import GpuSpec, with_total_memory
 from capsim.io.vllm_log import VllmLog
 from capsim.models import QUANT_METHOD_FORMATS, ModelSpec

@@ -8,7 +8,7 @@ import sys
 
 FORBIDDEN = ("simpy", "torch", "triton", "click", "matplotlib", "pandas")
 MODULES = (
-    "capsim.core.memory_plan",
+    "capsim.memory.memory_plan",
     "capsim.core.scheduler",
     "capsim.core.kv_manager",
     "capsim.core.acceptance",

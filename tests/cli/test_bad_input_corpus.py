@@ -194,7 +194,7 @@ def test_debug_shows_the_traceback_and_internal_errors_are_one_line(files, monke
     res = CliRunner().invoke(main, ["--debug", "memory", "-m", str(files["model_list"])])
     assert isinstance(res.exception, ValueError)  # re-raised: click's runner keeps it
 
-    import capsim.core.memory_plan as mp
+    import capsim.memory.memory_plan as mp
 
     def boom(*a, **k):  # type: ignore[no-untyped-def]
         raise RuntimeError("unexpected\nsecond line")

@@ -11,7 +11,7 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from capsim.core.memory_plan import plan_memory
+from capsim.memory.memory_plan import plan_memory
 from capsim.gpus import get_gpu
 from capsim.models import get_model
 from capsim.result import SimResult
