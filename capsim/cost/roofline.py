@@ -29,7 +29,7 @@ from dataclasses import dataclass
 
 from capsim.commit_modes import get_mode
 from capsim.config import SpecDecodeConfig
-from capsim.core.weights import (
+from capsim.memory.weights import (
     attention_layer_params,
     expert_params,
     ffn_layer_params,
