@@ -83,7 +83,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from capsim.config import EngineConfig, SpecDecodeConfig
-from capsim.core.treewy_pending import pending_bytes_per_request
+from capsim.memory.treewy_pending import pending_bytes_per_request
 from capsim.memory.weights import kv_heads_per_rank, padded_vocab, weight_breakdown_bytes
 from capsim.gpus import GpuSpec
 from capsim.models import ModelSpec
