@@ -94,7 +94,7 @@ from capsim.vllm_rules import VllmRules, rules_for
 CUDAGRAPH_PER_GRAPH_FLOOR_BYTES: int = 1 * MiB
 
 # A measured-term lookup: (term, model, tp, value on the term's axis) -> bytes or None.
-# capsim.core.term_lookup.measured_term (the H200 table) is the default.
+# capsim.memory.term_lookup.measured_term (the H200 table) is the default.
 TermLookup = Callable[[str, str, int, int], "int | None"]
 
 NON_KV_TERMS: tuple[str, ...] = (
@@ -338,7 +338,7 @@ def encoder_profile_bytes(
 
 
 def _default_lookup() -> TermLookup:
-    from capsim.core.term_lookup import measured_term
+    from capsim.memory.term_lookup import measured_term
 
     return measured_term
 

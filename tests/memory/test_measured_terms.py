@@ -7,7 +7,7 @@ from pathlib import Path
 from capsim.calibration.memory_terms import COLUMNS, load_memory_terms
 from capsim.config import EngineConfig, SpecDecodeConfig
 from capsim.memory.memory_plan import plan_memory
-from capsim.core.term_lookup import lookup_from_table
+from capsim.memory.term_lookup import lookup_from_table
 from capsim.gpus import get_gpu
 from capsim.models import get_model
 
