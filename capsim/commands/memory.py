@@ -129,7 +129,7 @@ def _from_log(
     as_json: bool,
     gpu_given: bool = True,
 ) -> None:
-    from capsim.core.log_compare import compare, format_comparison, settings_from_log
+    from capsim.memory.log_compare import compare, format_comparison, settings_from_log
     from capsim.core.log_validate import gpu_from_text
     from capsim.gpus import get_gpu
     from capsim.io.vllm_log import read_vllm_log
