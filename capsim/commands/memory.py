@@ -98,7 +98,7 @@ def run_memory_mode(
 
 
 def _validate(directory: Path, out: Path | None, as_json: bool) -> None:
-    from capsim.core.log_validate import format_table, summary, validate_dir, write_table
+    from capsim.memory.log_validate import format_table, summary, validate_dir, write_table
 
     results = validate_dir(directory)
     if out is not None:
@@ -130,7 +130,7 @@ def _from_log(
     gpu_given: bool = True,
 ) -> None:
     from capsim.memory.log_compare import compare, format_comparison, settings_from_log
-    from capsim.core.log_validate import gpu_from_text
+    from capsim.memory.log_validate import gpu_from_text
     from capsim.gpus import get_gpu
     from capsim.io.vllm_log import read_vllm_log
     from capsim.models import get_model
