@@ -132,7 +132,7 @@ def _from_log(
     from capsim.memory.log_compare import compare, format_comparison, settings_from_log
     from capsim.memory.log_validate import gpu_from_text
     from capsim.gpus import get_gpu
-    from capsim.io.vllm_log import read_vllm_log
+    from capsim.memory.vllm_log import read_vllm_log
     from capsim.models import get_model
 
     log = read_vllm_log(path)

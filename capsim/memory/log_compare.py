@@ -15,7 +15,7 @@ from dataclasses import dataclass, field, replace
 from capsim.config import EngineConfig, SpecDecodeConfig
 from capsim.memory.memory_plan import MemoryPlan, plan_memory
 from capsim.gpus import GpuSpec, with_total_memory
-from capsim.io.vllm_log import VllmLog
+from capsim.memory.vllm_log import VllmLog
 from capsim.models import QUANT_METHOD_FORMATS, ModelSpec
 from capsim.units import GiB
 

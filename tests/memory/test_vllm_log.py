@@ -9,7 +9,7 @@ import pytest
 from click.testing import CliRunner
 
 from capsim.commands.main import main
-from capsim.io.vllm_log import parse_vllm_log, read_vllm_log
+from capsim.memory.vllm_log import parse_vllm_log, read_vllm_log
 
 EXCERPTS = Path(__file__).resolve().parents[2] / "experiments" / "vllm_logs" / "excerpts"
 
