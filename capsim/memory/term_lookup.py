@@ -1,6 +1,6 @@
 """Non-KV memory terms measured on the H200, for the memory plan.
 
-The table and its loader belong to ``capsim.calibration.memory_terms``
+The table and its loader belong to ``capsim.memory.measured_terms``
 (``data/h200_memory_terms.csv``: term, model, tp, max_num_batched_tokens, max_num_seqs,
 capture_size, bytes, kernel, source, command, date). A term counts as measured only for
 the same model preset and tp, inside the measured range along the term's axis (linear
@@ -32,7 +32,7 @@ def lookup_from_table(table: Any) -> Callable[[str, str, int, int], int | None]:
 @functools.cache
 def _table() -> Any:
     try:
-        from capsim.calibration.memory_terms import load_memory_terms
+        from capsim.memory.measured_terms import load_memory_terms
     except ImportError:
         return None
     try:

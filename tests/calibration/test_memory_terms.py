@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from capsim.calibration.memory_terms import (
+from capsim.memory.measured_terms import (
     COLUMNS,
     DEFAULT_PATH,
     MEASURED_LABEL,

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from capsim.calibration.memory_terms import COLUMNS, load_memory_terms
+from capsim.memory.measured_terms import COLUMNS, load_memory_terms
 from capsim.config import EngineConfig, SpecDecodeConfig
 from capsim.memory.memory_plan import plan_memory
 from capsim.memory.term_lookup import lookup_from_table
