@@ -227,9 +227,7 @@ class SpecDecodeConfig:
     tree_widths: tuple[int, ...] | None = field(
         default=None, metadata={"help": "per-depth branching widths, e.g. (2,2,2)"}
     )
-    commit: CommitMode = field(
-        default="storeall", metadata={"help": " | ".join(COMMIT_MODES)}
-    )
+    commit: CommitMode = field(default="storeall", metadata={"help": " | ".join(COMMIT_MODES)})
     acceptance: AcceptanceConfig = field(default_factory=AcceptanceConfig)
 
     def __post_init__(self) -> None:

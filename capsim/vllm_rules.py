@@ -152,3 +152,8 @@ def rules_table() -> str:
             f"{r.since[0]}.{r.since[1]} | {r.source} |"
         )
     return "\n".join(lines)
+
+
+def resolve_gmu(gmu: float | None, vllm_version: str) -> float:
+    """--gmu when given, else the release's default gpu_memory_utilization."""
+    return float(gmu) if gmu is not None else rules_for(vllm_version).default_gmu

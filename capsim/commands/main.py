@@ -12,7 +12,7 @@ from typing import Any
 
 import click
 
-from capsim.commands.memory import memory_mode_options, resolve_gmu, run_memory_mode
+from capsim.commands.memory import memory_mode_options, run_memory_mode
 from capsim.commands.options import collect, options
 from capsim.config import (
     AcceptanceConfig,
@@ -25,7 +25,7 @@ from capsim.gpus import get_gpu
 from capsim.io.atomic import dumps_json
 from capsim.models import get_model
 from capsim.units import GiB, MiB
-from capsim.vllm_rules import DEFAULT_VLLM_VERSION
+from capsim.vllm_rules import DEFAULT_VLLM_VERSION, resolve_gmu
 
 CONTEXT_SETTINGS = {"help_option_names": ["-h", "--help"], "max_content_width": 100}
 
@@ -200,6 +200,7 @@ def memory(ctx: click.Context, as_json: bool, **params: Any) -> None:
     groups, blocks, GDN slots per request and capacity at a few context lengths.
     --from-log compares with a real vLLM start-up, --validate reproduces a set of them."""
     from capsim.memory.memory_plan import plan_memory
+    from capsim.memory.term_lookup import measured_term
 
     spec = spec_config(params)
     engine = engine_config(params)
@@ -219,7 +220,9 @@ def memory(ctx: click.Context, as_json: bool, **params: Any) -> None:
         gpu_given=given("gpu"),
     ):
         return
-    plan = plan_memory(get_model(params["model"]), get_gpu(params["gpu"]), engine, spec)
+    plan = plan_memory(
+        get_model(params["model"]), get_gpu(params["gpu"]), engine, spec, lookup=measured_term
+    )
     if as_json:
         click.echo(dumps_json(memory_json(plan)))
     else:

@@ -1,11 +1,12 @@
-"""Click glue of ``capsim memory``'s modes (issue 11), kept apart from ``cli.py``.
+"""Click glue of ``capsim memory``'s modes (issue 11), kept apart from ``commands/main.py``.
 
 The pool flags vLLM itself has (``--vllm-version``, ``--kv-cache-memory``,
 ``--num-gpu-blocks-override``, ``--limit-mm-per-prompt``, ``--enforce-eager``) are entries
 of ``capsim.commands.options.OPTIONS`` (engine target). Here: ``memory_mode_options`` adds
 ``--from-log``, ``--validate``, ``--validate-out`` and ``--version-rules`` to
-``capsim memory``; ``run_memory_mode`` runs whichever was given; ``resolve_gmu`` gives
-the release's default gpu_memory_utilization when ``--gmu`` is not given.
+``capsim memory``; ``run_memory_mode`` runs whichever was given;
+``capsim.vllm_rules.resolve_gmu``
+gives the release's default gpu_memory_utilization when ``--gmu`` is not given.
 """
 
 from __future__ import annotations
@@ -18,7 +19,7 @@ from typing import Any
 import click
 
 from capsim.config import EngineConfig, SpecDecodeConfig
-from capsim.vllm_rules import rules_for, rules_table
+from capsim.vllm_rules import rules_table
 
 MODE_KEYS: tuple[str, ...] = ("from_log", "validate", "version_rules", "validate_out")
 
@@ -57,11 +58,6 @@ memory_mode_options = _opts(
         ),
     ]
 )
-
-
-def resolve_gmu(gmu: float | None, vllm_version: str) -> float:
-    """--gmu when given, else the release's default gpu_memory_utilization."""
-    return float(gmu) if gmu is not None else rules_for(vllm_version).default_gmu
 
 
 def run_memory_mode(
@@ -109,16 +105,6 @@ def _validate(directory: Path, out: Path | None, as_json: bool) -> None:
         click.echo(format_table(results))
 
 
-def _guess_model(log_model: str | None) -> str | None:
-    from capsim.models import PRESETS
-
-    text = (log_model or "").lower()
-    for name in sorted(PRESETS, key=len, reverse=True):
-        if name in text.replace("_", "-"):
-            return name
-    return None
-
-
 def _from_log(
     path: Path,
     model_name: str,
@@ -129,15 +115,20 @@ def _from_log(
     as_json: bool,
     gpu_given: bool = True,
 ) -> None:
-    from capsim.memory.log_compare import compare, format_comparison, settings_from_log
-    from capsim.memory.log_validate import gpu_from_text
     from capsim.gpus import get_gpu
+    from capsim.memory.log_compare import (
+        compare,
+        format_comparison,
+        guess_preset,
+        settings_from_log,
+    )
+    from capsim.memory.log_validate import gpu_from_text
     from capsim.memory.vllm_log import read_vllm_log
     from capsim.models import get_model
 
     log = read_vllm_log(path)
     if not model_given:
-        guessed = _guess_model(log.model) or _guess_model(log.served_model_name)
+        guessed = guess_preset(log.model) or guess_preset(log.served_model_name)
         if guessed is None:
             raise ValueError(
                 f"--from-log {path}: model {log.model or log.served_model_name!r} is not a "

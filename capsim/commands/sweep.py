@@ -15,12 +15,12 @@ from typing import Any
 import click
 import pandas as pd
 
-from capsim.commands.memory import resolve_gmu
 from capsim.commands.options import FiniteFloat, ListOf, OutDir, TreeShapes, collect, options
 from capsim.commit_modes import COMMIT_MODES
 from capsim.config import MAX_CONCURRENCY
 from capsim.sweep.executors import EXECUTORS, make_executor
 from capsim.sweep.grid import PUBLISHED_GRID, SweepSpec, load_spec, restrict, with_pool
+from capsim.vllm_rules import resolve_gmu
 
 MODES = ListOf(click.Choice(COMMIT_MODES))
 

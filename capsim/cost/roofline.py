@@ -29,6 +29,8 @@ from dataclasses import dataclass
 
 from capsim.commit_modes import get_mode
 from capsim.config import SpecDecodeConfig
+from capsim.cost.base import BatchShape
+from capsim.gpus import GpuSpec
 from capsim.memory.weights import (
     attention_layer_params,
     expert_params,
@@ -37,8 +39,6 @@ from capsim.memory.weights import (
     kv_heads_per_rank,
     padded_vocab,
 )
-from capsim.cost.base import BatchShape
-from capsim.gpus import GpuSpec
 from capsim.models import ModelSpec
 from capsim.units import dtype_bytes
 

@@ -29,9 +29,9 @@ import pandas as pd
 
 from capsim.config import EngineConfig, SpecDecodeConfig
 from capsim.core.kv_manager import KVCacheManager, PoolLayout
-from capsim.memory.memory_plan import block_size_and_page, group_layout
 from capsim.core.request import Request
 from capsim.core.scheduler import Scheduler, SchedulerConfig
+from capsim.memory.memory_plan import block_size_and_page, group_layout
 from capsim.models import model_from_hf_config
 
 COMPARED: tuple[str, ...] = (

@@ -13,8 +13,8 @@ import math
 from dataclasses import dataclass, field, replace
 
 from capsim.config import EngineConfig, SpecDecodeConfig
-from capsim.memory.memory_plan import MemoryPlan, plan_memory
 from capsim.gpus import GpuSpec, with_total_memory
+from capsim.memory.memory_plan import MemoryPlan, plan_memory
 from capsim.memory.vllm_log import VllmLog
 from capsim.models import QUANT_METHOD_FORMATS, ModelSpec
 from capsim.units import GiB
@@ -356,3 +356,14 @@ def format_comparison(c: Comparison) -> str:
             f"(use --kv-cache-memory {p.kv_budget_bytes} to simulate with it)"
         )
     return "\n".join(lines)
+
+
+def guess_preset(log_model: str | None) -> str | None:
+    """The capsim preset whose name appears in a log's model string (longest first)."""
+    from capsim.models import PRESETS
+
+    text = (log_model or "").lower()
+    for name in sorted(PRESETS, key=len, reverse=True):
+        if name in text.replace("_", "-"):
+            return name
+    return None

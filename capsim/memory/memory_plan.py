@@ -83,9 +83,9 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from capsim.config import EngineConfig, SpecDecodeConfig
+from capsim.gpus import GpuSpec
 from capsim.memory.treewy_pending import pending_bytes_per_request
 from capsim.memory.weights import kv_heads_per_rank, padded_vocab, weight_breakdown_bytes
-from capsim.gpus import GpuSpec
 from capsim.models import ModelSpec
 from capsim.units import GiB, MiB, cdiv, dtype_bytes
 from capsim.vllm_rules import VllmRules, rules_for

@@ -8,7 +8,7 @@ from typing import Any
 import click
 from click.testing import CliRunner
 
-from capsim import cliopts
+from capsim.commands import options as cliopts
 from capsim.commands.options import OPTIONS, Opt, collect, options
 from capsim.config import EngineConfig
 from capsim.treeshape import format_tree, parse_tree, parse_trees
