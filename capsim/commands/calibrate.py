@@ -119,7 +119,7 @@ def calibrate(
         click.echo(f"built {sorted(manifest['files'])}")
         payload["build"] = manifest["files"]
     if check:
-        from capsim.calibration.check import run_check
+        from capsim.cost.calibration_check import run_check
 
         text, data = run_check(load_tables("H200", data_dir))
         click.echo(text)

@@ -2,7 +2,7 @@ import math
 
 from click.testing import CliRunner
 
-from capsim.calibration.check import holdout_errors, run_check, step_errors, summarize
+from capsim.cost.calibration_check import holdout_errors, run_check, step_errors, summarize
 from capsim.commands.calibrate import calibrate, tokens_per_step
 from capsim.calibration.tables import load_tables
 from capsim.config import SpecDecodeConfig
