@@ -2,10 +2,10 @@ import math
 
 from click.testing import CliRunner
 
-from capsim.cost.calibration_check import holdout_errors, run_check, step_errors, summarize
-from capsim.commands.calibrate import calibrate, tokens_per_step
 from capsim.calibration.tables import load_tables
+from capsim.commands.calibrate import calibrate, tokens_per_step
 from capsim.config import SpecDecodeConfig
+from capsim.cost.calibration_check import holdout_errors, run_check, step_errors, summarize
 
 
 def test_held_back_operator_points_meet_the_10_percent_median():

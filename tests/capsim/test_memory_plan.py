@@ -5,8 +5,8 @@ from __future__ import annotations
 import pytest
 
 from capsim.config import EngineConfig, SpecDecodeConfig
-from capsim.memory.memory_plan import group_layout, plan_memory
 from capsim.gpus import get_gpu
+from capsim.memory.memory_plan import group_layout, plan_memory
 from capsim.models import get_model
 from capsim.units import MiB
 

@@ -15,8 +15,8 @@ from click.testing import CliRunner
 from capsim.commands.main import main
 from capsim.commands.options import dc_default
 from capsim.config import EngineConfig
-from capsim.vllm_rules import rules_for
 from capsim.gpus import get_gpu
+from capsim.vllm_rules import rules_for
 
 
 def run(args: list[str]):  # type: ignore[no-untyped-def]

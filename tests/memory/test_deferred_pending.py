@@ -6,9 +6,9 @@ import pytest
 import torch
 
 from capsim.config import EngineConfig, SpecDecodeConfig
+from capsim.gpus import get_gpu
 from capsim.memory.memory_plan import plan_memory
 from capsim.memory.treewy_pending import PENDING_SETS, pending_bytes_per_layer
-from capsim.gpus import get_gpu
 from capsim.models import get_model
 from capsim.units import cdiv
 

@@ -9,8 +9,8 @@ from click.testing import CliRunner
 
 from capsim.commands.main import main
 from capsim.config import EngineConfig, SpecDecodeConfig
-from capsim.memory.memory_plan import plan_memory
 from capsim.gpus import get_gpu
+from capsim.memory.memory_plan import plan_memory
 from capsim.models import get_model
 from capsim.units import GiB
 

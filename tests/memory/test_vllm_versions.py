@@ -5,10 +5,10 @@ from __future__ import annotations
 import pytest
 
 from capsim.config import EngineConfig, SpecDecodeConfig
-from capsim.memory.memory_plan import plan_memory
-from capsim.vllm_rules import RULES, parse_version, rules_for, rules_table
 from capsim.gpus import get_gpu
+from capsim.memory.memory_plan import plan_memory
 from capsim.models import get_model
+from capsim.vllm_rules import RULES, parse_version, rules_for, rules_table
 
 
 @pytest.mark.parametrize(

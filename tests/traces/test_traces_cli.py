@@ -4,8 +4,8 @@ import re
 
 from click.testing import CliRunner
 
-from capsim.traces import WORKLOADS
 from capsim.commands.traces import traces
+from capsim.traces import WORKLOADS
 
 
 def test_list():

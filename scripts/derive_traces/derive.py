@@ -1,11 +1,12 @@
 #!/usr/bin/env python3
 """Re-derive capsim's compact workload files from shared/traces.
 
-    python traces/derive.py --shared ../shared/traces            # writes capsim/traces/data/
-    python traces/derive.py --shared ../shared/traces --counts tokenizer   # full recount
+    python scripts/derive_traces/derive.py --shared ../shared/traces  # writes capsim/traces/data/
+    python scripts/derive_traces/derive.py --shared ../shared/traces --counts tokenizer  # recount
 
 Needs ``tokenizers`` and ``tiktoken`` for ``--verify-sample > 0`` (default 300) or
-``--counts tokenizer``; ``--verify-sample 0`` runs without them. See traces/README.md.
+``--counts tokenizer``; ``--verify-sample 0`` runs without them. See
+scripts/derive_traces/README.md.
 """
 
 from __future__ import annotations
@@ -14,7 +15,7 @@ import argparse
 import sys
 from pathlib import Path
 
-REPO = Path(__file__).resolve().parent.parent
+REPO = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(REPO))
 
 from capsim.traces.compact import DATA_DIR  # noqa: E402

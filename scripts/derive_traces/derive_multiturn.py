@@ -1,7 +1,8 @@
 #!/usr/bin/env python3
 """Derive capsim/traces/data/sharegpt_multiturn.parquet from the raw ShareGPT file.
 
-    python traces/derive_multiturn.py --shared ../shared/traces [--conversations 3000]
+    python scripts/derive_traces/derive_multiturn.py --shared ../shared/traces \
+        [--conversations 3000]
 
 Per turn of the first CONVERSATIONS multi-turn conversations: user message tokens (in the
 chat template) and assistant message tokens, Qwen3 and Qwen3.5 tokenizers
@@ -14,7 +15,7 @@ import argparse
 import sys
 from pathlib import Path
 
-REPO = Path(__file__).resolve().parent.parent
+REPO = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(REPO))
 
 from capsim.traces.compact import DATA_DIR, write_compact  # noqa: E402
