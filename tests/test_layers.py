@@ -25,7 +25,7 @@ LAYERS: tuple[str, ...] = (
     "draft_rank",
     "treeshape",
     "config",
-    "result",
+    "sim_result",
     "io",
     "calibration",
     "memory",

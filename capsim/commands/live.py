@@ -83,7 +83,7 @@ def live(
     out_dir: Path,
 ) -> None:
     """Drive a live server like `vllm bench serve`; write the `capsim simulate` schema."""
-    from capsim.io.results import write_result
+    from capsim.io.result_files import write_result
     from capsim.live.client import LiveRun, run_live
     from capsim.live.workload import live_table
 

@@ -298,7 +298,7 @@ def simulate(
 
     Load flags are vllm bench serve's: --max-concurrency (closed loop), --request-rate
     (open loop, gamma gaps of shape --burstiness), --num-prompts, --dataset-name."""
-    from capsim.io.results import write_result
+    from capsim.io.result_files import write_result
     from capsim.simulate import simulate as run_point
 
     mode = _load_mode(replay, rate, concurrency)

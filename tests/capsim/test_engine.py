@@ -129,7 +129,7 @@ def test_monotone_in_gmu_and_commit_mode() -> None:
 
 
 def test_same_seed_same_parquet(tmp_path) -> None:  # type: ignore[no-untyped-def]
-    from capsim.io.results import write_result
+    from capsim.io.result_files import write_result
 
     table = synthetic_table(150, seed=2)
     cfg = _cfg(

@@ -14,7 +14,7 @@ import pandas as pd
 from capsim.gpus import get_gpu
 from capsim.memory.memory_plan import plan_memory
 from capsim.models import get_model
-from capsim.result import SimResult
+from capsim.sim_result import SimResult
 from capsim.sweep.grid import Block, Deployment, SweepSpec, WorkloadLoads
 
 

@@ -12,7 +12,7 @@ from typing import Any
 
 from capsim import __version__
 from capsim.io.atomic import write_json_atomic, write_parquet_atomic
-from capsim.result import SimResult
+from capsim.sim_result import SimResult
 
 
 def git_sha(repo_dir: Path | None = None) -> str | None:
