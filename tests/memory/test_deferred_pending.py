@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import pytest
-import torch
 
 from capsim.config import EngineConfig, SpecDecodeConfig
 from capsim.gpus import get_gpu
@@ -15,6 +14,7 @@ from capsim.units import cdiv
 
 def _kernel_pending_bytes_per_request(model, tp: int, w: int, batch: int = 3) -> float:  # type: ignore[no-untyped-def]
     """Bytes of the kernel's own PendingCommit buffers, per request (one layer)."""
+    torch = pytest.importorskip("torch")  # only this helper needs it (not at collection)
     from capsim_kernels.gdn_verify.treewy_fused import PendingCommit
 
     hk, hv = model.linear_num_key_heads // tp, model.linear_num_value_heads // tp
