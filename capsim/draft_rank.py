@@ -25,7 +25,7 @@ tree ``mc_sim_7b_63`` (EAGLE paper arXiv 2401.15077, ablation on tree vs chain d
 numbers are quoted in github.com/SafeAILab/EAGLE issue #132; the tree is
 ``eagle/model/choices.py``). A constant ``p`` that gives the chain's 3.00 is 0.709; the rank
 model then predicts 3.63 for the tree, the independence bound 4.29
-(``tests/capsim/test_draft_rank.py`` recomputes both).
+(``tests/test_draft_rank.py`` recomputes both).
 
 **Independence bound** (``tree_model = "independent"``): each of the w candidates matches
 independently with ``p_d``, i.e. ``pi_d(r) = p_d (1 - p_d)**(r-1)`` and
