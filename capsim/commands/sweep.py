@@ -19,7 +19,8 @@ from capsim.commands.options import FiniteFloat, ListOf, OutDir, TreeShapes, col
 from capsim.commit_modes import COMMIT_MODES
 from capsim.config import MAX_CONCURRENCY
 from capsim.sweep.executors import EXECUTORS, make_executor
-from capsim.sweep.grid import PUBLISHED_GRID, SweepSpec, load_spec, restrict, with_pool
+from capsim.sweep.grid import PUBLISHED_GRID, SweepSpec, restrict, with_pool
+from capsim.sweep.grid_toml import load_spec
 from capsim.vllm_rules import resolve_gmu
 
 MODES = ListOf(click.Choice(COMMIT_MODES))
