@@ -15,7 +15,6 @@ from capsim.acceptance_stream import StreamingAcceptanceDraws
 from capsim.config import SimConfig
 from capsim.core.acceptance import AcceptanceDraws, expected_tokens_per_step
 from capsim.core.kv_manager import KVCacheManager, PoolLayout
-from capsim.core.memory_plan import MemoryPlan, plan_memory
 from capsim.core.scheduler import Scheduler, SchedulerConfig
 from capsim.cost.base import StepTimeModel
 from capsim.cost.factory import build_step_time_model
@@ -23,10 +22,12 @@ from capsim.engine import EngineSim
 from capsim.footprint import check_fits, estimate_footprint
 from capsim.gpus import get_gpu
 from capsim.loadgen import release_times_s
+from capsim.memory.memory_plan import MemoryPlan, plan_memory
+from capsim.memory.term_lookup import measured_term
 from capsim.metrics import summarize
 from capsim.models import get_model
 from capsim.request_source import LazyRequests
-from capsim.result import SimResult
+from capsim.sim_result import SimResult
 from capsim.traces.table import RequestTable
 
 
@@ -73,6 +74,18 @@ is kept unless asked for, and inter-token latencies are kept as (value, count) r
 below it every result is bit-identical to keeping everything."""
 
 
+def _check_lengths(name: str, prompt: np.ndarray, output: np.ndarray, limit: int) -> None:
+    """Refuse a workload row whose prompt + output exceeds max_model_len (names the row)."""
+    # compared without adding first: prompt + output can overflow int64 on a bad file
+    too_long = np.nonzero((prompt > limit) | (output > limit - np.minimum(prompt, limit)))[0]
+    if too_long.size:
+        i = int(too_long[0])
+        raise ValueError(
+            f"workload {name!r} row {i}: prompt+output={int(prompt[i]) + int(output[i])} "
+            f"tokens exceeds max_model_len={limit}"
+        )
+
+
 def simulate(
     cfg: SimConfig,
     *,
@@ -94,7 +107,7 @@ def simulate(
     """
     model = get_model(cfg.model)
     gpu = get_gpu(cfg.gpu)
-    plan = plan_memory(model, gpu, cfg.engine, cfg.spec)
+    plan = plan_memory(model, gpu, cfg.engine, cfg.spec, lookup=measured_term)
     if workload is None and memory_limit_bytes is not None:
         # before loading the workload: the per-request floor alone (1-token outputs)
         _check_footprint(cfg, plan, cfg.load.num_requests, 1.0, streaming, keep_requests,
@@ -106,15 +119,7 @@ def simulate(
     keep_st = not stream if keep_steps is None else keep_steps
     prompt = table.prompt_tok[:n]
     output = table.output_tok[:n]
-    # compared without adding first: prompt + output can overflow int64 on a bad file
-    limit = plan.max_model_len
-    too_long = np.nonzero((prompt > limit) | (output > limit - np.minimum(prompt, limit)))[0]
-    if too_long.size:
-        i = int(too_long[0])
-        raise ValueError(
-            f"workload {table.name!r} row {i}: prompt+output={int(prompt[i]) + int(output[i])} "
-            f"tokens exceeds max_model_len={plan.max_model_len}"
-        )
+    _check_lengths(table.name, prompt, output, plan.max_model_len)
     longest = int(np.argmax(prompt + output))
     need = plan.blocks_per_request(int(prompt[longest] + output[longest]))
     if need > plan.usable_blocks:
