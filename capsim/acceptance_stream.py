@@ -56,7 +56,7 @@ class StreamingAcceptanceDraws(AcceptanceDraws):
         steps = np.minimum(out, np.ceil(out / expected_tokens_per_step(spec) * 1.25).astype(np.int64) + 8)
         self._offsets = np.concatenate([[0], np.cumsum(steps)])
         self._start = self._offsets[:-1]
-        self._nsafe = np.maximum(steps, 1)
+        self._nsafe = np.maximum(steps, 1).astype(np.int32)
         self._draws = np.zeros(0, dtype=np.int64)  # unused: the window holds the values
         self._q32 = q.astype(np.float32)
         self._rng = rng
@@ -68,7 +68,7 @@ class StreamingAcceptanceDraws(AcceptanceDraws):
         self._hi = 0  # chunks drawn so far
         self._base = 0  # offset of the window's first value
         self._window = np.zeros(0, dtype=np.int8)
-        self._used = np.zeros(n, dtype=np.int64)
+        self._used = np.zeros(n, dtype=np.int32)
         self._accepted = 0
         self._steps_used = 0
 

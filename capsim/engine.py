@@ -89,9 +89,10 @@ class EngineSim:
         self.send_s = np.full(n, np.nan)
         self.first_scheduled_s = np.full(n, np.nan)
         self.finish_s = np.full(n, np.nan)
-        self.num_preemptions = np.zeros(n, dtype=np.int64)
-        self.num_cached_tok = np.zeros(n, dtype=np.int64)
-        self.num_accept_draws_used = np.zeros(n, dtype=np.int64)
+        # int32: per-request counts (tokens of one request, its verify steps) < 2**31
+        self.num_preemptions = np.zeros(n, dtype=np.int32)
+        self.num_cached_tok = np.zeros(n, dtype=np.int32)
+        self.num_accept_draws_used = np.zeros(n, dtype=np.int32)
 
     # -- client -------------------------------------------------------------------------
     def _send_ready(self) -> None:

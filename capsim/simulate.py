@@ -192,9 +192,10 @@ def simulate(
         "max_num_seqs": plan.max_num_seqs,
         "offered_load": cfg.load.offered_load,
     }
-    if stream:  # the sweep's row reads these from the requests table when it is kept
+    if stream:  # the sweep's row / bench result read these from the requests table
         summary["mean_prompt_tok"] = float(np.mean(prompt))
         summary["mean_output_tok"] = float(np.mean(output))
+        summary["total_input_tok"] = int(prompt.sum())
     desc = dict(step_model.describe())
     summary["step_time_label"] = step_time_label(desc)
     return SimResult(
@@ -250,8 +251,8 @@ def _request_columns(
         "ttft_s": ttft,
         "tpot_s": tpot,
         "e2el_s": e2el,
-        "num_preemptions": sim.num_preemptions,
-        "cached_tok": sim.num_cached_tok,
+        "num_preemptions": sim.num_preemptions.astype(np.int64),
+        "cached_tok": sim.num_cached_tok.astype(np.int64),
     }
 
 

@@ -18,6 +18,7 @@ ROOT = Path(__file__).resolve().parents[1]
 LAYERS: tuple[str, ...] = (
     "__init__",  # capsim/__init__.py: the version
     "units",
+    "footprint",
     "gpus",
     "models",
     "commit_modes",
@@ -32,8 +33,11 @@ LAYERS: tuple[str, ...] = (
     "core",
     "traces",
     "cost",
+    "streaming_metrics",
     "metrics",
     "loadgen",
+    "acceptance_stream",
+    "request_source",
     "engine",
     "simulate",
     "live",

@@ -101,10 +101,17 @@ ACCEPTANCE_OPTIONS = ("tree_model", "temperature")  # how drafts are accepted: s
 def spec_config(params: dict[str, Any]) -> SpecDecodeConfig:
     acc = params.get("acceptance")
     extra = collect("acceptance", params)
-    return SpecDecodeConfig(
+    spec = SpecDecodeConfig(
         **collect("spec", params),
         acceptance=AcceptanceConfig(conditional=acc, **extra) if acc else AcceptanceConfig(**extra),
     )
+    if acc and len(acc) > 1 and len(acc) != spec.depth:
+        raise click.BadParameter(
+            f"{','.join(f'{p:g}' for p in acc)}: {len(acc)} per-depth values for a draft depth "
+            f"of {spec.depth}; give one value (every depth) or exactly {spec.depth}",
+            param_hint="--acceptance",
+        )
+    return spec
 
 
 def engine_config(params: dict[str, Any]) -> EngineConfig:
@@ -279,6 +286,22 @@ def step_time_label(model: dict[str, Any]) -> str:
     show_default=True,
     help="where --save-result writes",
 )
+@click.option(
+    "--streaming/--exact",
+    default=None,
+    help="bounded memory: no per-request/per-step table kept unless asked, ITL quantiles "
+    "from (value, count) runs (default: streaming above 200000 requests)",
+)
+@click.option(
+    "--keep-requests/--no-keep-requests",
+    default=None,
+    help="keep the per-request table (requests.parquet); default: not when streaming",
+)
+@click.option(
+    "--keep-steps/--no-keep-steps",
+    default=None,
+    help="keep the per-step table (steps.parquet); default: not when streaming",
+)
 def simulate(
     workload: str,
     concurrency: int | None,
@@ -292,6 +315,9 @@ def simulate(
     as_json: bool,
     save_result: bool,
     result_filename: Path,
+    streaming: bool | None,
+    keep_requests: bool | None,
+    keep_steps: bool | None,
     **params: Any,
 ) -> None:
     """Simulate one point (model, GPU, gmu, speculation, workload, load) end to end.
@@ -301,9 +327,13 @@ def simulate(
     from capsim.io.result_files import write_result
     from capsim.simulate import simulate as run_point
 
+    from capsim.footprint import available_memory_bytes
+
     mode = _load_mode(replay, rate, concurrency)
-    if out is not None and out.exists() and not out.is_dir():
-        raise click.BadParameter(f"{str(out)!r} exists and is not a directory", param_hint="--out")
+    if out is not None:
+        _check_out_writable(out, "--out")
+    if save_result:
+        _check_out_writable(result_filename.parent, "--result-filename")
     cfg = SimConfig(
         model=params["model"],
         gpu=params["gpu"],
@@ -321,11 +351,19 @@ def simulate(
         step_time=step_time,
     )
     t0 = time.perf_counter()
-    result = run_point(cfg, workload=_workload_table(workload))
+    result = run_point(
+        cfg,
+        workload=_workload_table(workload),
+        streaming=streaming,
+        keep_requests=keep_requests,
+        keep_steps=keep_steps,
+        memory_limit_bytes=available_memory_bytes(),
+    )
     wall_s = time.perf_counter() - t0
+    written: list[str] = []
     if out is not None:
         try:
-            write_result(out, result)
+            written = write_result(out, result)
         except OSError as exc:
             raise click.ClickException(f"--out {out}: cannot write results: {exc}") from None
     if save_result:
@@ -355,7 +393,26 @@ def simulate(
     for k, v in summary_rows(s, result.step_time_model, cfg.engine.enable_prefix_caching):
         click.echo(f"  {k:<24}{v}")
     if out is not None:
-        click.echo(f"wrote {out}/summary.json, requests.parquet, steps.parquet")
+        click.echo(f"wrote {out}/" + ", ".join(written))
+
+
+def _check_out_writable(path: Path, flag: str) -> None:
+    """Before simulating: ``path`` is (or can be made) a directory we can write into."""
+    import os
+    import tempfile
+
+    if path.exists() and not path.is_dir():
+        raise click.BadParameter(f"{str(path)!r} exists and is not a directory", param_hint=flag)
+    try:
+        path.mkdir(parents=True, exist_ok=True)
+        fd, probe = tempfile.mkstemp(prefix=".probe.", dir=path)
+        os.close(fd)
+        os.unlink(probe)
+    except OSError as exc:
+        raise click.BadParameter(
+            f"{str(path)!r} is not writable ({exc.strerror or exc}); checked before simulating",
+            param_hint=flag,
+        ) from None
 
 
 def _num(value: float | None, digits: int = 1, scale: float = 1.0) -> str:

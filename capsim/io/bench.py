@@ -36,7 +36,9 @@ def bench_result(result: SimResult) -> dict[str, Any]:
         "max_concurrency": load["concurrency"],
         "duration": s["duration_s"],
         "completed": s["num_requests"],
-        "total_input_tokens": int(req["prompt_tok"].sum()),
+        "total_input_tokens": int(req["prompt_tok"].sum())
+        if "prompt_tok" in req
+        else int(s["total_input_tok"]),
         "total_output_tokens": int(s["total_output_tok"]),
         "request_throughput": s["request_throughput_req_per_s"],
         "output_throughput": s["output_throughput_tok_per_s"],

@@ -45,10 +45,14 @@ def provenance() -> dict[str, Any]:
     }
 
 
-def write_result(out_dir: Path, result: SimResult) -> None:
+def write_result(out_dir: Path, result: SimResult) -> list[str]:
+    """The files written (a table the run did not keep, e.g. streaming, is not written)."""
     out_dir.mkdir(parents=True, exist_ok=True)
-    write_parquet_atomic(out_dir / "requests.parquet", result.requests)
-    write_parquet_atomic(out_dir / "steps.parquet", result.steps)
+    names = []
+    for name, table in (("requests.parquet", result.requests), ("steps.parquet", result.steps)):
+        if len(table):
+            write_parquet_atomic(out_dir / name, table)
+            names.append(name)
     write_json_atomic(
         out_dir / "summary.json",
         {
@@ -58,3 +62,4 @@ def write_result(out_dir: Path, result: SimResult) -> None:
             "provenance": provenance(),
         },
     )
+    return ["summary.json", *names]

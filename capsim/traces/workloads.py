@@ -74,7 +74,8 @@ def tokenizer_family(model: str) -> str:
 def _labels(rows: np.ndarray, per_row: list[str]) -> tuple[str, ...]:
     """Source ids of the sampled rows, one string object per dataset row (an oversampled
     run of 10**7 requests shares them instead of holding 10**7 strings)."""
-    return tuple(per_row[i] for i in rows.tolist())
+    # iterating the array (not rows.tolist()) holds one index object at a time
+    return tuple(per_row[i] for i in rows)
 
 
 def _sharegpt(num_requests: int, seed: int, family: str, root: Path | None) -> RequestTable:
