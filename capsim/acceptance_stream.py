@@ -30,9 +30,9 @@ class StreamingAcceptanceDraws(AcceptanceDraws):
         "_accepted",
         "_base",
         "_chunk",
-        "_lo",
         "_hi",
         "_left",
+        "_lo",
         "_q32",
         "_rng",
         "_steps_used",
@@ -53,7 +53,9 @@ class StreamingAcceptanceDraws(AcceptanceDraws):
         q = depth_acceptance(spec)
         out = np.asarray(output_tok, dtype=np.int64)
         # the same per-request step counts as AcceptanceDraws (every output is >= 1)
-        steps = np.minimum(out, np.ceil(out / expected_tokens_per_step(spec) * 1.25).astype(np.int64) + 8)
+        steps = np.minimum(
+            out, np.ceil(out / expected_tokens_per_step(spec) * 1.25).astype(np.int64) + 8
+        )
         self._offsets = np.concatenate([[0], np.cumsum(steps)])
         self._start = self._offsets[:-1]
         self._nsafe = np.maximum(steps, 1).astype(np.int32)

@@ -94,10 +94,8 @@ def estimate_footprint(
     else:
         acceptance = verify_steps * (8 + 4 * max(depth, 0) + 1) if depth else 8 * n
         itl = emissions * 8
-    if keep_steps:
-        steps = 2 * num_steps * STEP_ROW_BYTES
-    else:
-        steps = num_steps * STEP_COLUMNS_BYTES
+    per_step = 2 * STEP_ROW_BYTES if keep_steps else STEP_COLUMNS_BYTES
+    steps = num_steps * per_step
     return Footprint(
         base_bytes=BASE_BYTES,
         requests_bytes=n * PER_REQUEST_BYTES,

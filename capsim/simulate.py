@@ -110,8 +110,17 @@ def simulate(
     plan = plan_memory(model, gpu, cfg.engine, cfg.spec, lookup=measured_term)
     if workload is None and memory_limit_bytes is not None:
         # before loading the workload: the per-request floor alone (1-token outputs)
-        _check_footprint(cfg, plan, cfg.load.num_requests, 1.0, streaming, keep_requests,
-                         keep_steps, memory_limit_bytes, 1)
+        _check_footprint(
+            cfg,
+            plan,
+            cfg.load.num_requests,
+            1.0,
+            streaming,
+            keep_requests,
+            keep_steps,
+            memory_limit_bytes,
+            1,
+        )
     table = workload if workload is not None else load_requests(cfg)
     n = min(cfg.load.num_requests, table.num_requests)
     stream = n > STREAMING_MIN_REQUESTS if streaming is None else streaming
@@ -130,8 +139,17 @@ def simulate(
             "--num-gpu-blocks-override / --gmu or use shorter requests"
         )
     mean_ctx = int(np.mean(prompt + output))
-    _check_footprint(cfg, plan, n, float(np.mean(output)), stream, keep_req, keep_st,
-                     memory_limit_bytes, mean_ctx)
+    _check_footprint(
+        cfg,
+        plan,
+        n,
+        float(np.mean(output)),
+        stream,
+        keep_req,
+        keep_st,
+        memory_limit_bytes,
+        mean_ctx,
+    )
     arrivals_ss, accept_ss = np.random.SeedSequence(cfg.seed).spawn(2)
     release = release_times_s(
         cfg.load,
@@ -208,8 +226,15 @@ def simulate(
 
 
 def _check_footprint(  # type: ignore[no-untyped-def]
-    cfg: SimConfig, plan, n: int, mean_output_tok: float, streaming: bool | None,
-    keep_requests: bool | None, keep_steps: bool | None, limit: int | None, mean_ctx: int,
+    cfg: SimConfig,
+    plan,
+    n: int,
+    mean_output_tok: float,
+    streaming: bool | None,
+    keep_requests: bool | None,
+    keep_steps: bool | None,
+    limit: int | None,
+    mean_ctx: int,
 ) -> None:
     """Refuse (ValueError with the numbers) a run whose lower-bound footprint exceeds
     ``limit``; every step taken as a full batch (``capsim.footprint``)."""

@@ -137,4 +137,6 @@ class StepColumns:
         return 8 * 4 * len(self.step_s)
 
     def column(self, name: str) -> np.ndarray:
-        return np.frombuffer(getattr(self, name), dtype=np.int64 if name.startswith("num_") else np.float64)
+        return np.frombuffer(
+            getattr(self, name), dtype=np.int64 if name.startswith("num_") else np.float64
+        )

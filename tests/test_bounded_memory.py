@@ -86,7 +86,11 @@ def test_run_quantiles_are_numpys(seed: int) -> None:
     [
         {"mode": "rate", "rate_req_per_s": 40.0},
         {"mode": "concurrency", "concurrency": 300, "engine": EngineConfig(gmu=0.6)},
-        {"mode": "rate", "rate_req_per_s": 30.0, "engine": EngineConfig(enable_prefix_caching=True)},
+        {
+            "mode": "rate",
+            "rate_req_per_s": 30.0,
+            "engine": EngineConfig(enable_prefix_caching=True),
+        },
     ],
     ids=["open-loop", "preempting", "prefix-caching"],
 )
@@ -130,5 +134,8 @@ def test_state_after_a_run_is_the_requests_in_flight(monkeypatch) -> None:  # ty
 
 def test_estimate_refuses_a_run_that_cannot_fit() -> None:
     cfg = _cfg(10_000_000, mode="rate", rate_req_per_s=60.0)
-    with pytest.raises(ValueError, match=r"simulate -n 10000000 needs at least [0-9.]+ GiB .* 0\.50 GiB is available"):
+    with pytest.raises(
+        ValueError,
+        match=r"simulate -n 10000000 needs at least [0-9.]+ GiB .* 0\.50 GiB is available",
+    ):
         simulate(cfg, streaming=False, memory_limit_bytes=2**29)

@@ -324,10 +324,9 @@ def simulate(
 
     Load flags are vllm bench serve's: --max-concurrency (closed loop), --request-rate
     (open loop, gamma gaps of shape --burstiness), --num-prompts, --dataset-name."""
+    from capsim.footprint import available_memory_bytes
     from capsim.io.result_files import write_result
     from capsim.simulate import simulate as run_point
-
-    from capsim.footprint import available_memory_bytes
 
     mode = _load_mode(replay, rate, concurrency)
     if out is not None:

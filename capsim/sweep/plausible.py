@@ -92,14 +92,18 @@ def _value_problem(row: Mapping[str, Any]) -> str | None:
     return None
 
 
-def _range_problem(row: Mapping[str, Any], offered_requests: int | None, k: int | None) -> str | None:
+def _range_problem(
+    row: Mapping[str, Any], offered_requests: int | None, k: int | None
+) -> str | None:
     for key in FRACTIONS:
         v = _num(row, key)
         if v is not None and v > 1 + _EPS:
             return f"{key}={row[key]!r} is above 1 (a fraction of the pool)"
     mean, peak = _num(row, "mean_kv_usage"), _num(row, "peak_kv_usage")
     if mean is not None and peak is not None and mean > peak + _EPS:
-        return f"mean_kv_usage={row['mean_kv_usage']!r} exceeds peak_kv_usage={row['peak_kv_usage']!r}"
+        return (
+            f"mean_kv_usage={row['mean_kv_usage']!r} exceeds peak_kv_usage={row['peak_kv_usage']!r}"
+        )
     n = _num(row, "num_requests")
     if n is not None and offered_requests is not None and n > offered_requests:
         return f"num_requests={row['num_requests']!r} exceeds the {offered_requests} offered"
@@ -150,7 +154,9 @@ def row_problem(
     return _value_problem(row) or _range_problem(row, offered_requests, num_draft_tok)
 
 
-def point_row_problem(row: Any, point: Any, wall_s: Any, columns: Iterable[str] | None = None) -> str | None:
+def point_row_problem(
+    row: Any, point: Any, wall_s: Any, columns: Iterable[str] | None = None
+) -> str | None:
     """``row_problem`` with the limits a sweep point implies (its keys, the requests it
     offered, its draft tokens per verify step)."""
     cfg = point.cfg

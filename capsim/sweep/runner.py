@@ -74,11 +74,15 @@ def result_row(point: Point, result: Any, plan_fn: PlanFn | None = None) -> dict
     req = result.requests
     s = result.summary
     mean_prompt = (
-        float(req["prompt_tok"].mean()) if "prompt_tok" in req else s.get("mean_prompt_tok", math.nan)
+        float(req["prompt_tok"].mean())
+        if "prompt_tok" in req
+        else s.get("mean_prompt_tok", math.nan)
     )
     row["mean_prompt_tok"] = mean_prompt
     row["mean_output_tok"] = (
-        float(req["output_tok"].mean()) if "output_tok" in req else s.get("mean_output_tok", math.nan)
+        float(req["output_tok"].mean())
+        if "output_tok" in req
+        else s.get("mean_output_tok", math.nan)
     )
     usable = float(row.get("usable_blocks", math.nan))
     row["peak_kv_blocks"] = float(row.get("peak_kv_usage", math.nan)) * usable
@@ -216,7 +220,10 @@ def _run_locked(  # type: ignore[no-untyped-def]
                     store.check_calibration(out.step_time_model or {})
                     try:
                         store.write_point(
-                            out.point_id, out.row or {}, out.steps, out.wall_s,
+                            out.point_id,
+                            out.row or {},
+                            out.steps,
+                            out.wall_s,
                             by_id.get(out.point_id),
                         )
                     except SweepWriteError:
@@ -244,11 +251,10 @@ def _run_locked(  # type: ignore[no-untyped-def]
         try:
             store.write_manifest()
         except SweepWriteError:
-            # the disk that refused a point may refuse the manifest too: the run stays
-            # 'running' on disk and the next run (taking the lock) marks it 'killed'
-            if run_entry["status"] != "finished":
-                pass
-            else:
+            # the disk that refused a point may refuse the manifest too: the first error
+            # is the one raised; the run stays 'running' on disk and the next run (taking
+            # the lock) marks it 'killed'. A finished run must record itself, so it raises.
+            if run_entry["status"] == "finished":
                 raise
     if failures:
         atomic_write_json(store.out_dir / "failures.json", failures)

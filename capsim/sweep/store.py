@@ -36,7 +36,6 @@ import datetime as dt
 import fcntl
 import hashlib
 import json
-import math
 import os
 import platform
 import subprocess
@@ -265,7 +264,9 @@ def point_record_problem(
 
 
 def steps_file_problem(
-    path: Path, want_sha256: str | None = None, point_id: str | None = None,
+    path: Path,
+    want_sha256: str | None = None,
+    point_id: str | None = None,
     fingerprint: str | None = None,
 ) -> str | None:
     """Why a steps file cannot be reused: missing, bytes not the recorded hash, not a
@@ -438,9 +439,7 @@ class SweepStore:
             return ""
         try:
             record = json.loads(path.read_text())
-            why = point_record_problem(
-                record, point, self.spec.fingerprint(), self.row_columns
-            )
+            why = point_record_problem(record, point, self.spec.fingerprint(), self.row_columns)
         except (OSError, ValueError, RecursionError) as exc:
             why = f"unreadable JSON ({type(exc).__name__}: {str(exc)[:80]})"
         if why is None and need_steps:

@@ -25,8 +25,7 @@ def csv_error_reason(exc: csv.Error) -> str:
         )
     if "new-line character seen in unquoted field" in msg:
         return (
-            "a bare carriage return (CR, \\r) inside a row; save the file with LF or CRLF "
-            "line ends"
+            "a bare carriage return (CR, \\r) inside a row; save the file with LF or CRLF line ends"
         )
     return msg
 

@@ -40,19 +40,39 @@ def _sim(*extra: object) -> list[str]:
 @pytest.mark.parametrize(
     ("name", "text", "needles"),
     [
-        ("big.csv", "prompt_tok,output_tok,source_id\n10,10," + "x" * 140_000 + "\n",
-         ["big.csv", "line 2", "longer than 131072 characters (128 KiB)"]),
-        ("cr.csv", "prompt_tok,output_tok\n10,10\n1\r0,5\n",
-         ["cr.csv", "line 3", "bare carriage return"]),
-        ("huge.csv", "prompt_tok,output_tok\n10,10\n99999999999999999999999,5\n",
-         ["huge.csv:3", "prompt_tok=99999999999999999999999 is above the int64 maximum"]),
-        ("huge.jsonl", '{"prompt_tok": 10, "output_tok": 99999999999999999999999}\n',
-         ["huge.jsonl:1", "output_tok=99999999999999999999999 is above the int64 maximum"]),
-        ("deep.jsonl", '{"prompt_tok": 1, "source_id": ' + "[" * 50_000 + "]" * 50_000 + "}\n",
-         ["deep.jsonl:1", "JSON nested too deeply"]),
+        (
+            "big.csv",
+            "prompt_tok,output_tok,source_id\n10,10," + "x" * 140_000 + "\n",
+            ["big.csv", "line 2", "longer than 131072 characters (128 KiB)"],
+        ),
+        (
+            "cr.csv",
+            "prompt_tok,output_tok\n10,10\n1\r0,5\n",
+            ["cr.csv", "line 3", "bare carriage return"],
+        ),
+        (
+            "huge.csv",
+            "prompt_tok,output_tok\n10,10\n99999999999999999999999,5\n",
+            ["huge.csv:3", "prompt_tok=99999999999999999999999 is above the int64 maximum"],
+        ),
+        (
+            "huge.jsonl",
+            '{"prompt_tok": 10, "output_tok": 99999999999999999999999}\n',
+            ["huge.jsonl:1", "output_tok=99999999999999999999999 is above the int64 maximum"],
+        ),
+        (
+            "deep.jsonl",
+            '{"prompt_tok": 1, "source_id": ' + "[" * 50_000 + "]" * 50_000 + "}\n",
+            ["deep.jsonl:1", "JSON nested too deeply"],
+        ),
     ],
-    ids=["field-over-128KiB", "bare-CR", "int-above-int64-csv", "int-above-int64-jsonl",
-         "json-depth"],
+    ids=[
+        "field-over-128KiB",
+        "bare-CR",
+        "int-above-int64-csv",
+        "int-above-int64-jsonl",
+        "json-depth",
+    ],
 )
 def test_bad_trace_file(tmp_path, no_simulation, name, text, needles) -> None:  # type: ignore[no-untyped-def]
     path = tmp_path / name
@@ -63,8 +83,9 @@ def test_bad_trace_file(tmp_path, no_simulation, name, text, needles) -> None:  
 def test_deep_toml_grid(tmp_path) -> None:  # type: ignore[no-untyped-def]
     grid = tmp_path / "deep.toml"
     grid.write_text('[sweep]\nname = "x"\nfoo = ' + "[" * 5000 + "]" * 5000 + "\n")
-    one_line_error(["sweep", "--grid", grid, "--out", tmp_path / "o"], "deep.toml",
-                   "TOML nested too deeply")
+    one_line_error(
+        ["sweep", "--grid", grid, "--out", tmp_path / "o"], "deep.toml", "TOML nested too deeply"
+    )
 
 
 def test_deep_model_config(tmp_path, no_simulation) -> None:  # type: ignore[no-untyped-def]
@@ -87,13 +108,17 @@ def test_request_the_pool_can_never_hold(tmp_path, no_simulation) -> None:  # ty
     path.write_text("prompt_tok,output_tok\n100,10\n60000,100\n")
     one_line_error(
         _sim("-w", path, "--num-gpu-blocks-override", 40),
-        "row 1", "prompt+output=60100 tokens needs", "could never finish",
+        "row 1",
+        "prompt+output=60100 tokens needs",
+        "could never finish",
     )
 
 
 @pytest.mark.parametrize("values", ["0.9,0.8", "0.9,0.8,0.7,0.6"])
 def test_acceptance_list_must_match_the_depth(no_simulation, values) -> None:  # type: ignore[no-untyped-def]
-    one_line_error(_sim("--acceptance", values), "--acceptance", "per-depth values for a draft depth of 3")
+    one_line_error(
+        _sim("--acceptance", values), "--acceptance", "per-depth values for a draft depth of 3"
+    )
 
 
 def test_unwritable_out_is_refused_before_simulating(tmp_path, no_simulation) -> None:  # type: ignore[no-untyped-def]
@@ -108,17 +133,22 @@ def test_run_that_cannot_fit_is_refused_with_the_number(monkeypatch, no_simulati
     monkeypatch.setattr(fp, "available_memory_bytes", lambda *a, **k: 2**30)
     one_line_error(
         ["simulate", "--request-rate", 60, "-n", 10_000_000, "--exact"],
-        "simulate -n 10000000 needs at least", "1.00 GiB is available",
+        "simulate -n 10000000 needs at least",
+        "1.00 GiB is available",
     )
 
 
 def test_one_acceptance_value_still_means_every_depth() -> None:
-    res = CliRunner().invoke(main, ["simulate", "-c", "2", "-n", "4", "--acceptance", "0.9", "--json"])
+    res = CliRunner().invoke(
+        main, ["simulate", "-c", "2", "-n", "4", "--acceptance", "0.9", "--json"]
+    )
     assert res.exit_code == 0, res.output
 
 
 def test_streaming_run_writes_only_what_it_kept(tmp_path: Path) -> None:
     out = tmp_path / "o"
-    res = CliRunner().invoke(main, ["simulate", "-c", "2", "-n", "6", "--streaming", "--out", str(out)])
+    res = CliRunner().invoke(
+        main, ["simulate", "-c", "2", "-n", "6", "--streaming", "--out", str(out)]
+    )
     assert res.exit_code == 0, res.output
     assert sorted(p.name for p in out.iterdir()) == ["summary.json"]

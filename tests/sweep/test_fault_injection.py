@@ -209,8 +209,14 @@ def test_implausible_result_is_never_written(spec, tmp_path) -> None:  # type: i
             step_time_model=r.step_time_model,
         )
 
-    rep = run_sweep(spec, tmp_path / "o", executor=SerialExecutor(), point_fn=bad,
-                    progress=False, workloads=WORKLOADS)
+    rep = run_sweep(
+        spec,
+        tmp_path / "o",
+        executor=SerialExecutor(),
+        point_fn=bad,
+        progress=False,
+        workloads=WORKLOADS,
+    )
     assert not rep.ok and len(rep.failures) == 20
     assert "peak_kv_usage=2.0 is above 1" in next(iter(rep.failures.values()))
     assert not list((tmp_path / "o" / "points").glob("*.json"))
@@ -341,7 +347,9 @@ def _small_tmpfs(where: Path) -> str | None:
         return "no mount command"
     res = subprocess.run(
         ["mount", "-t", "tmpfs", "-o", "size=1m", "tmpfs", str(where)],
-        capture_output=True, text=True, check=False,
+        capture_output=True,
+        text=True,
+        check=False,
     )
     if res.returncode != 0:
         return f"cannot mount a tmpfs here ({res.stderr.strip() or res.returncode})"
