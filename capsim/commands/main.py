@@ -51,6 +51,11 @@ class CapsimGroup(click.Group):
                 raise
             if isinstance(exc, ValueError):
                 raise click.ClickException(one_line(str(exc))) from None
+            if isinstance(exc, MemoryError):
+                raise click.ClickException(
+                    "out of host memory: the run holds more than this machine has; use "
+                    "fewer requests or --streaming (docs/reliability.md)"
+                ) from None
             raise click.ClickException(
                 one_line(f"internal error {type(exc).__name__}: {exc}")
                 + " (rerun with --debug for the traceback)"
