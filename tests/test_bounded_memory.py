@@ -99,7 +99,7 @@ def test_streaming_summary_equals_the_exact_one(load) -> None:  # type: ignore[n
     exact = simulate(cfg)
     stream = simulate(cfg, streaming=True)
     a, b = exact.summary, stream.summary
-    assert set(b) - set(a) == {"mean_prompt_tok", "mean_output_tok"}
+    assert set(b) - set(a) == {"mean_prompt_tok", "mean_output_tok", "total_input_tok"}
     for key, value in a.items():
         if key == "itl_mean_s":
             assert math.isclose(b[key], value, rel_tol=1e-12)

@@ -197,7 +197,7 @@ def test_row_rules(change, needle) -> None:  # type: ignore[no-untyped-def]
 
 
 def test_implausible_result_is_never_written(spec, tmp_path) -> None:  # type: ignore[no-untyped-def]
-    from capsim.result import SimResult
+    from capsim.sim_result import SimResult
 
     def bad(cfg):  # type: ignore[no-untyped-def]
         r = fake_simulate(cfg)
