@@ -66,6 +66,10 @@ def _dtype_alias(name: str) -> str:
     return aliases.get(str(name).lower(), str(name).lower())
 
 
+COUNT_TERMS_MEMO_MAX = 1 << 16
+"""Memoised step terms kept at most (about 17 MB); cleared when full (issue 20)."""
+
+
 @dataclass(frozen=True, slots=True)
 class _Tables:
     """Curves for one (model shapes, GPU) pair, built once from the fit rows."""
@@ -377,6 +381,11 @@ class CalibratedStepTime:
         key = (r_dec, w, n_chunks, pre_tok)
         terms = self._count_terms.get(key)
         if terms is None:
+            if len(self._count_terms) >= COUNT_TERMS_MEMO_MAX:
+                # NOTE: keys include the prefill token total, so a long run keeps finding
+                # new ones; a bounded memo keeps memory flat (a miss recomputes the same
+                # numbers, so results do not depend on it)
+                self._count_terms.clear()
             terms = self._count_terms[key] = self._terms(r_dec, w, n_chunks, pre_tok, True)
         return self._assemble(shape, terms, None, True)
 
