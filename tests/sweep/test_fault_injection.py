@@ -44,12 +44,21 @@ def spec():  # type: ignore[no-untyped-def]
     return small_spec()
 
 
-@pytest.fixture
-def done(spec, tmp_path):  # type: ignore[no-untyped-def]
-    """A finished sweep directory and its points table."""
-    out = tmp_path / "res"
-    rep = _run(spec, out)
+@pytest.fixture(scope="module")
+def _clean(tmp_path_factory):  # type: ignore[no-untyped-def]
+    """One finished sweep, computed once for the module."""
+    out = tmp_path_factory.mktemp("clean") / "res"
+    rep = _run(small_spec(), out)
     assert rep.ok and rep.num_computed == 20
+    return out
+
+
+@pytest.fixture
+def done(_clean, tmp_path):  # type: ignore[no-untyped-def]
+    """A private copy of the finished sweep directory and its points table."""
+    out = tmp_path / "res"
+    shutil.copytree(_clean, out)
+    (out / ".lock").unlink(missing_ok=True)
     return out, pd.read_parquet(out / "points.parquet")
 
 
