@@ -8,6 +8,8 @@ requests, arrivals and per-request acceptance (common random numbers).
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import numpy as np
 import pandas as pd
 
@@ -64,13 +66,27 @@ def load_requests(cfg: SimConfig) -> RequestTable:
     )
 
 
-def simulate(
+@dataclass(frozen=True, slots=True)
+class Prepared:
+    """Everything one point needs before the engine runs (shared by capsim.fleet)."""
+
+    plan: MemoryPlan
+    table: RequestTable
+    prompt: np.ndarray
+    output: np.ndarray
+    release: np.ndarray
+    draws: AcceptanceDraws
+    requests: list[Request]
+    step_model: StepTimeModel
+
+
+def prepare(
     cfg: SimConfig,
     *,
     workload: RequestTable | None = None,
     cost: StepTimeModel | None = None,
-) -> SimResult:
-    """Run one point to completion. ``workload``/``cost`` override the configured ones."""
+) -> Prepared:
+    """Memory plan, workload sample, release times, acceptance draws, requests, pricing."""
     model = get_model(cfg.model)
     gpu = get_gpu(cfg.gpu)
     plan = plan_memory(model, gpu, cfg.engine, cfg.spec)
@@ -97,7 +113,12 @@ def simulate(
     draws = AcceptanceDraws(cfg.spec, output, np.random.default_rng(accept_ss))
     segments = (None,) * n if table.segments is None else table.segments
     requests = Request.many(prompt.tolist(), output.tolist(), tuple(segments[:n]))
-    scheduler = Scheduler(
+    step_model = cost if cost is not None else build_step_time_model(cfg, model, gpu)
+    return Prepared(plan, table, prompt, output, release, draws, requests, step_model)
+
+
+def make_scheduler(cfg: SimConfig, plan: MemoryPlan) -> Scheduler:
+    return Scheduler(
         SchedulerConfig(
             max_num_seqs=plan.max_num_seqs,
             max_num_batched_tokens=plan.max_num_batched_tokens,
@@ -107,55 +128,56 @@ def simulate(
         ),
         KVCacheManager(pool_layout(plan, cfg.engine.watermark, cfg.engine.enable_prefix_caching)),
     )
-    step_model = cost if cost is not None else build_step_time_model(cfg, model, gpu)
-    max_conc = cfg.load.concurrency
-    sim = EngineSim(
-        scheduler=scheduler,
-        cost=step_model,
-        acceptance=draws,
-        requests=requests,
-        release_s=release,
-        max_concurrency=max_conc,
-        window_tok=cfg.spec.window_tok,
-        parent=None if table.parent is None else table.parent[:n],
-    )
-    sim.run()
 
+
+def request_frame(
+    p: Prepared,
+    first_token_s: np.ndarray,
+    counters: dict[str, np.ndarray],
+) -> pd.DataFrame:
+    """One row per request (``counters``: max_output_tok, num_preemptions, num_cached_tok
+    per request, in request order)."""
+    requests, n = p.requests, len(p.requests)
     send = np.array([r.arrival_s for r in requests])
-    # counters straight from the scheduler's store (every request was added to it)
-    cols = scheduler.store.cols
-    slots = np.fromiter((r.slot for r in requests), dtype=np.int64, count=n)
-    first = sim.first_token_s
     finish = np.array([r.finish_s for r in requests], dtype=np.float64)
-    out_tok = cols["max_output_tok"][slots]
-    ttft = first - send
+    out_tok = counters["max_output_tok"]
+    ttft = first_token_s - send
     e2el = finish - send
     with np.errstate(divide="ignore", invalid="ignore"):
         tpot = np.where(out_tok > 1, (e2el - ttft) / (out_tok - 1), np.nan)
-    req_df = pd.DataFrame(
+    return pd.DataFrame(
         {
             "req_id": [r.req_id for r in requests],
-            "source_id": list(table.source_id[:n]),
-            "prompt_tok": prompt.astype(np.int64),
+            "source_id": list(p.table.source_id[:n]),
+            "prompt_tok": p.prompt.astype(np.int64),
             "output_tok": out_tok,
-            "release_s": release,
+            "release_s": p.release,
             "send_s": send,
             "first_scheduled_s": np.array([r.first_scheduled_s for r in requests], dtype=float),
-            "first_token_s": first,
+            "first_token_s": first_token_s,
             "finish_s": finish,
             "ttft_s": ttft,
             "tpot_s": tpot,
             "e2el_s": e2el,
-            "num_preemptions": cols["num_preemptions"][slots],
-            "cached_tok": cols["num_cached_tok"][slots],
+            "num_preemptions": counters["num_preemptions"],
+            "cached_tok": counters["num_cached_tok"],
         }
     )
-    steps_df = sim.recorder.frame()
-    summary = summarize(req_df, steps_df, np.asarray(sim.recorder.itl_s))
-    used = cols["num_accept_draws_used"][slots]
+
+
+def point_summary(
+    cfg: SimConfig,
+    p: Prepared,
+    req_df: pd.DataFrame,
+    steps_df: pd.DataFrame,
+    itl_s: np.ndarray,
+    used_draws: np.ndarray,
+) -> dict[str, object]:
+    summary = summarize(req_df, steps_df, itl_s)
+    plan, prompt, output = p.plan, p.prompt, p.output
     mean_ctx = int(np.mean(prompt + output))
     summary |= {
-        "mean_acceptance_len_tok": draws.mean_tokens_over_used(used),
+        "mean_acceptance_len_tok": p.draws.mean_tokens_over_used(used_draws),
         "num_blocks": plan.num_blocks,
         "usable_blocks": plan.usable_blocks,
         "block_size_tok": plan.block_size_tok,
@@ -166,12 +188,45 @@ def simulate(
         "max_num_seqs": plan.max_num_seqs,
         "offered_load": cfg.load.offered_load,
     }
-    desc = dict(step_model.describe())
-    summary["step_time_label"] = step_time_label(desc)
+    summary["step_time_label"] = step_time_label(dict(p.step_model.describe()))
+    return summary
+
+
+def simulate(
+    cfg: SimConfig,
+    *,
+    workload: RequestTable | None = None,
+    cost: StepTimeModel | None = None,
+) -> SimResult:
+    """Run one point to completion. ``workload``/``cost`` override the configured ones."""
+    p = prepare(cfg, workload=workload, cost=cost)
+    requests = p.requests
+    scheduler = make_scheduler(cfg, p.plan)
+    sim = EngineSim(
+        scheduler=scheduler,
+        cost=p.step_model,
+        acceptance=p.draws,
+        requests=requests,
+        release_s=p.release,
+        max_concurrency=cfg.load.concurrency,
+        window_tok=cfg.spec.window_tok,
+        parent=None if p.table.parent is None else p.table.parent[: len(requests)],
+    )
+    sim.run()
+    cols = scheduler.store.cols
+    slots = np.fromiter((r.slot for r in requests), dtype=np.int64, count=len(requests))
+    counters = {
+        k: cols[k][slots] for k in ("max_output_tok", "num_preemptions", "num_cached_tok")
+    }
+    req_df = request_frame(p, sim.first_token_s, counters)
+    steps_df = sim.recorder.frame()
+    summary = point_summary(
+        cfg, p, req_df, steps_df, np.asarray(sim.recorder.itl_s), cols["num_accept_draws_used"][slots]
+    )
     return SimResult(
         config=cfg.to_dict(),
         summary=summary,
         requests=req_df,
         steps=steps_df,
-        step_time_model=desc,
+        step_time_model=dict(p.step_model.describe()),
     )
