@@ -19,7 +19,8 @@ from capsim.plan.prices import fleet_usd_per_hour
 
 SHOW: tuple[str, ...] = (
     "cand_id", "gpu", "tp", "spec", "replicas", "num_gpus", "fleet_usd_per_h", "usd_per_mtok",
-    "capacity_req_per_s", "op_ttft_p99_s", "op_tpot_mean_s", "op_busy_frac", "steady",
+    "capacity_req_per_s", "op_ttft_p99_s", "op_tpot_mean_s", "load_frac_of_capacity",
+    "op_mean_kv_usage", "steady",
     "step_time_used",
 )
 
