@@ -2,7 +2,8 @@
 
 Workers return these dicts instead of whole ``SimResult`` objects (no per-request frames
 cross the process boundary). Definitions are vLLM bench's (``capsim.metrics``);
-``busy_frac`` = engine time spent in steps / run duration (the replica's utilisation);
+``busy_frac`` = engine time spent in steps / run duration (1.0 whenever a request is in
+flight: not a capacity measure; plans report load as a fraction of the SLO capacity);
 ``goodput_frac`` = share of requests whose own TTFT and TPOT are within the SLO's limits.
 """
 

@@ -202,15 +202,43 @@ def run_plan(
             if progress:
                 progress(1, "search")
     df = finish_table([rows[c.cand_id] for c in cands], traffic, top)
+    if not (df["status"] == "ok").any():
+        raise ValueError(impossible_message(df, inputs.slo))
     return PlanRun(
         inputs=inputs, traffic=traffic, candidates=df, prices=prices, top_req_per_s=top,
         wall_s=time.perf_counter() - t0, sim_wall_s=sim_wall,
     )
 
 
+NEEDED: tuple[str, ...] = (
+    "capacity_req_per_s", "at_cap_mean_output_tok", "at_cap_output_tok_per_s", "op_ttft_p99_s",
+    "op_tpot_mean_s", "op_mean_kv_usage", "op_misses", "steady", "num_sims", "step_time_note",
+    "reason", "probes_json",
+)
+
+
+def impossible_message(df: pd.DataFrame, slo: PlanSlo) -> str:
+    """One line naming the SLO field no candidate meets (or why none could be searched)."""
+    reasons = [str(r) for r in df.get("reason", pd.Series(dtype=str)).fillna("") if r]
+    for name in PlanSlo.TARGETS + ("goodput_frac",):
+        v = getattr(slo, name)
+        if v is None:
+            continue
+        hits = [r for r in reasons if name in r]
+        probes = df.get("probes_json", pd.Series(dtype=str)).fillna("")
+        if hits or any(name in p for p in probes):
+            eg = f"; e.g. {hits[0]}" if hits else ""
+            return f"slo.{name}={v!r}: no candidate in the space meets it ({len(df)} candidates{eg})"
+    first = reasons[0] if reasons else "nothing was searched"
+    return f"space: no candidate could be searched ({len(df)} candidates; e.g. {first})"
+
+
 def finish_table(rows: list[dict[str, Any]], traffic: TrafficResolved, top: float) -> pd.DataFrame:
     """Fleet columns from each ok row's capacity: replicas, GPUs, $/h, $/Mtok, utilisation."""
     df = pd.DataFrame(rows)
+    for col in NEEDED:
+        if col not in df:
+            df[col] = np.nan
     rate = traffic.rate_req_per_s
     ok = df["status"] == "ok" if "status" in df else pd.Series(False, index=df.index)
     cap = df.get("capacity_req_per_s", pd.Series(np.nan, index=df.index)).astype(float)
