@@ -38,6 +38,12 @@ def test_pruning_keeps_what_the_full_search_keeps(runs):
     cheapest = ok_full["fleet_usd_per_h"].min()
     for cid, f in ok_full.iterrows():
         p = pruned.loc[cid]
+        if f["steady"]:
+            # the analytic ceiling holds wherever the simulation settled (short unsteady
+            # probes may "meet" above it: the overstatement the steady rule exists for)
+            assert f["capacity_req_per_s"] <= p["rate_ceiling_req_per_s"] * (1 + 1e-9), cid
+        if not f["steady"]:
+            continue
         if p["status"] == "ok":
             assert p["replicas"] == f["replicas"], cid  # same grid, same answer
         else:
