@@ -77,6 +77,9 @@ class Candidate:
     pool: tuple[tuple[str, Any], ...] = ()
     """vLLM pool flags as (EngineConfig field, value) pairs: --kv-cache-memory etc."""
     enable_prefix_caching: bool = False
+    step_time: str = "calibrated"
+    max_model_len: int | None = None
+    max_num_seqs: int | None = None
 
     def requests_at(self, load: float) -> int:
         """At least ``num_requests``; more at high load so the load is really offered.
@@ -105,6 +108,8 @@ class Candidate:
                 tp=self.tp,
                 gmu=self.gmu,
                 enable_prefix_caching=self.enable_prefix_caching,
+                max_model_len=self.max_model_len,
+                max_num_seqs=self.max_num_seqs,
                 **dict(self.pool),
             ),
             spec=SpecDecodeConfig(
@@ -113,6 +118,7 @@ class Candidate:
             workload=self.workload,
             load=lc,
             seed=self.seed,
+            step_time=self.step_time,
         )
 
 
@@ -226,6 +232,8 @@ def _search_once(task: SearchTask) -> dict[str, Any]:
         "peak_running": float(at.get("peak_running", math.nan)),
         "analytical_capacity_req": float(at.get("analytical_capacity_req", math.nan)),
         "num_sims": len(cache),
+        "num_spec_tok": cand.num_spec_tok,
+        "step_time": cand.step_time,
     }
 
 
@@ -265,4 +273,9 @@ def whatif(
 
 def _same(c: Candidate, r: dict[str, Any]) -> bool:
     tree = "chain" if c.tree is None else "x".join(map(str, c.tree))
-    return c.gmu == r["gmu"] and tree == r["tree"] and c.commit == r["commit"]
+    return (
+        c.gmu == r["gmu"]
+        and tree == r["tree"]
+        and c.commit == r["commit"]
+        and c.num_spec_tok == r["num_spec_tok"]
+    )
