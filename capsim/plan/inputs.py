@@ -143,6 +143,8 @@ class SearchSpace:
     max_replicas: int = 64
     step_time: str = "calibrated"
     fallback: str = "roofline"
+    pool: tuple[tuple[str, Any], ...] = ()
+    """vLLM pool flags for every candidate, as (EngineConfig field, value) pairs."""
 
     def __post_init__(self) -> None:
         o = "space"

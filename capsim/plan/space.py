@@ -31,6 +31,8 @@ class Candidate:
     kv_cache_dtype: str
     max_model_len: int | None
     step_time: str = "calibrated"
+    pool: tuple[tuple[str, object], ...] = ()
+    """vLLM pool flags as (EngineConfig field, value) pairs (--vllm-version, --kv-cache-memory)."""
 
     @property
     def spec_label(self) -> str:
@@ -66,6 +68,7 @@ class Candidate:
             max_model_len=self.max_model_len,
             enable_prefix_caching=self.enable_prefix_caching,
             kv_cache_dtype=self.kv_cache_dtype,
+            **dict(self.pool),  # type: ignore[arg-type]
         )
 
     def spec(self) -> SpecDecodeConfig:
@@ -154,6 +157,7 @@ def expand_space(model: str, space: SearchSpace, max_model_len: int | None) -> l
             kv_cache_dtype=kv,
             max_model_len=mml,
             step_time=space.step_time,
+            pool=space.pool,
         )
         for g in space.gpus
         for tp in space.tps
