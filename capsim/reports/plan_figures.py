@@ -26,7 +26,8 @@ def _scatter(ax: Any, df: pd.DataFrame, x: str, y: str, primary: str) -> None:
         col = GPU_COLOUR.get(str(gpu), OTHER)
         prim = g[g["step_time_used"] == primary]
         fb = g[g["step_time_used"] != primary]
-        ax.scatter(prim[x], prim[y], s=26, color=col, label=f"{gpu} ({primary})", zorder=3)
+        if len(prim):
+            ax.scatter(prim[x], prim[y], s=26, color=col, label=f"{gpu} ({primary})", zorder=3)
         if len(fb):
             ax.scatter(fb[x], fb[y], s=26, facecolors="none", edgecolors=col,
                        label=f"{gpu} (fallback: {', '.join(sorted(set(fb['step_time_used'])))})", zorder=2)
