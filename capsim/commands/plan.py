@@ -51,28 +51,45 @@ def plan_inputs(p: dict[str, Any]) -> Any:
         return PlanInputs(
             model=p["model"],
             traffic=Traffic(
-                workload=p["workload"], rate_req_per_s=p["rate"], burstiness=p["burstiness"],
+                workload=p["workload"],
+                rate_req_per_s=p["rate"],
+                burstiness=p["burstiness"],
                 trace=p["trace"],
             ),
             slo=PlanSlo(
-                ttft_p50_s=ms("ttft_p50_ms"), ttft_p99_s=ms("ttft_p99_ms"),
-                tpot_mean_s=ms("tpot_ms"), tpot_p99_s=ms("tpot_p99_ms"),
-                e2el_p99_s=ms("e2el_p99_ms"), goodput_frac=p["goodput"],
+                ttft_p50_s=ms("ttft_p50_ms"),
+                ttft_p99_s=ms("ttft_p99_ms"),
+                tpot_mean_s=ms("tpot_ms"),
+                tpot_p99_s=ms("tpot_p99_ms"),
+                e2el_p99_s=ms("e2el_p99_ms"),
+                goodput_frac=p["goodput"],
             ),
             space=SearchSpace(
-                gpus=p["gpus"], tps=p["tps"], gmus=p["gmus"],
+                gpus=p["gpus"],
+                tps=p["tps"],
+                gmus=p["gmus"],
                 max_num_seqs=_ints_or_default(p["max_num_seqs"], "--max-num-seqs"),
                 max_num_batched_tokens=_ints_or_default(
                     p["max_num_batched_tokens"], "--max-num-batched-tokens"
                 ),
-                ks=p["ks"], trees=trees, commit_modes=p["modes"], prefix_caching=pc,
-                kv_cache_dtypes=p["kv_cache_dtype"], max_model_len=p["max_model_len"],
-                max_replicas=p["max_replicas"], step_time=p["step_time"], fallback=p["fallback"],
+                ks=p["ks"],
+                trees=trees,
+                commit_modes=p["modes"],
+                prefix_caching=pc,
+                kv_cache_dtypes=p["kv_cache_dtype"],
+                max_model_len=p["max_model_len"],
+                max_replicas=p["max_replicas"],
+                step_time=p["step_time"],
+                fallback=p["fallback"],
             ),
             settings=SearchSettings(
-                headroom_frac=p["headroom"], probe_min_requests=p["probe_requests"],
-                probe_duration_s=p["probe_duration_s"], rel_tol=p["rel_tol"],
-                frontier_slack=p["frontier_slack"], seed=p["seed"], prune=p["prune"],
+                headroom_frac=p["headroom"],
+                probe_min_requests=p["probe_requests"],
+                probe_duration_s=p["probe_duration_s"],
+                rel_tol=p["rel_tol"],
+                frontier_slack=p["frontier_slack"],
+                seed=p["seed"],
+                prune=p["prune"],
             ),
             prices_path=p["prices"],
         )
@@ -82,54 +99,131 @@ def plan_inputs(p: dict[str, Any]) -> Any:
 
 @click.command("plan")
 @options("model", "dataset", "request_rate", "burstiness")
-@click.option("--trace", is_flag=True, help="take rate and burstiness from the workload's timestamps")
+@click.option(
+    "--trace", is_flag=True, help="take rate and burstiness from the workload's timestamps"
+)
 @click.option("--ttft-p50-ms", type=_MS, default=None, help="median TTFT target (ms)")
 @click.option("--ttft-p99-ms", type=_MS, default=None, help="p99 TTFT target (ms)")
-@click.option("--tpot-ms", "--tpot-mean-ms", "tpot_ms", type=_MS, default=None, help="mean TPOT target (ms)")
+@click.option(
+    "--tpot-ms", "--tpot-mean-ms", "tpot_ms", type=_MS, default=None, help="mean TPOT target (ms)"
+)
 @click.option("--tpot-p99-ms", type=_MS, default=None, help="p99 TPOT target (ms)")
 @click.option("--e2el-p99-ms", type=_MS, default=None, help="p99 end-to-end latency target (ms)")
-@click.option("--goodput", type=FiniteFloat(0.0, 1.0, min_open=True), default=None,
-              help="least fraction of requests meeting their own TTFT and TPOT targets")
-@click.option("--gpus", type=ListOf(click.Choice(sorted(GPUS), case_sensitive=False)),
-              default="H100,H200,B200", show_default=True, help="GPU kinds to consider")
-@click.option("--tp", "tps", type=ListOf(click.IntRange(1, 64)), default="1,2,4,8", show_default=True)
-@click.option("--gmu", "gmus", type=ListOf(FiniteFloat(0.0, 1.0, min_open=True)), default="0.92",
-              show_default=True, help="gpu_memory_utilization values")
-@click.option("--max-num-seqs", type=ListOf(click.STRING), default=None,
-              help="values to try, e.g. 128,256,default (default: vLLM's)")
-@click.option("--max-num-batched-tokens", type=ListOf(click.STRING), default=None,
-              help="values to try (default: vLLM's)")
-@click.option("-k", "--num-speculative-tokens", "ks", type=ListOf(click.IntRange(0, 64)),
-              default="0,1,2,3,4", show_default=True, help="MTP depths to try (0 = off)")
+@click.option(
+    "--goodput",
+    type=FiniteFloat(0.0, 1.0, min_open=True),
+    default=None,
+    help="least fraction of requests meeting their own TTFT and TPOT targets",
+)
+@click.option(
+    "--gpus",
+    type=ListOf(click.Choice(sorted(GPUS), case_sensitive=False)),
+    default="H100,H200,B200",
+    show_default=True,
+    help="GPU kinds to consider",
+)
+@click.option(
+    "--tp", "tps", type=ListOf(click.IntRange(1, 64)), default="1,2,4,8", show_default=True
+)
+@click.option(
+    "--gmu",
+    "gmus",
+    type=ListOf(FiniteFloat(0.0, 1.0, min_open=True)),
+    default="0.92",
+    show_default=True,
+    help="gpu_memory_utilization values",
+)
+@click.option(
+    "--max-num-seqs",
+    type=ListOf(click.STRING),
+    default=None,
+    help="values to try, e.g. 128,256,default (default: vLLM's)",
+)
+@click.option(
+    "--max-num-batched-tokens",
+    type=ListOf(click.STRING),
+    default=None,
+    help="values to try (default: vLLM's)",
+)
+@click.option(
+    "-k",
+    "--num-speculative-tokens",
+    "ks",
+    type=ListOf(click.IntRange(0, 64)),
+    default="0,1,2,3,4",
+    show_default=True,
+    help="MTP depths to try (0 = off)",
+)
 @click.option("--tree", type=TreeShapes(), default="chain", show_default=True, help="draft shapes")
-@click.option("--modes", type=ListOf(click.Choice(COMMIT_MODES)), default=",".join(COMMIT_MODES),
-              show_default=True, help="commit modes")
-@click.option("--prefix-caching", type=click.Choice(["off", "on", "both"]), default="off", show_default=True)
+@click.option(
+    "--modes",
+    type=ListOf(click.Choice(COMMIT_MODES)),
+    default=",".join(COMMIT_MODES),
+    show_default=True,
+    help="commit modes",
+)
+@click.option(
+    "--prefix-caching", type=click.Choice(["off", "on", "both"]), default="off", show_default=True
+)
 @click.option("--kv-cache-dtype", type=ListOf(click.STRING), default="bfloat16", show_default=True)
 @options("max_model_len")
 @click.option("--max-replicas", type=click.IntRange(1, 100_000), default=64, show_default=True)
-@click.option("--step-time", type=click.Choice(["calibrated", "roofline"]), default="calibrated",
-              show_default=True)
-@click.option("--fallback", type=click.Choice(["roofline", "skip"]), default="roofline",
-              show_default=True, help="where the calibrated model refuses a shape")
-@click.option("--headroom", type=FiniteFloat(0.0, 10.0), default=0.2, show_default=True,
-              help="meet the SLO at (1 + this) x the rate")
+@click.option(
+    "--step-time",
+    type=click.Choice(["calibrated", "roofline"]),
+    default="calibrated",
+    show_default=True,
+)
+@click.option(
+    "--fallback",
+    type=click.Choice(["roofline", "skip"]),
+    default="roofline",
+    show_default=True,
+    help="where the calibrated model refuses a shape",
+)
+@click.option(
+    "--headroom",
+    type=FiniteFloat(0.0, 10.0),
+    default=0.2,
+    show_default=True,
+    help="meet the SLO at (1 + this) x the rate",
+)
 @click.option("--probe-requests", type=click.IntRange(20, 10**7), default=400, show_default=True)
 @click.option("--probe-duration-s", type=_MS, default=30.0, show_default=True)
-@click.option("--rel-tol", type=FiniteFloat(0.0, 1.0, min_open=True, max_open=True), default=0.05,
-              show_default=True)
-@click.option("--frontier-slack", type=FiniteFloat(0.0, 100.0), default=1.0, show_default=True,
-              help="search candidates whose cost floor is within (1+this) x the cheapest")
+@click.option(
+    "--rel-tol",
+    type=FiniteFloat(0.0, 1.0, min_open=True, max_open=True),
+    default=0.05,
+    show_default=True,
+)
+@click.option(
+    "--frontier-slack",
+    type=FiniteFloat(0.0, 100.0),
+    default=1.0,
+    show_default=True,
+    help="search candidates whose cost floor is within (1+this) x the cheapest",
+)
 @click.option("--prune/--no-prune", default=True, help="use the analytic bounds")
-@click.option("--prices", type=click.Path(exists=True, dir_okay=False), default=None,
-              help="CSV gpu,usd_per_gpu_hour overriding the shipped list prices")
-@click.option("--day", "day_profile", type=click.Path(exists=True, dir_okay=False), default=None,
-              help="hourly profile CSV (hour,rate_frac|rate_req_per_s); rate = the peak")
+@click.option(
+    "--prices",
+    type=click.Path(exists=True, dir_okay=False),
+    default=None,
+    help="CSV gpu,usd_per_gpu_hour overriding the shipped list prices",
+)
+@click.option(
+    "--day",
+    "day_profile",
+    type=click.Path(exists=True, dir_okay=False),
+    default=None,
+    help="hourly profile CSV (hour,rate_frac|rate_req_per_s); rate = the peak",
+)
 @click.option("--day-standin", is_flag=True, help="plan a day on the shipped STAND-IN profile")
 @click.option("--executor", type=click.Choice(EXECUTORS), default="local", show_default=True)
 @click.option("--scheduler", default=None, help="dask scheduler address (--executor dask)")
 @options("jobs", "seed")
-@click.option("--out", "-o", type=click.Path(file_okay=False), default="runs/plan", show_default=True)
+@click.option(
+    "--out", "-o", type=click.Path(file_okay=False), default="runs/plan", show_default=True
+)
 @click.option("--json", "as_json", is_flag=True, help="print the answer as JSON")
 @click.option("--progress/--no-progress", default=True, help="show a progress bar")
 @click.option("--report/--no-report", default=True, help="write plan.html")
@@ -165,7 +259,9 @@ def plan_cmd(**p: Any) -> None:
 
         paths["html"] = build_plan_report(out)
     if p["as_json"]:
-        click.echo(dumps(ans | {"files": {k: str(v) for k, v in paths.items()}, "wall_s": run.wall_s}))
+        click.echo(
+            dumps(ans | {"files": {k: str(v) for k, v in paths.items()}, "wall_s": run.wall_s})
+        )
     else:
         click.echo(answer_text(ans))
         click.echo(f"wall {run.wall_s:.1f} s; files in {out}")
@@ -181,8 +277,13 @@ def write_day(run: Any, ans: dict[str, Any], out: Path, profile: str | None) -> 
     if best is None:
         return {"error": "no configuration met the SLO"}
     rates = load_profile(profile, peak_req_per_s=run.traffic.rate_req_per_s)
-    table, summ = day_plan(rates, best["capacity_req_per_s"], run.inputs.settings.headroom_frac,
-                           int(best["tp"]), run.prices[best["gpu"]].usd_per_gpu_hour)
+    table, summ = day_plan(
+        rates,
+        best["capacity_req_per_s"],
+        run.inputs.settings.headroom_frac,
+        int(best["tp"]),
+        run.prices[best["gpu"]].usd_per_gpu_hour,
+    )
     summ["label"] = f"{best['cand_id']}, profile {Path(profile or STANDIN).name}"
     write_bytes_atomic(out / "day.csv", table.to_csv(index=False).encode())
     write_json_atomic(out / "day.json", summ)

@@ -68,7 +68,9 @@ class Router:
         self.prefix_tok = prefix_tok
         self.load_factor = load_factor
         self._next = 0
-        ring = sorted((_h(f"replica{r}#{v}"), r) for r in range(num_replicas) for v in range(vnodes))
+        ring = sorted(
+            (_h(f"replica{r}#{v}"), r) for r in range(num_replicas) for v in range(vnodes)
+        )
         self._ring_keys = [k for k, _ in ring]
         self._ring_owner = [r for _, r in ring]
 

@@ -50,7 +50,9 @@ def simulate_fleet(
     concurrency gate are not routed yet: refused with the field named."""
     p = prepare(cfg, workload=workload, cost=cost)
     if p.table.parent is not None:
-        raise ValueError(f"fleet: workload={cfg.workload!r} has conversation turns (not routed yet)")
+        raise ValueError(
+            f"fleet: workload={cfg.workload!r} has conversation turns (not routed yet)"
+        )
     if cfg.load.concurrency is not None:
         raise ValueError("fleet: load.concurrency is not supported (open-loop rate or replay only)")
     route = Router(router, num_replicas, prefix_tok=prefix_tok, load_factor=load_factor)
@@ -95,7 +97,10 @@ def simulate_fleet(
     if done != n:
         raise RuntimeError(f"fleet simulation ended with {done} of {n} finished")
     first = np.full(n, np.nan)
-    counters = {k: np.zeros(n, dtype=np.int64) for k in ("max_output_tok", "num_preemptions", "num_cached_tok")}
+    counters = {
+        k: np.zeros(n, dtype=np.int64)
+        for k in ("max_output_tok", "num_preemptions", "num_cached_tok")
+    }
     used = np.zeros(n, dtype=np.int64)
     for r, (e, s) in enumerate(zip(engines, scheds, strict=True)):
         idx = np.nonzero(where == r)[0]

@@ -133,7 +133,9 @@ def search_capacity(task: CapacityTask) -> dict[str, Any]:
     if j is not None:
         for _ in range(s.max_doublings + 1):
             a, b = pr.stats(j, m), pr.stats(j, 2 * m)
-            p99_change = abs(b["ttft_p99_s"] / a["ttft_p99_s"] - 1.0) if a["ttft_p99_s"] > 0 else 0.0
+            p99_change = (
+                abs(b["ttft_p99_s"] / a["ttft_p99_s"] - 1.0) if a["ttft_p99_s"] > 0 else 0.0
+            )
             if not b["misses"] and p99_change < s.steady_tol:
                 steady = True
                 break
@@ -146,9 +148,15 @@ def search_capacity(task: CapacityTask) -> dict[str, Any]:
                 break
             j = nj
     probes = [
-        {"j": jj, "m": mm, "rate": grid_rate(task.top_req_per_s, s.rel_tol, jj),
-         "n": int(st["num_requests"]), "ttft_p99_s": st["ttft_p99_s"],
-         "tpot_mean_s": st["tpot_mean_s"], "misses": st["misses"]}
+        {
+            "j": jj,
+            "m": mm,
+            "rate": grid_rate(task.top_req_per_s, s.rel_tol, jj),
+            "n": int(st["num_requests"]),
+            "ttft_p99_s": st["ttft_p99_s"],
+            "tpot_mean_s": st["tpot_mean_s"],
+            "misses": st["misses"],
+        }
         for (jj, mm), st in sorted(pr.cache.items())
     ]
     row |= {
@@ -172,9 +180,13 @@ def search_capacity(task: CapacityTask) -> dict[str, Any]:
     n = replicas_for(task.top_req_per_s, grid_rate(task.top_req_per_s, s.rel_tol, j))
     op_rate = (task.fleet_req_per_s or task.top_req_per_s) / n
     cfg = cand.sim_config(
-        workload=task.workload, rate_req_per_s=op_rate,
-        num_requests=max(s.probe_min_requests * 2 * m, math.ceil(s.probe_duration_s * 2 * m * op_rate)),
-        burstiness=task.burstiness, seed=s.seed,
+        workload=task.workload,
+        rate_req_per_s=op_rate,
+        num_requests=max(
+            s.probe_min_requests * 2 * m, math.ceil(s.probe_duration_s * 2 * m * op_rate)
+        ),
+        burstiness=task.burstiness,
+        seed=s.seed,
     )
     op = run_point(cfg, cost, task.slo)
     row |= {f"op_{k}": v for k, v in op.items()}
@@ -183,8 +195,9 @@ def search_capacity(task: CapacityTask) -> dict[str, Any]:
     row["sim_wall_s"] = time.perf_counter() - t0
     return row | {
         "status": "ok",
-        "reason": "" if steady else "not steady: p99 TTFT still moved by "
-        f"{p99_change:.0%} when the run was doubled",
+        "reason": ""
+        if steady
+        else f"not steady: p99 TTFT still moved by {p99_change:.0%} when the run was doubled",
         "grid_j": j,
         "capacity_req_per_s": grid_rate(task.top_req_per_s, s.rel_tol, j),
     }

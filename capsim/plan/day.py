@@ -31,17 +31,21 @@ def day_plan(
         raise ValueError("day.hourly_rate_req_per_s: needs finite rates >= 0, one per hour")
     if not capacity_req_per_s > 0:
         raise ValueError(f"day.capacity_req_per_s={capacity_req_per_s!r}: must be > 0")
-    need = [replicas_for(r * (1 + headroom_frac), capacity_req_per_s) if r > 0 else 0 for r in rates]
+    need = [
+        replicas_for(r * (1 + headroom_frac), capacity_req_per_s) if r > 0 else 0 for r in rates
+    ]
     per_gpu_h = tp * usd_per_gpu_hour
     n_fixed = max(need)
     n_mean = replicas_for(float(rates.mean()) * (1 + headroom_frac), capacity_req_per_s)
-    table = pd.DataFrame({
-        "hour": np.arange(rates.size),
-        "rate_req_per_s": rates,
-        "replicas": need,
-        "load_frac_of_fleet": rates / np.maximum(np.array(need), 1) / capacity_req_per_s,
-        "slo_breaks_at_mean_fleet": rates > n_mean * capacity_req_per_s,
-    })
+    table = pd.DataFrame(
+        {
+            "hour": np.arange(rates.size),
+            "rate_req_per_s": rates,
+            "replicas": need,
+            "load_frac_of_fleet": rates / np.maximum(np.array(need), 1) / capacity_req_per_s,
+            "slo_breaks_at_mean_fleet": rates > n_mean * capacity_req_per_s,
+        }
+    )
     summary = {
         "fixed_replicas": n_fixed,
         "fixed_usd_per_day": n_fixed * per_gpu_h * rates.size,
@@ -51,6 +55,7 @@ def day_plan(
     }
     summary["follow_saving_frac"] = (
         1 - summary["follow_usd_per_day"] / summary["fixed_usd_per_day"]
-        if summary["fixed_usd_per_day"] > 0 else math.nan
+        if summary["fixed_usd_per_day"] > 0
+        else math.nan
     )
     return table, summary

@@ -18,9 +18,20 @@ from capsim.plan.capacity import replicas_for
 from capsim.plan.prices import fleet_usd_per_hour
 
 SHOW: tuple[str, ...] = (
-    "cand_id", "gpu", "tp", "spec", "replicas", "num_gpus", "fleet_usd_per_h", "usd_per_mtok",
-    "capacity_req_per_s", "op_ttft_p99_s", "op_tpot_mean_s", "load_frac_of_capacity",
-    "op_mean_kv_usage", "steady",
+    "cand_id",
+    "gpu",
+    "tp",
+    "spec",
+    "replicas",
+    "num_gpus",
+    "fleet_usd_per_h",
+    "usd_per_mtok",
+    "capacity_req_per_s",
+    "op_ttft_p99_s",
+    "op_tpot_mean_s",
+    "load_frac_of_capacity",
+    "op_mean_kv_usage",
+    "steady",
     "step_time_used",
 )
 
@@ -73,8 +84,12 @@ LOAD_LEVELS: tuple[float, ...] = (0.25, 0.5, 1.0, 2.0)
 
 
 def speculation_advice(
-    df: pd.DataFrame, rate_req_per_s: float, headroom_frac: float, top_req_per_s: float,
-    primary: str | None, levels: tuple[float, ...] = LOAD_LEVELS,
+    df: pd.DataFrame,
+    rate_req_per_s: float,
+    headroom_frac: float,
+    top_req_per_s: float,
+    primary: str | None,
+    levels: tuple[float, ...] = LOAD_LEVELS,
 ) -> pd.DataFrame:
     """Per load level and speculation setting (k or off, commit mode): the cheapest fleet
     and what it costs against the level's best. Replicas come from each row's capacity;
@@ -95,13 +110,23 @@ def speculation_advice(
                     best = (key, r, n)
             assert best is not None
             (cost, gpus, cid), r, n = best
-            rows.append({
-                "load_frac": lvl, "fleet_req_per_s": rate_req_per_s * lvl, "spec": spec,
-                "num_spec_tok": int(r["num_spec_tok"]), "commit": r["commit"],
-                "best_cand_id": cid, "replicas": n, "num_gpus": gpus, "fleet_usd_per_h": cost,
-                "capacity_req_per_s": float(r["capacity_req_per_s"]),
-                "capacity_is_bound": bool(float(r["capacity_req_per_s"]) >= top_req_per_s * (1 - 1e-9)),
-            })
+            rows.append(
+                {
+                    "load_frac": lvl,
+                    "fleet_req_per_s": rate_req_per_s * lvl,
+                    "spec": spec,
+                    "num_spec_tok": int(r["num_spec_tok"]),
+                    "commit": r["commit"],
+                    "best_cand_id": cid,
+                    "replicas": n,
+                    "num_gpus": gpus,
+                    "fleet_usd_per_h": cost,
+                    "capacity_req_per_s": float(r["capacity_req_per_s"]),
+                    "capacity_is_bound": bool(
+                        float(r["capacity_req_per_s"]) >= top_req_per_s * (1 - 1e-9)
+                    ),
+                }
+            )
         if not rows:
             continue
         low = min(x["fleet_usd_per_h"] for x in rows)

@@ -85,7 +85,9 @@ class PlanSlo:
         return out
 
     def describe(self) -> str:
-        parts = [f"{n[:-2]}<={getattr(self, n) * 1e3:g}ms" for n in self.TARGETS if getattr(self, n)]
+        parts = [
+            f"{n[:-2]}<={getattr(self, n) * 1e3:g}ms" for n in self.TARGETS if getattr(self, n)
+        ]
         if self.goodput_frac is not None:
             parts.append(f"goodput>={self.goodput_frac:g}")
         return ", ".join(parts)
@@ -152,7 +154,9 @@ class SearchSpace:
         object.__setattr__(self, "gpus", tuple(dict.fromkeys(get_gpu(g).name for g in gpus)))
         is_int = lambda v: isinstance(v, int) and not isinstance(v, bool)  # noqa: E731
         object.__setattr__(
-            self, "tps", _tuple_of(o, "tps", self.tps, lambda v: is_int(v) and v >= 1, "must be >= 1")
+            self,
+            "tps",
+            _tuple_of(o, "tps", self.tps, lambda v: is_int(v) and v >= 1, "must be >= 1"),
         )
         object.__setattr__(
             self,
@@ -161,7 +165,9 @@ class SearchSpace:
         )
         for name in ("max_num_seqs", "max_num_batched_tokens"):
             ok = lambda v: v is None or (is_int(v) and v >= 1)  # noqa: E731
-            object.__setattr__(self, name, _tuple_of(o, name, getattr(self, name), ok, "must be >= 1"))
+            object.__setattr__(
+                self, name, _tuple_of(o, name, getattr(self, name), ok, "must be >= 1")
+            )
         object.__setattr__(
             self, "ks", _tuple_of(o, "ks", self.ks, lambda v: is_int(v) and 0 <= v <= 64, "0..64")
         )
@@ -169,20 +175,42 @@ class SearchSpace:
         object.__setattr__(
             self,
             "trees",
-            _tuple_of(o, "trees", [None if t is None else tuple(t) for t in self.trees], ok_tree, "bad widths"),
+            _tuple_of(
+                o,
+                "trees",
+                [None if t is None else tuple(t) for t in self.trees],
+                ok_tree,
+                "bad widths",
+            ),
         )
         object.__setattr__(
             self,
             "commit_modes",
-            _tuple_of(o, "commit_modes", self.commit_modes, lambda m: m in COMMIT_MODES, f"one of {COMMIT_MODES}"),
+            _tuple_of(
+                o,
+                "commit_modes",
+                self.commit_modes,
+                lambda m: m in COMMIT_MODES,
+                f"one of {COMMIT_MODES}",
+            ),
         )
         object.__setattr__(
-            self, "prefix_caching", _tuple_of(o, "prefix_caching", self.prefix_caching, lambda v: isinstance(v, bool), "bool")
+            self,
+            "prefix_caching",
+            _tuple_of(
+                o, "prefix_caching", self.prefix_caching, lambda v: isinstance(v, bool), "bool"
+            ),
         )
         object.__setattr__(
-            self, "kv_cache_dtypes", _tuple_of(o, "kv_cache_dtypes", self.kv_cache_dtypes, lambda v: isinstance(v, str), "dtype")
+            self,
+            "kv_cache_dtypes",
+            _tuple_of(
+                o, "kv_cache_dtypes", self.kv_cache_dtypes, lambda v: isinstance(v, str), "dtype"
+            ),
         )
-        if self.max_model_len is not None and not (is_int(self.max_model_len) and self.max_model_len >= 16):
+        if self.max_model_len is not None and not (
+            is_int(self.max_model_len) and self.max_model_len >= 16
+        ):
             _fail(o, "max_model_len", self.max_model_len, "must be None or an int >= 16")
         if not (is_int(self.max_replicas) and 1 <= self.max_replicas <= 100_000):
             _fail(o, "max_replicas", self.max_replicas, "must be an int in [1, 100000]")
@@ -200,12 +228,16 @@ class SearchSettings:
         default=0.2, metadata={"help": "a fleet must meet the SLO at (1 + this) x the rate"}
     )
     probe_min_requests: int = field(default=400, metadata={"help": "requests per probe, at least"})
-    probe_duration_s: float = field(default=30.0, metadata={"help": "seconds of arrivals per probe"})
+    probe_duration_s: float = field(
+        default=30.0, metadata={"help": "seconds of arrivals per probe"}
+    )
     rel_tol: float = field(default=0.05, metadata={"help": "capacity bracket, relative"})
     steady_tol: float = field(
         default=0.10, metadata={"help": "doubling the run may move p99 TTFT by less than this"}
     )
-    max_doublings: int = field(default=3, metadata={"help": "probe-length doublings to reach steady"})
+    max_doublings: int = field(
+        default=3, metadata={"help": "probe-length doublings to reach steady"}
+    )
     frontier_slack: float = field(
         default=1.0,
         metadata={"help": "simulate candidates whose cost bound is within (1+this) x cheapest"},

@@ -41,7 +41,11 @@ def counts(df: pd.DataFrame) -> dict[str, int]:
     out["total"] = len(df)
     out["simulated"] = int((df.get("num_sims", pd.Series(0)).fillna(0) > 0).sum())
     out["num_sims"] = int(df.get("num_sims", pd.Series(0)).fillna(0).sum())
-    out["roofline_fallback"] = int((df.get("step_time_note", pd.Series("")).fillna("").str.startswith("roofline FALLBACK")).sum())
+    out["roofline_fallback"] = int(
+        (
+            df.get("step_time_note", pd.Series("")).fillna("").str.startswith("roofline FALLBACK")
+        ).sum()
+    )
     return out
 
 
@@ -58,7 +62,8 @@ def plan_answer(run: PlanRun) -> dict[str, Any]:
     used = sorted(set(df["gpu"]))
     return {
         "model": inp.model,
-        "traffic": dataclasses.asdict(run.traffic) | {"stats": dataclasses.asdict(run.traffic.stats)},
+        "traffic": dataclasses.asdict(run.traffic)
+        | {"stats": dataclasses.asdict(run.traffic.stats)},
         "slo": inp.slo.describe(),
         "headroom_frac": inp.settings.headroom_frac,
         "seed": inp.settings.seed,
@@ -68,9 +73,13 @@ def plan_answer(run: PlanRun) -> dict[str, Any]:
         "cheapest_any_step_time": _row(best_any),
         "frontier_cost_vs_ttft": [_row(r) for _, r in fr["cost_vs_ttft"].iterrows()],
         "frontier_cost_vs_throughput": [_row(r) for _, r in fr["cost_vs_throughput"].iterrows()],
-        "speculation_advice": [{k: _clean(v) for k, v in r.items()} for r in adv.to_dict("records")],
+        "speculation_advice": [
+            {k: _clean(v) for k, v in r.items()} for r in adv.to_dict("records")
+        ],
         "prices": {g: dataclasses.asdict(run.prices[g]) for g in used if g in run.prices},
-        "prices_are": "public on-demand LIST prices (see source_url); not negotiated or reserved rates",
+        "prices_are": (
+            "public on-demand LIST prices (see source_url); not negotiated or reserved rates"
+        ),
         "gpu_step_times": {g: _gpu_label(g) for g in used},
     }
 
@@ -94,7 +103,9 @@ def write_plan(run: PlanRun, out_dir: Path | str) -> dict[str, Path]:
     write_parquet_atomic(paths["candidates"], df)
     ans = plan_answer(run)
     write_json_atomic(paths["plan"], ans)
-    write_bytes_atomic(paths["advice"], pd.DataFrame(ans["speculation_advice"]).to_csv(index=False).encode())
+    write_bytes_atomic(
+        paths["advice"], pd.DataFrame(ans["speculation_advice"]).to_csv(index=False).encode()
+    )
     write_json_atomic(paths["timing"], {"wall_s": run.wall_s, "sim_wall_s": run.sim_wall_s})
     return paths
 
@@ -115,7 +126,8 @@ def answer_text(ans: dict[str, Any]) -> str:
             f"[{b['spec']}] = {b['num_gpus']} GPUs, ${b['fleet_usd_per_h']:.2f}/h list, "
             f"${b['usd_per_mtok']:.3f}/Mtok; p99 TTFT {b['op_ttft_p99_s'] * 1e3:.0f} ms, "
             f"mean TPOT {b['op_tpot_mean_s'] * 1e3:.1f} ms at the operating point; "
-            f"each replica at {b['load_frac_of_capacity']:.0%} of its SLO capacity, KV {b['op_mean_kv_usage']:.0%} used; steady={b['steady']}"
+            f"each replica at {b['load_frac_of_capacity']:.0%} of its SLO capacity, "
+            f"KV {b['op_mean_kv_usage']:.0%} used; steady={b['steady']}"
         )
     a = ans["cheapest_any_step_time"]
     if a is not None and (b is None or a["cand_id"] != b["cand_id"]):

@@ -22,7 +22,13 @@ import numpy as np
 import pandas as pd
 
 from capsim.plan.bounds import SampleStats, bound_row, build_cost, sample_stats
-from capsim.plan.capacity import CapacityTask, grid_rate, num_grid_for, replicas_for, search_capacity
+from capsim.plan.capacity import (
+    CapacityTask,
+    grid_rate,
+    num_grid_for,
+    replicas_for,
+    search_capacity,
+)
 from capsim.plan.inputs import PlanInputs, PlanSlo
 from capsim.plan.prices import GpuPrice, fleet_usd_per_hour, load_prices, price_for, usd_per_mtok
 from capsim.plan.space import Candidate, default_max_model_len, expand_space
@@ -75,7 +81,9 @@ def resolve_traffic(inputs: PlanInputs) -> TrafficResolved:
     from capsim.traces import load_workload
 
     tr, seed = inputs.traffic, inputs.settings.seed
-    table = load_workload(tr.workload, num_requests=STAT_SAMPLE_REQUESTS, seed=seed, model=inputs.model)
+    table = load_workload(
+        tr.workload, num_requests=STAT_SAMPLE_REQUESTS, seed=seed, model=inputs.model
+    )
     rate, burst, source = tr.rate_req_per_s, tr.burstiness, "given"
     if tr.trace:
         if table.arrival_s is None:
@@ -155,12 +163,17 @@ def run_plan(
         if r["status"] != "bounded":
             continue
         ceil_rate = r["rate_ceiling_req_per_s"] if st.prune else math.inf
-        j_min = 0 if not math.isfinite(ceil_rate) or ceil_rate >= top else math.ceil(
-            math.log(top / ceil_rate) / math.log1p(st.rel_tol) - 1e-9
+        j_min = (
+            0
+            if not math.isfinite(ceil_rate) or ceil_rate >= top
+            else math.ceil(math.log(top / ceil_rate) / math.log1p(st.rel_tol) - 1e-9)
         )
         if j_min > grid:
-            r |= {"status": "infeasible", "reason": f"bound: ceiling {ceil_rate:.3g} req/s per "
-                  f"replica needs more than max_replicas={sp.max_replicas}"}
+            r |= {
+                "status": "infeasible",
+                "reason": f"bound: ceiling {ceil_rate:.3g} req/s per "
+                f"replica needs more than max_replicas={sp.max_replicas}",
+            }
             continue
         r["grid_j_min"] = j_min
         n_lb = replicas_for(top, grid_rate(top, st.rel_tol, j_min))
@@ -176,18 +189,30 @@ def run_plan(
         while i < len(live) and len(wave) < st.wave_size:
             c = live[i]
             i += 1
-            if st.prune and rows[c.cand_id]["cost_floor_usd_per_h"] > best * (1 + st.frontier_slack):
-                rows[c.cand_id] |= {"status": "pruned", "reason": "cost floor above "
-                                    f"{1 + st.frontier_slack:g} x cheapest fleet found"}
+            if st.prune and rows[c.cand_id]["cost_floor_usd_per_h"] > best * (
+                1 + st.frontier_slack
+            ):
+                rows[c.cand_id] |= {
+                    "status": "pruned",
+                    "reason": f"cost floor above {1 + st.frontier_slack:g} x cheapest fleet found",
+                }
                 if progress:
                     progress(1, "pruned")
                 continue
             wave.append(c)
         ctasks = [
-            CapacityTask(cand=c, workload=traffic.workload, burstiness=traffic.burstiness,
-                         slo=inputs.slo, settings=st, top_req_per_s=top, num_grid=grid,
-                         j_min=int(rows[c.cand_id]["grid_j_min"]), fallback=sp.fallback,
-                         fleet_req_per_s=traffic.rate_req_per_s)
+            CapacityTask(
+                cand=c,
+                workload=traffic.workload,
+                burstiness=traffic.burstiness,
+                slo=inputs.slo,
+                settings=st,
+                top_req_per_s=top,
+                num_grid=grid,
+                j_min=int(rows[c.cand_id]["grid_j_min"]),
+                fallback=sp.fallback,
+                fleet_req_per_s=traffic.rate_req_per_s,
+            )
             for c in wave
         ]
         for res in ex.map_unordered(search_capacity, ctasks):
@@ -205,22 +230,36 @@ def run_plan(
     if not (df["status"] == "ok").any():
         raise ValueError(impossible_message(df, inputs.slo))
     return PlanRun(
-        inputs=inputs, traffic=traffic, candidates=df, prices=prices, top_req_per_s=top,
-        wall_s=time.perf_counter() - t0, sim_wall_s=sim_wall,
+        inputs=inputs,
+        traffic=traffic,
+        candidates=df,
+        prices=prices,
+        top_req_per_s=top,
+        wall_s=time.perf_counter() - t0,
+        sim_wall_s=sim_wall,
     )
 
 
 NEEDED: tuple[str, ...] = (
-    "capacity_req_per_s", "at_cap_mean_output_tok", "at_cap_output_tok_per_s", "op_ttft_p99_s",
-    "op_tpot_mean_s", "op_mean_kv_usage", "op_misses", "steady", "num_sims", "step_time_note",
-    "reason", "probes_json",
+    "capacity_req_per_s",
+    "at_cap_mean_output_tok",
+    "at_cap_output_tok_per_s",
+    "op_ttft_p99_s",
+    "op_tpot_mean_s",
+    "op_mean_kv_usage",
+    "op_misses",
+    "steady",
+    "num_sims",
+    "step_time_note",
+    "reason",
+    "probes_json",
 )
 
 
 def impossible_message(df: pd.DataFrame, slo: PlanSlo) -> str:
     """One line naming the SLO field no candidate meets (or why none could be searched)."""
     reasons = [str(r) for r in df.get("reason", pd.Series(dtype=str)).fillna("") if r]
-    for name in PlanSlo.TARGETS + ("goodput_frac",):
+    for name in (*PlanSlo.TARGETS, "goodput_frac"):
         v = getattr(slo, name)
         if v is None:
             continue
@@ -228,7 +267,9 @@ def impossible_message(df: pd.DataFrame, slo: PlanSlo) -> str:
         probes = df.get("probes_json", pd.Series(dtype=str)).fillna("")
         if hits or any(name in p for p in probes):
             eg = f"; e.g. {hits[0]}" if hits else ""
-            return f"slo.{name}={v!r}: no candidate in the space meets it ({len(df)} candidates{eg})"
+            return (
+                f"slo.{name}={v!r}: no candidate in the space meets it ({len(df)} candidates{eg})"
+            )
     first = reasons[0] if reasons else "nothing was searched"
     return f"space: no candidate could be searched ({len(df)} candidates; e.g. {first})"
 
@@ -258,7 +299,9 @@ def finish_table(rows: list[dict[str, Any]], traffic: TrafficResolved, top: floa
     ]
     # utilisation at the operating point: each replica sees rate / replicas of its capacity
     with np.errstate(divide="ignore", invalid="ignore"):
-        df["load_per_replica_req_per_s"] = np.where(ok, rate / np.maximum(df["replicas"], 1), np.nan)
+        df["load_per_replica_req_per_s"] = np.where(
+            ok, rate / np.maximum(df["replicas"], 1), np.nan
+        )
         df["load_frac_of_capacity"] = df["load_per_replica_req_per_s"] / cap
     df["max_throughput_tok_per_s"] = (
         df.get("at_cap_output_tok_per_s", pd.Series(np.nan, index=df.index)) * df["replicas"]

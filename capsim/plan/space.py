@@ -38,7 +38,11 @@ class Candidate:
     def spec_label(self) -> str:
         if self.num_spec_tok == 0:
             return "off"
-        shape = f"k={self.num_spec_tok}" if self.tree is None else "tree " + "x".join(map(str, self.tree))
+        shape = (
+            f"k={self.num_spec_tok}"
+            if self.tree is None
+            else "tree " + "x".join(map(str, self.tree))
+        )
         return f"{shape} {self.commit}"
 
     @property
@@ -50,8 +54,12 @@ class Candidate:
             f"gmu{self.gmu:g}",
             f"seqs{self.max_num_seqs or 'def'}",
             f"mnbt{self.max_num_batched_tokens or 'def'}",
-            "off" if self.num_spec_tok == 0 else (
-                f"k{self.num_spec_tok}" if self.tree is None else "t" + "x".join(map(str, self.tree))
+            "off"
+            if self.num_spec_tok == 0
+            else (
+                f"k{self.num_spec_tok}"
+                if self.tree is None
+                else "t" + "x".join(map(str, self.tree))
             ),
             "" if self.num_spec_tok == 0 else self.commit,
             "pc" if self.enable_prefix_caching else "",
@@ -73,7 +81,9 @@ class Candidate:
 
     def spec(self) -> SpecDecodeConfig:
         return SpecDecodeConfig(
-            num_spec_tok=self.num_spec_tok, tree_widths=self.tree, commit=self.commit  # type: ignore[arg-type]
+            num_spec_tok=self.num_spec_tok,
+            tree_widths=self.tree,
+            commit=self.commit,  # type: ignore[arg-type]
         )
 
     def sim_config(

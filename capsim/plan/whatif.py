@@ -30,21 +30,39 @@ def plan_slo(slo: Any) -> PlanSlo:
 
 def capacity_task(c: Any, slo: Any, *, probe_duration_s: float = 20.0) -> CapacityTask:
     cand = PlanCandidate(
-        model=c.model, gpu=c.gpu, tp=c.tp, gmu=c.gmu, max_num_seqs=c.max_num_seqs,
-        max_num_batched_tokens=None, num_spec_tok=0 if c.num_spec_tok == 0 else c.num_spec_tok,
-        tree=c.tree, commit=c.commit, enable_prefix_caching=c.enable_prefix_caching,
-        kv_cache_dtype="bfloat16", max_model_len=c.max_model_len, step_time=c.step_time,
+        model=c.model,
+        gpu=c.gpu,
+        tp=c.tp,
+        gmu=c.gmu,
+        max_num_seqs=c.max_num_seqs,
+        max_num_batched_tokens=None,
+        num_spec_tok=0 if c.num_spec_tok == 0 else c.num_spec_tok,
+        tree=c.tree,
+        commit=c.commit,
+        enable_prefix_caching=c.enable_prefix_caching,
+        kv_cache_dtype="bfloat16",
+        max_model_len=c.max_model_len,
+        step_time=c.step_time,
         pool=tuple(c.pool),
     )
     settings = SearchSettings(
-        headroom_frac=0.0, probe_min_requests=max(20, c.num_requests),
-        probe_duration_s=probe_duration_s, rel_tol=c.rel_tol if c.rel_tol > 0 else 0.05, seed=c.seed,
+        headroom_frac=0.0,
+        probe_min_requests=max(20, c.num_requests),
+        probe_duration_s=probe_duration_s,
+        rel_tol=c.rel_tol if c.rel_tol > 0 else 0.05,
+        seed=c.seed,
     )
     span = max(c.max_load / MIN_RATE_REQ_PER_S, 1.0)
     return CapacityTask(
-        cand=cand, workload=c.workload, burstiness=1.0, slo=plan_slo(slo), settings=settings,
-        top_req_per_s=float(c.max_load), num_grid=num_grid_for(settings.rel_tol, math.ceil(span)),
-        fallback="skip", fleet_req_per_s=float(c.max_load),
+        cand=cand,
+        workload=c.workload,
+        burstiness=1.0,
+        slo=plan_slo(slo),
+        settings=settings,
+        top_req_per_s=float(c.max_load),
+        num_grid=num_grid_for(settings.rel_tol, math.ceil(span)),
+        fallback="skip",
+        fleet_req_per_s=float(c.max_load),
     )
 
 
@@ -53,20 +71,28 @@ def whatif_rows(row: dict[str, Any], c: Any) -> dict[str, Any]:
     ok = row.get("status") == "ok"
     cap = float(row["capacity_req_per_s"]) if ok else 0.0
     return {
-        "model": c.model, "gpu": c.gpu, "tp": c.tp, "gmu": c.gmu,
+        "model": c.model,
+        "gpu": c.gpu,
+        "tp": c.tp,
+        "gmu": c.gmu,
         "tree": "chain" if c.tree is None else "x".join(map(str, c.tree)),
-        "commit": c.commit, "workload": c.workload, "load_mode": "rate",
-        "max_load": cap, "at_search_limit": ok and int(row.get("grid_j", -1)) == 0,
+        "commit": c.commit,
+        "workload": c.workload,
+        "load_mode": "rate",
+        "max_load": cap,
+        "at_search_limit": ok and int(row.get("grid_j", -1)) == 0,
         "goodput_tok_per_s": float(row.get("at_cap_output_tok_per_s", 0.0)) if ok else 0.0,
         "ttft_p99_s": float(row.get("at_cap_ttft_p99_s", math.nan)),
         "tpot_mean_s": float(row.get("at_cap_tpot_mean_s", math.nan)),
         "peak_running": float(row.get("at_cap_peak_running", math.nan)),
         "analytical_capacity_req": math.nan,
         "num_sims": int(row.get("num_sims", 0)),
-        "num_spec_tok": c.num_spec_tok, "step_time": c.step_time,
+        "num_spec_tok": c.num_spec_tok,
+        "step_time": c.step_time,
         "steady": bool(row.get("steady", False)),
         "run_multiplier": int(row.get("run_multiplier", 1) or 1),
-        "status": row.get("status", ""), "reason": row.get("reason", ""),
+        "status": row.get("status", ""),
+        "reason": row.get("reason", ""),
     }
 
 

@@ -29,22 +29,48 @@ def _scatter(ax: Any, df: pd.DataFrame, x: str, y: str, primary: str) -> None:
         if len(prim):
             ax.scatter(prim[x], prim[y], s=26, color=col, label=f"{gpu} ({primary})", zorder=3)
         if len(fb):
-            ax.scatter(fb[x], fb[y], s=26, facecolors="none", edgecolors=col,
-                       label=f"{gpu} (fallback: {', '.join(sorted(set(fb['step_time_used'])))})", zorder=2)
+            ax.scatter(
+                fb[x],
+                fb[y],
+                s=26,
+                facecolors="none",
+                edgecolors=col,
+                label=f"{gpu} (fallback: {', '.join(sorted(set(fb['step_time_used'])))})",
+                zorder=2,
+            )
 
 
-def figure_cost_vs_ttft(df: pd.DataFrame, frontier: pd.DataFrame, best: dict[str, Any] | None,
-                        primary: str, ttft_target_s: float | None) -> Figure:
+def figure_cost_vs_ttft(
+    df: pd.DataFrame,
+    frontier: pd.DataFrame,
+    best: dict[str, Any] | None,
+    primary: str,
+    ttft_target_s: float | None,
+) -> Figure:
     fig = Figure(figsize=(7.2, 4.4), layout="constrained")
     ax = fig.add_subplot()
     ok = _ok(df)
     _scatter(ax, ok, "fleet_usd_per_h", "op_ttft_p99_s", primary)
     if len(frontier):
-        ax.step(frontier["fleet_usd_per_h"], frontier["op_ttft_p99_s"], where="post",
-                color="#333", lw=1, label="Pareto frontier")
+        ax.step(
+            frontier["fleet_usd_per_h"],
+            frontier["op_ttft_p99_s"],
+            where="post",
+            color="#333",
+            lw=1,
+            label="Pareto frontier",
+        )
     if best is not None:
-        ax.scatter([best["fleet_usd_per_h"]], [best["op_ttft_p99_s"]], marker="*", s=220,
-                   color="#ff7f0e", edgecolors="k", zorder=5, label="cheapest")
+        ax.scatter(
+            [best["fleet_usd_per_h"]],
+            [best["op_ttft_p99_s"]],
+            marker="*",
+            s=220,
+            color="#ff7f0e",
+            edgecolors="k",
+            zorder=5,
+            label="cheapest",
+        )
     if ttft_target_s:
         ax.axhline(ttft_target_s, color="#d62728", ls="--", lw=1, label="p99 TTFT target")
     ax.set_xlabel("fleet cost ($/h, list prices)")
@@ -61,8 +87,14 @@ def figure_cost_vs_throughput(df: pd.DataFrame, frontier: pd.DataFrame, primary:
     ax = fig.add_subplot()
     _scatter(ax, _ok(df), "fleet_usd_per_h", "max_throughput_tok_per_s", primary)
     if len(frontier):
-        ax.step(frontier["fleet_usd_per_h"], frontier["max_throughput_tok_per_s"], where="post",
-                color="#333", lw=1, label="Pareto frontier")
+        ax.step(
+            frontier["fleet_usd_per_h"],
+            frontier["max_throughput_tok_per_s"],
+            where="post",
+            color="#333",
+            lw=1,
+            label="Pareto frontier",
+        )
     ax.set_xlabel("fleet cost ($/h, list prices)")
     ax.set_ylabel("fleet output throughput at capacity (tok/s)")
     ax.set_title("Cost vs throughput the fleet can carry within the SLO")

@@ -35,7 +35,8 @@ def _table(rows: list[dict[str, Any]] | pd.DataFrame, cols: list[str] | None = N
 
 def _img(fig: Any, title: str) -> str:
     b64 = base64.b64encode(png_bytes(fig)).decode()
-    return f"<h2>{html.escape(title)}</h2><img alt='{html.escape(title)}' src='data:image/png;base64,{b64}'>"
+    t = html.escape(title)
+    return f"<h2>{t}</h2><img alt='{t}' src='data:image/png;base64,{b64}'>"
 
 
 def build_plan_report(plan_dir: Path | str) -> Path:
@@ -62,7 +63,9 @@ def build_plan_report(plan_dir: Path | str) -> Path:
             f"{best['num_gpus']} GPUs, ${best['fleet_usd_per_h']:.2f}/h at list prices, "
             f"${best['usd_per_mtok']:.3f} per million output tokens. At the operating point "
             f"p99 TTFT {best['op_ttft_p99_s'] * 1e3:.0f} ms, mean TPOT "
-            f"{best['op_tpot_mean_s'] * 1e3:.1f} ms, each replica at {best['load_frac_of_capacity']:.0%} of its SLO capacity (mean KV use {best['op_mean_kv_usage']:.0%})"
+            f"{best['op_tpot_mean_s'] * 1e3:.1f} ms, each replica at "
+            f"{best['load_frac_of_capacity']:.0%} of its SLO capacity (mean KV use "
+            f"{best['op_mean_kv_usage']:.0%})"
             f"; steady-state check: {best['steady']}.</p>"
         )
     else:
@@ -80,13 +83,28 @@ def build_plan_report(plan_dir: Path | str) -> Path:
         f"searched with {c['num_sims']} simulations; {c['roofline_fallback']} priced by the "
         f"roofline fallback (hollow markers; not comparable with calibrated rows). "
         f"{html.escape(gpu_lines)}. Prices: {html.escape(ans['prices_are'])}.</p>",
-        _img(figure_cost_vs_ttft(df, fr_ttft, best, primary, _ttft_target(ans)), "Cost vs p99 TTFT"),
+        _img(
+            figure_cost_vs_ttft(df, fr_ttft, best, primary, _ttft_target(ans)), "Cost vs p99 TTFT"
+        ),
         _img(figure_cost_vs_throughput(df, fr_thr, primary), "Cost vs throughput"),
         "<h2>Pareto frontier: cost vs p99 TTFT</h2>",
         _table(ans["frontier_cost_vs_ttft"]),
         _img(figure_advice(pd.DataFrame(ans["speculation_advice"])), "Speculation advice"),
-        _table(ans["speculation_advice"], ["load_frac", "fleet_req_per_s", "spec", "best_cand_id",
-               "replicas", "num_gpus", "fleet_usd_per_h", "extra_usd_per_h", "best", "capacity_is_bound"]),
+        _table(
+            ans["speculation_advice"],
+            [
+                "load_frac",
+                "fleet_req_per_s",
+                "spec",
+                "best_cand_id",
+                "replicas",
+                "num_gpus",
+                "fleet_usd_per_h",
+                "extra_usd_per_h",
+                "best",
+                "capacity_is_bound",
+            ],
+        ),
     ]
     day_csv = d / "day.csv"
     if day_csv.exists():

@@ -18,7 +18,9 @@ import numpy as np
 STANDIN = Path(__file__).resolve().parent / "data" / "diurnal_standin_24h.csv"
 
 
-def load_profile(path: Path | str | None = None, *, peak_req_per_s: float | None = None) -> np.ndarray:
+def load_profile(
+    path: Path | str | None = None, *, peak_req_per_s: float | None = None
+) -> np.ndarray:
     """Hourly rates (req/s). ``rate_frac`` columns need ``peak_req_per_s``."""
     p = Path(path) if path is not None else STANDIN
     try:

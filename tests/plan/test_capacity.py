@@ -10,10 +10,21 @@ import capsim.plan.capacity as cap
 from capsim.plan.inputs import PlanSlo, SearchSettings
 from capsim.plan.space import Candidate
 
-CAND = Candidate(model="qwen3.5-35b-a3b", gpu="H200", tp=1, gmu=0.92, max_num_seqs=None,
-                 max_num_batched_tokens=None, num_spec_tok=3, tree=None, commit="storeall",
-                 enable_prefix_caching=False, kv_cache_dtype="bfloat16", max_model_len=8192,
-                 step_time="roofline")
+CAND = Candidate(
+    model="qwen3.5-35b-a3b",
+    gpu="H200",
+    tp=1,
+    gmu=0.92,
+    max_num_seqs=None,
+    max_num_batched_tokens=None,
+    num_spec_tok=3,
+    tree=None,
+    commit="storeall",
+    enable_prefix_caching=False,
+    kv_cache_dtype="bfloat16",
+    max_model_len=8192,
+    step_time="roofline",
+)
 
 
 def _fake(true_cap: float, short_bias: float):
@@ -24,9 +35,12 @@ def _fake(true_cap: float, short_bias: float):
         n = cfg.load.num_requests
         seen = true_cap * (1 + short_bias * 100 / n)
         p99 = cfg.load.rate_req_per_s / seen
-        return {k: 0.0 for k in ("ttft_p50_s", "tpot_mean_s", "tpot_p99_s", "e2el_p99_s")} | {
-            "ttft_p99_s": p99, "goodput_frac": 1.0, "num_requests": float(n),
-            "mean_output_tok": 100.0, "output_tok_per_s": 1.0,
+        return dict.fromkeys(("ttft_p50_s", "tpot_mean_s", "tpot_p99_s", "e2el_p99_s"), 0.0) | {
+            "ttft_p99_s": p99,
+            "goodput_frac": 1.0,
+            "num_requests": float(n),
+            "mean_output_tok": 100.0,
+            "output_tok_per_s": 1.0,
         }
 
     return run_point
@@ -35,9 +49,15 @@ def _fake(true_cap: float, short_bias: float):
 def _task(**kw):
     settings = SearchSettings(probe_min_requests=100, probe_duration_s=1.0, rel_tol=0.05, **kw)
     top = 100.0
-    return cap.CapacityTask(cand=CAND, workload="sharegpt", burstiness=1.0,
-                            slo=PlanSlo(ttft_p99_s=1.0), settings=settings, top_req_per_s=top,
-                            num_grid=cap.num_grid_for(0.05, 64))
+    return cap.CapacityTask(
+        cand=CAND,
+        workload="sharegpt",
+        burstiness=1.0,
+        slo=PlanSlo(ttft_p99_s=1.0),
+        settings=settings,
+        top_req_per_s=top,
+        num_grid=cap.num_grid_for(0.05, 64),
+    )
 
 
 def test_grid_and_replicas():
@@ -62,7 +82,10 @@ def test_short_probe_overstatement_is_caught(monkeypatch):
     monkeypatch.setattr(cap, "run_point", _fake(30.0, 0.5))
     row = cap.search_capacity(_task(max_doublings=6))
     assert row["run_multiplier"] > 1
-    assert row["capacity_req_per_s"] <= 30.0 * (1 + 0.5 * 100 / (100 * 2 * row["run_multiplier"])) + 1e-9
+    assert (
+        row["capacity_req_per_s"]
+        <= 30.0 * (1 + 0.5 * 100 / (100 * 2 * row["run_multiplier"])) + 1e-9
+    )
     short = cap.search_capacity(_task(max_doublings=0))
     assert not short["steady"] and short["capacity_req_per_s"] > row["capacity_req_per_s"]
 

@@ -32,10 +32,20 @@ def test_bad_inputs(make, match):
 
 
 def test_k0_appears_once_and_trees_set_their_depth():
-    space = SearchSpace(gpus=("H200",), tps=(1,), ks=(0, 2), trees=(None, (2, 1)),
-                        commit_modes=("storeall", "reconstruct"))
+    space = SearchSpace(
+        gpus=("H200",),
+        tps=(1,),
+        ks=(0, 2),
+        trees=(None, (2, 1)),
+        commit_modes=("storeall", "reconstruct"),
+    )
     cands = expand_space("qwen3.5-35b-a3b", space, 8192)
     labels = [c.spec_label for c in cands]
-    assert labels == ["off", "k=2 storeall", "k=2 reconstruct", "tree 2x1 storeall",
-                      "tree 2x1 reconstruct"]
+    assert labels == [
+        "off",
+        "k=2 storeall",
+        "k=2 reconstruct",
+        "tree 2x1 storeall",
+        "tree 2x1 reconstruct",
+    ]
     assert len({c.cand_id for c in cands}) == len(cands)

@@ -8,9 +8,21 @@ from capsim.sweep.whatif import Candidate, Slo
 
 def test_rate_whatif_runs_the_plan_search():
     cands = [
-        Candidate(model="qwen3.5-35b-a3b", gpu="H200", tp=1, gmu=0.92, tree=None, commit=m,
-                  workload="sharegpt", load_mode="rate", num_requests=40, max_load=80.0,
-                  step_time="roofline", max_model_len=8192, num_spec_tok=3)
+        Candidate(
+            model="qwen3.5-35b-a3b",
+            gpu="H200",
+            tp=1,
+            gmu=0.92,
+            tree=None,
+            commit=m,
+            workload="sharegpt",
+            load_mode="rate",
+            num_requests=40,
+            max_load=80.0,
+            step_time="roofline",
+            max_model_len=8192,
+            num_spec_tok=3,
+        )
         for m in ("storeall", "reconstruct")
     ]
     allres, best = whatif_rate(cands, Slo(ttft_p99_s=0.3))

@@ -20,8 +20,15 @@ def plan_dir(tmp_path_factory):
     inputs = PlanInputs(
         traffic=Traffic(workload="sharegpt", rate_req_per_s=12.0),
         slo=PlanSlo(ttft_p99_s=1.0, tpot_mean_s=0.05),
-        space=SearchSpace(gpus=("H200", "B200"), tps=(1,), ks=(0, 3), commit_modes=("storeall",),
-                          step_time="roofline", max_model_len=8192, max_replicas=4),
+        space=SearchSpace(
+            gpus=("H200", "B200"),
+            tps=(1,),
+            ks=(0, 3),
+            commit_modes=("storeall",),
+            step_time="roofline",
+            max_model_len=8192,
+            max_replicas=4,
+        ),
         settings=SearchSettings(probe_min_requests=30, probe_duration_s=1.5, max_doublings=0),
     )
     out = tmp_path_factory.mktemp("plan")
@@ -44,10 +51,20 @@ def test_plan_page_renders_in_headless_chromium(plan_dir, tmp_path):
     html_path = build_plan_report(plan_dir)
     shot = tmp_path / "shot.png"
     cmd = [
-        CHROMIUM, "--headless", "--no-sandbox", "--disable-gpu", "--disable-quic",
-        "--no-first-run", "--disable-background-networking", "--disable-component-update",
-        "--disable-sync", f"--user-data-dir={tmp_path / 'profile'}", "--hide-scrollbars",
-        "--window-size=1200,1600", f"--screenshot={shot}", html_path.as_uri(),
+        CHROMIUM,
+        "--headless",
+        "--no-sandbox",
+        "--disable-gpu",
+        "--disable-quic",
+        "--no-first-run",
+        "--disable-background-networking",
+        "--disable-component-update",
+        "--disable-sync",
+        f"--user-data-dir={tmp_path / 'profile'}",
+        "--hide-scrollbars",
+        "--window-size=1200,1600",
+        f"--screenshot={shot}",
+        html_path.as_uri(),
     ]
     subprocess.run(cmd, check=True, capture_output=True, timeout=120)
     from matplotlib.image import imread
