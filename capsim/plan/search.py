@@ -143,18 +143,58 @@ def run_plan(
     traffic = resolve_traffic(inputs)
     cands = expand_space(inputs.model, sp, traffic.max_model_len)
     top = traffic.rate_req_per_s * (1.0 + st.headroom_frac)
-    grid = num_grid_for(st.rel_tol, sp.max_replicas)
+    rows = _bound_stage(cands, traffic, inputs, ex, progress)
+    live = _place(cands, rows, prices, inputs, top)
+    ctx = _Ctx(
+        inputs=inputs, traffic=traffic, top=top, grid=num_grid_for(st.rel_tol, sp.max_replicas)
+    )
+    sim_wall = _search_waves(live, rows, ctx, ex, progress)
+    df = finish_table([rows[c.cand_id] for c in cands], traffic, top)
+    if not (df["status"] == "ok").any():
+        raise ValueError(impossible_message(df, inputs.slo))
+    return PlanRun(
+        inputs=inputs,
+        traffic=traffic,
+        candidates=df,
+        prices=prices,
+        top_req_per_s=top,
+        wall_s=time.perf_counter() - t0,
+        sim_wall_s=sim_wall,
+    )
+
+
+def _bound_stage(
+    cands: list[Candidate],
+    traffic: TrafficResolved,
+    inputs: PlanInputs,
+    ex: Any,
+    progress: Callable[[int, str], None] | None,
+) -> dict[str, dict[str, Any]]:
+    """Bound tasks, one per step-time model (candidates sharing it are one task)."""
     groups: dict[tuple[Any, ...], list[Candidate]] = {}
     for c in cands:
         groups.setdefault(_group_key(c), []).append(c)
-    tasks = [BoundTask(tuple(g), traffic.stats, inputs.slo, sp.fallback) for g in groups.values()]
+    fb = inputs.space.fallback
+    tasks = [BoundTask(tuple(g), traffic.stats, inputs.slo, fb) for g in groups.values()]
     rows: dict[str, dict[str, Any]] = {c.cand_id: c.keys() for c in cands}
     for res in ex.map_unordered(run_bounds, tasks):
         for r in res:
             rows[r["cand_id"]] |= r
         if progress:
             progress(len(res), "bounds")
-    by_id = {c.cand_id: c for c in cands}
+    return rows
+
+
+def _place(
+    cands: list[Candidate],
+    rows: dict[str, dict[str, Any]],
+    prices: dict[str, GpuPrice],
+    inputs: PlanInputs,
+    top: float,
+) -> list[Candidate]:
+    """Grid start, replica floor and cost floor per bounded candidate; cheapest first."""
+    st, sp = inputs.settings, inputs.space
+    grid = num_grid_for(st.rel_tol, sp.max_replicas)
     live: list[Candidate] = []
     for c in cands:
         r = rows[c.cand_id]
@@ -175,15 +215,50 @@ def run_plan(
                 f"replica needs more than max_replicas={sp.max_replicas}",
             }
             continue
-        r["grid_j_min"] = j_min
         n_lb = replicas_for(top, grid_rate(top, st.rel_tol, j_min))
-        r["replicas_floor"] = n_lb
-        r["cost_floor_usd_per_h"] = fleet_usd_per_hour(n_lb, c.tp, price)
+        r |= {
+            "grid_j_min": j_min,
+            "replicas_floor": n_lb,
+            "cost_floor_usd_per_h": fleet_usd_per_hour(n_lb, c.tp, price),
+        }
         live.append(c)
-    live.sort(key=lambda c: (rows[c.cand_id]["cost_floor_usd_per_h"], cands.index(c)))
-    best = math.inf
-    sim_wall = 0.0
-    i = 0
+    order = {c.cand_id: i for i, c in enumerate(cands)}
+    live.sort(key=lambda c: (rows[c.cand_id]["cost_floor_usd_per_h"], order[c.cand_id]))
+    return live
+
+
+@dataclass(frozen=True, slots=True)
+class _Ctx:
+    inputs: PlanInputs
+    traffic: TrafficResolved
+    top: float
+    grid: int
+
+    def task(self, c: Candidate, j_min: int) -> CapacityTask:
+        return CapacityTask(
+            cand=c,
+            workload=self.traffic.workload,
+            burstiness=self.traffic.burstiness,
+            slo=self.inputs.slo,
+            settings=self.inputs.settings,
+            top_req_per_s=self.top,
+            num_grid=self.grid,
+            j_min=j_min,
+            fallback=self.inputs.space.fallback,
+            fleet_req_per_s=self.traffic.rate_req_per_s,
+        )
+
+
+def _search_waves(
+    live: list[Candidate],
+    rows: dict[str, dict[str, Any]],
+    ctx: _Ctx,
+    ex: Any,
+    progress: Callable[[int, str], None] | None,
+) -> float:
+    """Capacity searches in waves, pruning by cost between waves; returns task seconds."""
+    st, primary = ctx.inputs.settings, ctx.inputs.space.step_time
+    best, sim_wall, i = math.inf, 0.0, 0
     while i < len(live):
         wave = []
         while i < len(live) and len(wave) < st.wave_size:
@@ -200,44 +275,18 @@ def run_plan(
                     progress(1, "pruned")
                 continue
             wave.append(c)
-        ctasks = [
-            CapacityTask(
-                cand=c,
-                workload=traffic.workload,
-                burstiness=traffic.burstiness,
-                slo=inputs.slo,
-                settings=st,
-                top_req_per_s=top,
-                num_grid=grid,
-                j_min=int(rows[c.cand_id]["grid_j_min"]),
-                fallback=sp.fallback,
-                fleet_req_per_s=traffic.rate_req_per_s,
-            )
-            for c in wave
-        ]
-        for res in ex.map_unordered(search_capacity, ctasks):
+        tasks = [ctx.task(c, int(rows[c.cand_id]["grid_j_min"])) for c in wave]
+        tp = {c.cand_id: c.tp for c in wave}
+        for res in ex.map_unordered(search_capacity, tasks):
             sim_wall += float(res.pop("sim_wall_s", 0.0))
             r = rows[res["cand_id"]]
             r |= res
-            if res["status"] == "ok":
-                n = replicas_for(top, res["capacity_req_per_s"])
-                cost = fleet_usd_per_hour(n, by_id[res["cand_id"]].tp, r["usd_per_gpu_hour"])
-                if r["step_time_used"] == sp.step_time:
-                    best = min(best, cost)
+            if res["status"] == "ok" and r["step_time_used"] == primary:
+                n = replicas_for(ctx.top, res["capacity_req_per_s"])
+                best = min(best, fleet_usd_per_hour(n, tp[res["cand_id"]], r["usd_per_gpu_hour"]))
             if progress:
                 progress(1, "search")
-    df = finish_table([rows[c.cand_id] for c in cands], traffic, top)
-    if not (df["status"] == "ok").any():
-        raise ValueError(impossible_message(df, inputs.slo))
-    return PlanRun(
-        inputs=inputs,
-        traffic=traffic,
-        candidates=df,
-        prices=prices,
-        top_req_per_s=top,
-        wall_s=time.perf_counter() - t0,
-        sim_wall_s=sim_wall,
-    )
+    return sim_wall
 
 
 NEEDED: tuple[str, ...] = (
