@@ -16,7 +16,6 @@ import pandas as pd
 from capsim.config import SimConfig
 from capsim.core.acceptance import AcceptanceDraws
 from capsim.core.kv_manager import KVCacheManager, PoolLayout
-from capsim.core.memory_plan import MemoryPlan, plan_memory
 from capsim.core.request import Request
 from capsim.core.scheduler import Scheduler, SchedulerConfig
 from capsim.cost.base import StepTimeModel
@@ -24,9 +23,11 @@ from capsim.cost.factory import build_step_time_model
 from capsim.engine import EngineSim
 from capsim.gpus import get_gpu
 from capsim.loadgen import release_times_s
+from capsim.memory.memory_plan import MemoryPlan, plan_memory
+from capsim.memory.term_lookup import measured_term
 from capsim.metrics import summarize
 from capsim.models import get_model
-from capsim.result import SimResult
+from capsim.sim_result import SimResult
 from capsim.traces.table import RequestTable
 
 
@@ -66,6 +67,18 @@ def load_requests(cfg: SimConfig) -> RequestTable:
     )
 
 
+def _check_lengths(name: str, prompt: np.ndarray, output: np.ndarray, limit: int) -> None:
+    """Refuse a workload row whose prompt + output exceeds max_model_len (names the row)."""
+    # compared without adding first: prompt + output can overflow int64 on a bad file
+    too_long = np.nonzero((prompt > limit) | (output > limit - np.minimum(prompt, limit)))[0]
+    if too_long.size:
+        i = int(too_long[0])
+        raise ValueError(
+            f"workload {name!r} row {i}: prompt+output={int(prompt[i]) + int(output[i])} "
+            f"tokens exceeds max_model_len={limit}"
+        )
+
+
 @dataclass(frozen=True, slots=True)
 class Prepared:
     """Everything one point needs before the engine runs (shared by capsim.fleet)."""
@@ -89,20 +102,12 @@ def prepare(
     """Memory plan, workload sample, release times, acceptance draws, requests, pricing."""
     model = get_model(cfg.model)
     gpu = get_gpu(cfg.gpu)
-    plan = plan_memory(model, gpu, cfg.engine, cfg.spec)
+    plan = plan_memory(model, gpu, cfg.engine, cfg.spec, lookup=measured_term)
     table = workload if workload is not None else load_requests(cfg)
     n = min(cfg.load.num_requests, table.num_requests)
     prompt = table.prompt_tok[:n]
     output = table.output_tok[:n]
-    # compared without adding first: prompt + output can overflow int64 on a bad file
-    limit = plan.max_model_len
-    too_long = np.nonzero((prompt > limit) | (output > limit - np.minimum(prompt, limit)))[0]
-    if too_long.size:
-        i = int(too_long[0])
-        raise ValueError(
-            f"workload {table.name!r} row {i}: prompt+output={int(prompt[i]) + int(output[i])} "
-            f"tokens exceeds max_model_len={plan.max_model_len}"
-        )
+    _check_lengths(table.name, prompt, output, plan.max_model_len)
     arrivals_ss, accept_ss = np.random.SeedSequence(cfg.seed).spawn(2)
     release = release_times_s(
         cfg.load,
@@ -220,9 +225,8 @@ def simulate(
     }
     req_df = request_frame(p, sim.first_token_s, counters)
     steps_df = sim.recorder.frame()
-    summary = point_summary(
-        cfg, p, req_df, steps_df, np.asarray(sim.recorder.itl_s), cols["num_accept_draws_used"][slots]
-    )
+    itl = np.asarray(sim.recorder.itl_s)
+    summary = point_summary(cfg, p, req_df, steps_df, itl, cols["num_accept_draws_used"][slots])
     return SimResult(
         config=cfg.to_dict(),
         summary=summary,

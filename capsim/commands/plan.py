@@ -13,8 +13,8 @@ from typing import Any
 
 import click
 
-from capsim.cliopts import FiniteFloat, ListOf, TreeShapes, options
-from capsim.cost.base import COMMIT_MODES
+from capsim.commands.options import FiniteFloat, ListOf, TreeShapes, options
+from capsim.commit_modes import COMMIT_MODES
 from capsim.gpus import GPUS
 from capsim.sweep.executors import EXECUTORS, make_executor
 

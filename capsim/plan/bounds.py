@@ -120,13 +120,14 @@ def bound_row(
     slo: PlanSlo,
 ) -> dict[str, Any]:
     """The analytic bounds of one candidate (its memory plan must already build)."""
-    from capsim.core.memory_plan import plan_memory
     from capsim.gpus import get_gpu
+    from capsim.memory.memory_plan import plan_memory
+    from capsim.memory.term_lookup import measured_term
     from capsim.models import get_model
 
     gpu = get_gpu(cand.gpu)
     eng, spec = cand.engine(), cand.spec()
-    plan = plan_memory(get_model(cand.model), gpu, eng, spec)
+    plan = plan_memory(get_model(cand.model), gpu, eng, spec, lookup=measured_term)
     w = spec.window_tok
     e_tok = expected_tokens_per_step(spec)
     b_max = max(1, min(plan.max_num_seqs, plan.max_concurrency(stats.prompt_p10_tok + 1)))

@@ -10,7 +10,7 @@ import math
 from dataclasses import dataclass, field
 from typing import Any
 
-from capsim.cost.base import COMMIT_MODES
+from capsim.commit_modes import COMMIT_MODES
 from capsim.gpus import get_gpu
 
 STEP_TIMES: tuple[str, ...] = ("calibrated", "roofline")
