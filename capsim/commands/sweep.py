@@ -307,6 +307,17 @@ def report_cmd(result_dir: Path, out_dir: Path | None) -> None:
 )
 @click.option("--progress/--no-progress", default=True, help="show a progress bar")
 @options(*POOL_OPTIONS, "prefix_caching")
+@click.option(
+    "-k",
+    "--num-speculative-tokens",
+    "ks",
+    type=ListOf(click.IntRange(0, 64)),
+    default="3",
+    show_default=True,
+    help="MTP chain depths to try (0 = off), e.g. 3,4",
+)
+@options("step_time", "max_model_len", "max_num_seqs")
+@click.option("--json", "as_json", is_flag=True, help="print every candidate's row as JSON")
 def whatif_cmd(
     model: str,
     gpu: str,
@@ -325,9 +336,18 @@ def whatif_cmd(
     jobs: int | None,
     progress: bool,
     enable_prefix_caching: bool,
+    ks: tuple[int, ...],
+    step_time: str,
+    max_model_len: int | None,
+    max_num_seqs: int | None,
+    as_json: bool,
     **pool: Any,
 ) -> None:
-    """Largest load meeting an SLO per commit mode, and the gmu/tree maximising goodput."""
+    """Largest load meeting an SLO per commit mode, and the gmu/tree maximising goodput.
+
+    The plan's special case: one configuration, one replica. Rate mode runs the plan's
+    capacity search (capsim.plan.whatif); both modes keep an answer only when it holds in
+    a steady-state run (doubling the run moves p99 TTFT by < 10%; see docs/planning.md)."""
     from capsim.sweep.whatif import Candidate, Slo
 
     t0 = time.perf_counter()
@@ -342,20 +362,21 @@ def whatif_cmd(
     pins = pool_pins(pool)
     if gmu is None:
         gmu = (resolve_gmu(None, pins["vllm_version"]),)
-    _validate_whatif(
-        model,
-        gpu,
-        tp,
-        gmu,
-        pins,
-        workload,
-        load_mode,
-        tree,
-        modes,
-        enable_prefix_caching,
-        num_requests,
-        seed,
-    )
+    if max_model_len is None and max_num_seqs is None and ks == (3,) and step_time == "calibrated":
+        _validate_whatif(
+            model,
+            gpu,
+            tp,
+            gmu,
+            pins,
+            workload,
+            load_mode,
+            tree,
+            modes,
+            enable_prefix_caching,
+            num_requests,
+            seed,
+        )
     candidates = [
         Candidate(
             model=model,
@@ -371,12 +392,21 @@ def whatif_cmd(
             max_load=max_load,
             pool=tuple(sorted(pins.items())),
             enable_prefix_caching=enable_prefix_caching,
+            num_spec_tok=k,
+            step_time=step_time,
+            max_model_len=max_model_len,
+            max_num_seqs=max_num_seqs,
         )
         for g in dict.fromkeys(gmu)
         for t in dict.fromkeys(tree)
-        for m in dict.fromkeys(modes)
+        for k in dict.fromkeys(ks)
+        for m in (dict.fromkeys(modes) if k > 0 or t is not None else (modes[0],))
     ]
-    allres, best = _run_whatif(candidates, slo, jobs, progress)
+    _validate_candidates(candidates)
+    allres, best = _run_whatif(candidates, slo, jobs, progress, load_mode)
+    if as_json:
+        click.echo(allres.to_json(orient="records", indent=1))
+        return
     unit = "concurrent requests" if load_mode == "concurrency" else "req/s"
     click.echo(f"All candidates (max_load in {unit}; goodput = output tok/s at max_load):")
     click.echo(format_whatif(allres).to_string(index=False))
@@ -389,12 +419,34 @@ def whatif_cmd(
     )
 
 
+def _validate_candidates(candidates: list[Any]) -> None:
+    """Every candidate's memory plan and step-time model build (one-line errors)."""
+    from capsim.cost.factory import build_step_time_model
+    from capsim.gpus import get_gpu
+    from capsim.memory.memory_plan import plan_memory
+    from capsim.memory.term_lookup import measured_term
+    from capsim.models import get_model
+
+    for c in candidates:
+        try:
+            cfg = c.config(1.0)
+            model, gpu = get_model(cfg.model), get_gpu(cfg.gpu)
+            plan_memory(model, gpu, cfg.engine, cfg.spec, lookup=measured_term)
+            build_step_time_model(cfg, model, gpu)
+        except ValueError as exc:
+            raise click.UsageError(str(exc).splitlines()[0]) from None
+
+
 def _run_whatif(
-    candidates: list[Any], slo: Any, jobs: int | None, progress: bool
+    candidates: list[Any], slo: Any, jobs: int | None, progress: bool, load_mode: str
 ) -> tuple[pd.DataFrame, pd.DataFrame]:
-    """Search every candidate (a process pool when more than one worker), with a bar."""
+    """Search every candidate (a process pool when more than one worker), with a bar.
+    Rate mode: the plan's capacity search (``capsim.plan.whatif``)."""
     from capsim.sweep.executors import LocalExecutor
     from capsim.sweep.whatif import whatif
+
+    if load_mode == "rate":
+        from capsim.plan.whatif import whatif_rate as whatif  # type: ignore[assignment]
 
     workers = min(jobs or os.cpu_count() or 1, len(candidates))
     ex = LocalExecutor(workers) if workers > 1 else None
