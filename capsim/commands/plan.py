@@ -8,6 +8,7 @@ runs ``capsim.plan.search.run_plan`` on a sweep executor, writes the plan direct
 from __future__ import annotations
 
 import json
+import math
 from pathlib import Path
 from typing import Any
 
@@ -227,8 +228,16 @@ def plan_inputs(p: dict[str, Any]) -> Any:
 @click.option("--json", "as_json", is_flag=True, help="print the answer as JSON")
 @click.option("--progress/--no-progress", default=True, help="show a progress bar")
 @click.option("--report/--no-report", default=True, help="write plan.html")
+@click.option(
+    "--fleet-check",
+    type=click.Choice(["none", "round_robin", "least_outstanding", "prefix_affinity"]),
+    default="none",
+    show_default=True,
+    help="simulate the cheapest fleet jointly (N replicas + this router) at the full rate",
+)
 def plan_cmd(**p: Any) -> None:
     """Cheapest fleet (GPU, TP, replicas, speculation, commit mode) meeting every SLO."""
+    from capsim.io.atomic import write_json_atomic
     from capsim.plan.output import answer_text, dumps, plan_answer, write_plan
     from capsim.plan.search import run_plan
 
@@ -254,6 +263,9 @@ def plan_cmd(**p: Any) -> None:
     ans = plan_answer(run)
     if p["day_profile"] or p["day_standin"]:
         ans["day"] = write_day(run, ans, out, p["day_profile"])
+    if p["fleet_check"] != "none" and ans["cheapest"] is not None:
+        ans["fleet_check"] = fleet_check(run, ans, p["fleet_check"])
+        write_json_atomic(out / "fleet_check.json", ans["fleet_check"])
     if p["report"]:
         from capsim.reports.plan_report import build_plan_report
 
@@ -264,7 +276,49 @@ def plan_cmd(**p: Any) -> None:
         )
     else:
         click.echo(answer_text(ans))
+        fc = ans.get("fleet_check")
+        if fc:
+            click.echo(
+                f"fleet check ({fc['replicas']} replicas, {fc['router']}, "
+                f"{fc['fleet_req_per_s']:g} req/s jointly): p99 TTFT {fc['ttft_p99_s'] * 1e3:.0f} ms (one replica at the "
+                f"operating point: {fc['predicted_op_ttft_p99_s'] * 1e3:.0f} ms), mean TPOT "
+                f"{fc['tpot_mean_s'] * 1e3:.1f} ms; misses: {fc['misses'] or 'none'}"
+            )
         click.echo(f"wall {run.wall_s:.1f} s; files in {out}")
+
+
+def fleet_check(run: Any, ans: dict[str, Any], router: str) -> dict[str, Any]:
+    """The cheapest fleet simulated jointly, as long as its steady run."""
+    from capsim.plan.verify import verify_fleet
+
+    best = ans["cheapest"]
+    row = run.candidates.set_index("cand_id").loc[best["cand_id"]]
+    cand = next(c for c in expand_for(run) if c.cand_id == best["cand_id"])
+    st = run.inputs.settings
+    rate = run.traffic.rate_req_per_s
+    m = int(row.get("run_multiplier", 1) or 1)
+    n = max(st.probe_min_requests * 2 * m, math.ceil(st.probe_duration_s * 2 * m * rate))
+    out = verify_fleet(
+        cand,
+        int(best["replicas"]),
+        workload=run.traffic.workload,
+        rate_req_per_s=rate,
+        burstiness=run.traffic.burstiness,
+        slo=run.inputs.slo,
+        num_requests=n,
+        seed=st.seed,
+        router=router,
+        step_time=str(row["step_time_used"]),
+    )
+    out["predicted_op_ttft_p99_s"] = best["op_ttft_p99_s"]
+    out["predicted_op_tpot_mean_s"] = best["op_tpot_mean_s"]
+    return out
+
+
+def expand_for(run: Any) -> list[Any]:
+    from capsim.plan.space import expand_space
+
+    return expand_space(run.inputs.model, run.inputs.space, run.traffic.max_model_len)
 
 
 def write_day(run: Any, ans: dict[str, Any], out: Path, profile: str | None) -> dict[str, Any]:
