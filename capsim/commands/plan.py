@@ -280,7 +280,8 @@ def plan_cmd(**p: Any) -> None:
         if fc:
             click.echo(
                 f"fleet check ({fc['replicas']} replicas, {fc['router']}, "
-                f"{fc['fleet_req_per_s']:g} req/s jointly): p99 TTFT {fc['ttft_p99_s'] * 1e3:.0f} ms (one replica at the "
+                f"{fc['fleet_req_per_s']:g} req/s jointly): p99 TTFT "
+                f"{fc['ttft_p99_s'] * 1e3:.0f} ms (one replica at the "
                 f"operating point: {fc['predicted_op_ttft_p99_s'] * 1e3:.0f} ms), mean TPOT "
                 f"{fc['tpot_mean_s'] * 1e3:.1f} ms; misses: {fc['misses'] or 'none'}"
             )
