@@ -307,13 +307,13 @@ NEEDED: tuple[str, ...] = (
 
 def impossible_message(df: pd.DataFrame, slo: PlanSlo) -> str:
     """One line naming the SLO field no candidate meets (or why none could be searched)."""
-    reasons = [str(r) for r in df.get("reason", pd.Series(dtype=str)).fillna("") if r]
+    reasons = [r for r in df.get("reason", pd.Series(dtype=object)) if isinstance(r, str) and r]
+    probes = [p for p in df.get("probes_json", pd.Series(dtype=object)) if isinstance(p, str)]
     for name in (*PlanSlo.TARGETS, "goodput_frac"):
         v = getattr(slo, name)
         if v is None:
             continue
         hits = [r for r in reasons if name in r]
-        probes = df.get("probes_json", pd.Series(dtype=str)).fillna("")
         if hits or any(name in p for p in probes):
             eg = f"; e.g. {hits[0]}" if hits else ""
             return (
