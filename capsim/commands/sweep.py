@@ -348,17 +348,8 @@ def whatif_cmd(
     The plan's special case: one configuration, one replica. Rate mode runs the plan's
     capacity search (capsim.plan.whatif); both modes keep an answer only when it holds in
     a steady-state run (doubling the run moves p99 TTFT by < 10%; see docs/planning.md)."""
-    from capsim.sweep.whatif import Candidate, Slo
-
     t0 = time.perf_counter()
-    try:
-        slo = Slo(
-            ttft_p99_s=None if ttft_p99_ms is None else ttft_p99_ms / 1e3,
-            tpot_s=None if tpot_ms is None else tpot_ms / 1e3,
-            tpot_stat=tpot_stat,  # type: ignore[arg-type]
-        )
-    except ValueError:
-        raise click.UsageError("give --ttft-p99-ms, --tpot-ms or both") from None
+    slo = _whatif_slo(ttft_p99_ms, tpot_ms, tpot_stat)
     pins = pool_pins(pool)
     if gmu is None:
         gmu = (resolve_gmu(None, pins["vllm_version"]),)
@@ -377,31 +368,28 @@ def whatif_cmd(
             num_requests,
             seed,
         )
-    candidates = [
-        Candidate(
-            model=model,
-            gpu=gpu,
-            tp=tp,
-            gmu=g,
-            tree=t,
-            commit=m,
-            workload=workload,
-            load_mode=load_mode,  # type: ignore[arg-type]
-            num_requests=num_requests,
-            seed=seed,
-            max_load=max_load,
-            pool=tuple(sorted(pins.items())),
-            enable_prefix_caching=enable_prefix_caching,
-            num_spec_tok=k,
-            step_time=step_time,
-            max_model_len=max_model_len,
-            max_num_seqs=max_num_seqs,
-        )
-        for g in dict.fromkeys(gmu)
-        for t in dict.fromkeys(tree)
-        for k in dict.fromkeys(ks)
-        for m in (dict.fromkeys(modes) if k > 0 or t is not None else (modes[0],))
-    ]
+    fixed = {
+        "model": model,
+        "gpu": gpu,
+        "tp": tp,
+        "workload": workload,
+        "load_mode": load_mode,
+        "num_requests": num_requests,
+        "seed": seed,
+        "max_load": max_load,
+        "pool": tuple(sorted(pins.items())),
+        "enable_prefix_caching": enable_prefix_caching,
+        "step_time": step_time,
+        "max_model_len": max_model_len,
+        "max_num_seqs": max_num_seqs,
+    }
+    candidates = _whatif_candidates(
+        fixed,
+        gmu,
+        tree,
+        ks,
+        modes,
+    )
     _validate_candidates(candidates)
     allres, best = _run_whatif(candidates, slo, jobs, progress, load_mode)
     if as_json:
@@ -417,6 +405,38 @@ def whatif_cmd(
         f"\n{int(allres['num_sims'].sum())} short simulations (>= {num_requests} requests each) "
         f"in {time.perf_counter() - t0:.1f} s"
     )
+
+
+def _whatif_slo(ttft_p99_ms: float | None, tpot_ms: float | None, tpot_stat: str) -> Any:
+    from capsim.sweep.whatif import Slo
+
+    try:
+        return Slo(
+            ttft_p99_s=None if ttft_p99_ms is None else ttft_p99_ms / 1e3,
+            tpot_s=None if tpot_ms is None else tpot_ms / 1e3,
+            tpot_stat=tpot_stat,  # type: ignore[arg-type]
+        )
+    except ValueError:
+        raise click.UsageError("give --ttft-p99-ms, --tpot-ms or both") from None
+
+
+def _whatif_candidates(
+    fixed: dict[str, Any],
+    gmu: tuple[float, ...],
+    tree: tuple[tuple[int, ...] | None, ...],
+    ks: tuple[int, ...],
+    modes: tuple[str, ...],
+) -> list[Any]:
+    """gmu x tree x k x commit mode (k = 0 has no commit mode: one candidate)."""
+    from capsim.sweep.whatif import Candidate
+
+    return [
+        Candidate(gmu=g, tree=t, commit=m, num_spec_tok=k, **fixed)
+        for g in dict.fromkeys(gmu)
+        for t in dict.fromkeys(tree)
+        for k in dict.fromkeys(ks)
+        for m in (dict.fromkeys(modes) if k > 0 or t is not None else (modes[0],))
+    ]
 
 
 def _validate_candidates(candidates: list[Any]) -> None:

@@ -93,6 +93,20 @@ def simulate_fleet(
     for e in engines:
         e.start()
     env.run()
+    return _collect(cfg, p, engines, scheds, where, num_replicas, router)
+
+
+def _collect(  # type: ignore[no-untyped-def]
+    cfg: SimConfig,
+    p,
+    engines: list[EngineSim],
+    scheds,
+    where: np.ndarray,
+    num_replicas: int,
+    router: str,
+) -> FleetResult:
+    """Per-request frame of the whole fleet, per-replica and fleet summaries."""
+    n = len(p.requests)
     done = sum(e._num_finished for e in engines)
     if done != n:
         raise RuntimeError(f"fleet simulation ended with {done} of {n} finished")
