@@ -113,8 +113,8 @@ def build_plan_report(plan_dir: Path | str) -> Path:
             "<h2>Fleet check (replicas + router simulated jointly)</h2><p class='note'>"
             f"{fc['replicas']} replicas behind {html.escape(str(fc['router']))} at "
             f"{fc['fleet_req_per_s']:g} req/s on one clock: p99 TTFT "
-            f"{(fc['ttft_p99_s'] or 0) * 1e3:.0f} ms, mean TPOT {(fc['tpot_mean_s'] or 0) * 1e3:.1f}"
-            f" ms (one replica at the operating point predicted "
+            f"{(fc['ttft_p99_s'] or 0) * 1e3:.0f} ms, mean TPOT "
+            f"{(fc['tpot_mean_s'] or 0) * 1e3:.1f} ms (one replica at the operating point predicted "
             f"{(fc['predicted_op_ttft_p99_s'] or 0) * 1e3:.0f} ms); SLO misses: "
             f"{html.escape(fc['misses'] or 'none')}.</p>"
         )
