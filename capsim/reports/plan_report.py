@@ -114,7 +114,8 @@ def build_plan_report(plan_dir: Path | str) -> Path:
             f"{fc['replicas']} replicas behind {html.escape(str(fc['router']))} at "
             f"{fc['fleet_req_per_s']:g} req/s on one clock: p99 TTFT "
             f"{(fc['ttft_p99_s'] or 0) * 1e3:.0f} ms, mean TPOT "
-            f"{(fc['tpot_mean_s'] or 0) * 1e3:.1f} ms (one replica at the operating point predicted "
+            f"{(fc['tpot_mean_s'] or 0) * 1e3:.1f} ms (one replica at the operating point "
+            f"predicted "
             f"{(fc['predicted_op_ttft_p99_s'] or 0) * 1e3:.0f} ms); SLO misses: "
             f"{html.escape(fc['misses'] or 'none')}.</p>"
         )
