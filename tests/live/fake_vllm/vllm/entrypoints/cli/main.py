@@ -1,0 +1,89 @@
+"""A stand-in for `vllm` (serve / bench serve) used by tests/live/test_engine_runner.py.
+
+serve: prints start-up lines like vLLM 0.26, then serves /health, /metrics, /server_info on
+127.0.0.1:PORT; FAKE_VLLM_REFUSE=1 prints the Mamba-blocks refusal and exits 1.
+bench serve: sends nothing; sleeps FAKE_BENCH_S, bumps the fake server's counters through
+a request to /bump, writes --result-dir/--result-filename when --save-result is given.
+"""
+import json
+import os
+import sys
+import threading
+import time
+import urllib.request
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+STATE = {"running": 0.0, "preempt": 0.0}
+
+
+class H(BaseHTTPRequestHandler):
+    def log_message(self, *a):
+        pass
+
+    def do_GET(self):
+        if self.path == "/health":
+            body = b""
+        elif self.path == "/metrics":
+            body = ("# HELP x\nvllm:num_requests_running{engine=\"0\"} %s\n"
+                    "vllm:num_requests_waiting{engine=\"0\"} 0.0\n"
+                    "vllm:kv_cache_usage_perc{engine=\"0\"} 0.25\n"
+                    "vllm:num_preemptions_total{engine=\"0\"} %s\n"
+                    "vllm:spec_decode_num_accepted_tokens_per_pos_total{engine=\"0\",position=\"0\"} 5.0\n"
+                    % (STATE["running"], STATE["preempt"])).encode()
+        elif self.path == "/server_info":
+            body = json.dumps({"vllm_config": {"max_num_seqs": 8}}).encode()
+        elif self.path == "/bump":
+            STATE["running"] += 3
+            STATE["preempt"] += 1
+            body = b"ok"
+        else:
+            self.send_response(404)
+            self.end_headers()
+            return
+        self.send_response(200)
+        self.end_headers()
+        self.wfile.write(body)
+
+
+def serve(argv):
+    port = int(argv[argv.index("--port") + 1])
+    print("INFO Model loading took 67.1 GiB memory", flush=True)
+    time.sleep(float(os.environ.get("FAKE_SERVE_KV_S", "0.5")))
+    print("INFO Available KV cache memory: 49.68 GiB", flush=True)
+    print("INFO GPU KV cache size: 2,252,194 tokens", flush=True)
+    if os.environ.get("FAKE_VLLM_REFUSE") == "1":
+        print("ValueError: max_num_seqs (1024) exceeds available Mamba cache blocks (339).",
+              flush=True)
+        sys.exit(1)
+    time.sleep(float(os.environ.get("FAKE_SERVE_READY_S", "0.5")))
+    srv = ThreadingHTTPServer(("127.0.0.1", port), H)
+    print("INFO Application startup complete.", flush=True)
+    srv.serve_forever()
+
+
+def bench(argv):
+    base = argv[argv.index("--base-url") + 1]
+    time.sleep(float(os.environ.get("FAKE_BENCH_S", "1.2")))
+    urllib.request.urlopen(base + "/bump").read()
+    time.sleep(0.6)
+    if "--save-result" in argv:
+        d = argv[argv.index("--result-dir") + 1]
+        f = argv[argv.index("--result-filename") + 1]
+        n = int(argv[argv.index("--num-prompts") + 1])
+        with open(os.path.join(d, f), "w") as fh:
+            json.dump({"completed": n, "mean_ttft_ms": 12.5, "argv": argv}, fh)
+    print("bench done", n if "--save-result" in argv else "warmup")
+
+
+def main():
+    argv = sys.argv[1:]
+    if argv[:1] == ["serve"]:
+        serve(argv)
+    elif argv[:2] == ["bench", "serve"]:
+        bench(argv)
+    else:
+        sys.exit(f"fake vllm: unknown command {argv}")
+
+
+if __name__ == "__main__":
+    main()
