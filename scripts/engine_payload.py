@@ -162,6 +162,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--config", default="experiments/vllm_logs/models/qwen3.5-35b-a3b.json")
     ap.add_argument("--tokenizer", default="/work/shared/traces/tokenizers/qwen3/tokenizer.json")
     ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument("--sharegpt", type=int, default=512,
+                    help="rows of the ShareGPT-like length list (0: none)")
     ap.add_argument("--force", action="store_true")
     a = ap.parse_args(argv)
     work, dest = Path(a.work), Path(a.dest)
@@ -172,6 +174,14 @@ def main(argv: list[str] | None = None) -> int:
         install(wheels, site)
         report_path.write_text(json.dumps(strip(site), indent=1, sort_keys=True))
     engine_model_dir.write_model_dir(Path(a.config), Path(a.tokenizer), model)
+    if a.sharegpt:  # the ShareGPT-like length list travels inside the model dir
+        from capsim.live.engine_dataset import workload_rows, write_custom_dataset
+
+        jsonl = model / "datasets" / f"sharegpt{a.sharegpt}.jsonl"
+        if a.force or not jsonl.exists():
+            rows = workload_rows("sharegpt", a.sharegpt, 0, 4096, 1024)
+            write_custom_dataset(rows, Path(a.tokenizer), jsonl,
+                                 Path("experiments/engine/data") / f"sharegpt{a.sharegpt}.csv")
     dest.mkdir(parents=True, exist_ok=True)
     files = {}
     for name, src in (("site.tar.xz", site), ("model.tar.xz", model)):

@@ -15,8 +15,8 @@ HERE=$(cd "$(dirname "$0")" && pwd)
 JOBS=${1:?job list}
 DEADLINE_S=${2:?deadline seconds}
 T0=$(date +%s)
-ROOT=/tmp/capsim_engine
-CACHE=/tmp/capsim_cache
+ROOT=${CAPSIM_ENGINE_ROOT:-/tmp/capsim_engine}
+CACHE=${CAPSIM_ENGINE_CACHE:-/tmp/capsim_cache}
 mkdir -p "$ROOT" "$CACHE" "${OUT:?OUT unset}"
 exec > >(tee -a "$OUT/device.log") 2>&1
 echo "engine_device: $(date -u +%FT%TZ) boot_id $(cat /proc/sys/kernel/random/boot_id)"

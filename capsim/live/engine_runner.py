@@ -440,6 +440,7 @@ class Runner:
         if self.server is None or self.server.poll() is not None:
             return {"outcome": "no_server"}
         port = self.server_spec.port
+        atomic_write(jdir / "server.json", json.dumps(dataclasses.asdict(self.server_spec)))
         log = jdir / "bench.log"
         t0 = time.monotonic()
         if b.warmup_prompts > 0:
