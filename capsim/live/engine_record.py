@@ -7,7 +7,7 @@ output_len, ttft_s, e2el_s, start_s per request, from --save-detailed), metrics.
 jit_warnings.txt (vLLM's "Triton kernel JIT compilation during inference" lines that fell
 inside the measured window, if any).
 Per start-up job -> ``startups/<job>.log`` (the lines capsim's log parser reads, plus every
-WARNING/ERROR/Traceback line) and a row of ``startups.csv`` (capsim.io.vllm_log fields).
+WARNING/ERROR/Traceback line) and a row of ``startups.csv`` (capsim.memory.vllm_log fields).
 """
 from __future__ import annotations
 
@@ -19,7 +19,7 @@ from typing import Any
 
 import pandas as pd
 
-from capsim.io.vllm_log import parse_vllm_log
+from capsim.memory.vllm_log import parse_vllm_log
 
 _KEEP = re.compile(r"Model loading took|Setting attention block size|Padding mamba|padding layers|"
                    r"Profiling CUDA graph|Estimated CUDA graph|Available KV cache|GPU KV cache size|"

@@ -4,8 +4,8 @@ from __future__ import annotations
 import pytest
 
 from capsim.config import EngineConfig, SpecDecodeConfig
-from capsim.core.memory_plan import plan_memory
-from capsim.core.startup_checks import mamba_blocks_refusal
+from capsim.memory.memory_plan import plan_memory
+from capsim.memory.startup_checks import mamba_blocks_refusal
 from capsim.gpus import get_gpu
 from capsim.models import get_model
 
