@@ -67,12 +67,15 @@ def load_run(run_dir: Path) -> RealRun:
                    job["bench"], reqs, metrics)
 
 
-def sim_config(run: RealRun) -> SimConfig:
+def sim_config(run: RealRun, num_gpu_blocks: int | None = None) -> SimConfig:
+    """capsim's configuration of the run; `num_gpu_blocks` pins the pool to the block
+    count the real start-up reported (diagnostic: separates the memory plan's error from
+    the scheduler's and the step model's)."""
     s, b = run.server, run.bench
     engine = EngineConfig(gmu=float(s["gpu_memory_utilization"]), max_num_seqs=s["max_num_seqs"],
                           max_num_batched_tokens=s["max_num_batched_tokens"],
                           enable_prefix_caching=bool(s["enable_prefix_caching"]),
-                          vllm_version="0.26")
+                          num_gpu_blocks_override=num_gpu_blocks, vllm_version="0.26")
     n = len(run.requests)
     if b.get("request_rate") is not None:
         load = LoadConfig(mode="rate", rate_req_per_s=float(b["request_rate"]), num_requests=n,
@@ -105,14 +108,15 @@ class PlusOverhead:
                 "engine_overhead_fit": list(FIT_RUNS)}
 
 
-def simulate_run(run: RealRun, delta_s: float = 0.0) -> dict[str, float]:
+def simulate_run(run: RealRun, delta_s: float = 0.0,
+                 num_gpu_blocks: int | None = None) -> dict[str, float]:
     """capsim's metrics for the real run's configuration (same lengths, same load)."""
     from capsim.cost.factory import build_step_time_model
     from capsim.gpus import get_gpu
     from capsim.models import get_model
     from capsim.simulate import simulate
 
-    cfg = sim_config(run)
+    cfg = sim_config(run, num_gpu_blocks)
     cost = build_step_time_model(cfg, get_model(cfg.model), get_gpu(cfg.gpu))
     if delta_s:
         cost = PlusOverhead(cost, delta_s)
@@ -138,8 +142,19 @@ def within(metric: str, real: float, pred: float) -> bool | None:
     return abs(pred - real) <= max(rel * abs(real), floor)
 
 
-def table(runs_root: Path) -> tuple[pd.DataFrame, float]:
-    """One row per (run, metric): real, capsim, capsim+delta, % errors, fit/predict, pass."""
+def startup_blocks(startups_csv: Path, server: dict[str, Any]) -> int | None:
+    """num_gpu_blocks of the real start-up with the run's gmu, k and max_num_seqs."""
+    st = pd.read_csv(startups_csv)
+    mns = server["max_num_seqs"]
+    hit = st[(st["gmu"] == server["gpu_memory_utilization"])
+             & (st["num_speculative_tokens"] == server["num_speculative_tokens"])
+             & (st["max_num_seqs"].isna() if mns is None else st["max_num_seqs"] == mns)]
+    return int(hit["num_gpu_blocks"].iloc[0]) if len(hit) else None
+
+
+def table(runs_root: Path, startups_csv: Path | None = None) -> tuple[pd.DataFrame, float]:
+    """One row per (run, metric): real, capsim, capsim+delta, % errors, fit/predict, pass;
+    plus capsim+delta on the real start-up's block count (diagnostic column)."""
     runs = [load_run(d) for d in sorted(p for p in runs_root.iterdir() if p.is_dir())]
     by = {r.name: r for r in runs}
     fits = [by[n] for n in FIT_RUNS if n in by]
@@ -147,12 +162,16 @@ def table(runs_root: Path) -> tuple[pd.DataFrame, float]:
     rows = []
     for r in runs:
         shipped, plus = simulate_run(r), simulate_run(r, delta)
+        blocks = startup_blocks(startups_csv, r.server) if startups_csv else None
+        diag = simulate_run(r, delta, blocks) if blocks else {}
         for m in METRICS:
             real, a, b = r.metrics[m], shipped[m], plus[m]
             rows.append({"run": r.name, "metric": m, "role": "fit" if r.name in FIT_RUNS else "predict",
                          "real": real, "capsim": a, "capsim_delta": b,
                          "err_capsim_pct": _pct(a, real), "err_delta_pct": _pct(b, real),
-                         "pass_delta": within(m, real, b)})
+                         "pass_delta": within(m, real, b),
+                         "capsim_delta_real_blocks": diag.get(m, math.nan),
+                         "err_real_blocks_pct": _pct(diag.get(m, math.nan), real)})
     return pd.DataFrame(rows), delta
 
 
