@@ -522,6 +522,9 @@ def main(argv: list[str] | None = None) -> int:
         runner.stop_server()
     for r in summary:
         print(" ".join(f"{k}={v}" for k, v in r.items()))
+    if all(r["outcome"] == "skipped_deadline" for r in summary):
+        print(f"error: --deadline-s={a.deadline_s}: every job's est_s is larger", file=sys.stderr)
+        return 3
     return 0
 
 

@@ -169,3 +169,31 @@ def test_main_rejects_bad_job_list(tmp_path, capsys):
     rc = er.main(["--jobs", str(p), "--model", "/m", "--out", str(tmp_path / "o")])
     assert rc == 2 and "job.est_s=-1" in capsys.readouterr().err
     assert sys.executable
+
+
+def test_cli_jobs_run_record_on_fake_vllm(tmp_path, fake_env):
+    from click.testing import CliRunner
+
+    from capsim.commands.engine import engine
+
+    cli = CliRunner()
+    jobs = tmp_path / "jobs.json"
+    r = cli.invoke(engine, ["jobs", "--gmu", "0.5", "-k", "1", "--max-concurrency", "2",
+                            "--waves", "2", "-o", str(jobs)])
+    assert r.exit_code == 0, r.output
+    raw = json.loads(jobs.read_text())
+    raw["jobs"][0]["server"]["port"] = _free_port()
+    jobs.write_text(json.dumps(raw))
+    out = tmp_path / "res"
+    r = cli.invoke(engine, ["run", "--jobs", str(jobs), "--model", "/m", "-o", str(out),
+                            "--deadline-s", "2000"])
+    assert r.exit_code == 0, r.output
+    argv = json.loads((out / "s_g050_k1" / "server.cmd.json").read_text())
+    assert "--gdn-prefill-backend" not in argv and argv[-2:] == ["--load-format", "dummy"]
+    dest = tmp_path / "rec"
+    r = cli.invoke(engine, ["record", str(out), "--dest", str(dest)])
+    assert r.exit_code == 0, r.output
+    run = dest / "runs" / "g050_k1_rand_c2"
+    assert (run / "requests.csv").read_text().splitlines()[0] == "input_len,output_len,start_s,ttft_s,e2el_s"
+    assert json.loads((run / "bench_summary.json").read_text())["completed"] == 4
+    assert "s_g050_k1" in (dest / "startups.csv").read_text()
