@@ -12,43 +12,83 @@ with `_` dropped) plus:
 - the small tokenizer/generation/processor configs of the Qwen3-VL processor family.
 None of these change the memory plan (shared/REAL_VLLM_H200.md).
 """
+
 from __future__ import annotations
 
 import json
 import os
 from pathlib import Path
 
-VISION_TOKEN_IDS = {"image_token_id": 151655, "video_token_id": 151656,
-                    "vision_start_token_id": 151652, "vision_end_token_id": 151653}
+VISION_TOKEN_IDS = {
+    "image_token_id": 151655,
+    "video_token_id": 151656,
+    "vision_start_token_id": 151652,
+    "vision_end_token_id": 151653,
+}
 EOS_TOKEN_ID = 151645  # <|im_end|>
 PAD_TOKEN_ID = 151643  # <|endoftext|>
-ROPE_PARAMETERS = {"rope_type": "default", "rope_theta": 10000000.0,
-                   "partial_rotary_factor": 0.25, "mrope_section": [11, 11, 10],
-                   "mrope_interleaved": True}
+ROPE_PARAMETERS = {
+    "rope_type": "default",
+    "rope_theta": 10000000.0,
+    "partial_rotary_factor": 0.25,
+    "mrope_section": [11, 11, 10],
+    "mrope_interleaved": True,
+}
 _IMAGE_NORM = {"image_mean": [0.5, 0.5, 0.5], "image_std": [0.5, 0.5, 0.5]}
 # 16384 image tokens at most: longest_edge 16,777,216 px / (16 px patch * 2 merge)^2.
-PREPROCESSOR = {"image_processor_type": "Qwen2VLImageProcessorFast",
-                "processor_class": "Qwen3VLProcessor", "patch_size": 16,
-                "temporal_patch_size": 2, "merge_size": 2, "do_resize": True,
-                "do_rescale": True, "rescale_factor": 1 / 255, "do_normalize": True,
-                "do_convert_rgb": True, **_IMAGE_NORM,
-                "size": {"shortest_edge": 65536, "longest_edge": 16777216}}
-VIDEO_PREPROCESSOR = {"video_processor_type": "Qwen3VLVideoProcessor",
-                      "processor_class": "Qwen3VLProcessor", "patch_size": 16,
-                      "temporal_patch_size": 2, "merge_size": 2, "do_resize": True,
-                      "do_rescale": True, "rescale_factor": 1 / 255, "do_normalize": True,
-                      "do_convert_rgb": True, **_IMAGE_NORM, "do_sample_frames": True,
-                      "fps": 2, "min_frames": 4, "max_frames": 768,
-                      "size": {"shortest_edge": 4096, "longest_edge": 25165824}}
-CHAT_TEMPLATE = ("{% for m in messages %}<|im_start|>{{ m['role'] }}\n{{ m['content'] }}"
-                 "<|im_end|>\n{% endfor %}{% if add_generation_prompt %}<|im_start|>assistant\n"
-                 "{% endif %}")
-TOKENIZER_CONFIG = {"tokenizer_class": "Qwen2Tokenizer", "model_max_length": 262144,
-                    "eos_token": "<|im_end|>", "pad_token": "<|endoftext|>",
-                    "bos_token": None, "add_bos_token": False, "errors": "replace",
-                    "clean_up_tokenization_spaces": False, "chat_template": CHAT_TEMPLATE}
-GENERATION_CONFIG = {"eos_token_id": [EOS_TOKEN_ID, PAD_TOKEN_ID],
-                     "pad_token_id": PAD_TOKEN_ID, "do_sample": False}
+PREPROCESSOR = {
+    "image_processor_type": "Qwen2VLImageProcessorFast",
+    "processor_class": "Qwen3VLProcessor",
+    "patch_size": 16,
+    "temporal_patch_size": 2,
+    "merge_size": 2,
+    "do_resize": True,
+    "do_rescale": True,
+    "rescale_factor": 1 / 255,
+    "do_normalize": True,
+    "do_convert_rgb": True,
+    **_IMAGE_NORM,
+    "size": {"shortest_edge": 65536, "longest_edge": 16777216},
+}
+VIDEO_PREPROCESSOR = {
+    "video_processor_type": "Qwen3VLVideoProcessor",
+    "processor_class": "Qwen3VLProcessor",
+    "patch_size": 16,
+    "temporal_patch_size": 2,
+    "merge_size": 2,
+    "do_resize": True,
+    "do_rescale": True,
+    "rescale_factor": 1 / 255,
+    "do_normalize": True,
+    "do_convert_rgb": True,
+    **_IMAGE_NORM,
+    "do_sample_frames": True,
+    "fps": 2,
+    "min_frames": 4,
+    "max_frames": 768,
+    "size": {"shortest_edge": 4096, "longest_edge": 25165824},
+}
+CHAT_TEMPLATE = (
+    "{% for m in messages %}<|im_start|>{{ m['role'] }}\n{{ m['content'] }}"
+    "<|im_end|>\n{% endfor %}{% if add_generation_prompt %}<|im_start|>assistant\n"
+    "{% endif %}"
+)
+TOKENIZER_CONFIG = {
+    "tokenizer_class": "Qwen2Tokenizer",
+    "model_max_length": 262144,
+    "eos_token": "<|im_end|>",
+    "pad_token": "<|endoftext|>",
+    "bos_token": None,
+    "add_bos_token": False,
+    "errors": "replace",
+    "clean_up_tokenization_spaces": False,
+    "chat_template": CHAT_TEMPLATE,
+}
+GENERATION_CONFIG = {
+    "eos_token_id": [EOS_TOKEN_ID, PAD_TOKEN_ID],
+    "pad_token_id": PAD_TOKEN_ID,
+    "do_sample": False,
+}
 
 
 def model_config(capsim_config: dict) -> dict:

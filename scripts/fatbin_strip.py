@@ -15,6 +15,7 @@ container has none, the highest PTX with arch <= keep_sm. Everything else is zer
 
 Usage: python3 scripts/fatbin_strip.py [--sm 90] [--dry-run] LIB.so [LIB.so ...]
 """
+
 from __future__ import annotations
 
 import argparse
@@ -51,16 +52,18 @@ def section_range(buf: bytes | mmap.mmap, name: bytes = b".nv_fatbin") -> tuple[
         raise ValueError("not an ELF64 little-endian file")
     e_shoff = struct.unpack_from("<Q", buf, 0x28)[0]
     e_shentsize, e_shnum, e_shstrndx = struct.unpack_from("<HHH", buf, 0x3A)
+
     def sh(i: int) -> tuple[int, int, int]:
         base = e_shoff + i * e_shentsize
         sh_name = struct.unpack_from("<I", buf, base)[0]
         sh_offset, sh_size = struct.unpack_from("<QQ", buf, base + 0x18)
         return sh_name, sh_offset, sh_size
+
     _, str_off, _ = sh(e_shstrndx)
     for i in range(e_shnum):
         sh_name, off, size = sh(i)
         end = buf.find(b"\x00", str_off + sh_name)
-        if bytes(buf[str_off + sh_name:end]) == name:
+        if bytes(buf[str_off + sh_name : end]) == name:
             return off, size
     return None
 
@@ -120,7 +123,7 @@ def strip_file(path: str, keep_sm: int = 90, dry_run: bool = False) -> StripRepo
                         continue
                     zeroed += e.payload_bytes
                     if not dry_run:
-                        mm[e.payload_off:e.payload_off + e.payload_bytes] = bytes(e.payload_bytes)
+                        mm[e.payload_off : e.payload_off + e.payload_bytes] = bytes(e.payload_bytes)
             if not dry_run:
                 mm.flush()
             return StripReport(len(containers), n, kept, zeroed, tuple(sorted(archs)))
@@ -136,8 +139,11 @@ def main(argv: list[str] | None = None) -> int:
     a = ap.parse_args(argv)
     for lib in a.libs:
         r = strip_file(lib, a.sm, a.dry_run)
-        print(f"{lib}: {r.containers} containers, {r.entries} entries, kept {r.kept_bytes / 1e6:.1f} MB "
-              f"({', '.join(r.kept_archs)}), zeroed {r.zeroed_bytes / 1e6:.1f} MB")
+        print(
+            f"{lib}: {r.containers} containers, {r.entries} entries, "
+            f"kept {r.kept_bytes / 1e6:.1f} MB "
+            f"({', '.join(r.kept_archs)}), zeroed {r.zeroed_bytes / 1e6:.1f} MB"
+        )
     return 0
 
 

@@ -424,8 +424,18 @@ def _register_commands() -> None:
     from capsim.commands.sweep import knee, report, sweep, whatif
     from capsim.commands.traces import traces
 
-    for cmd in (traces, sweep, knee, report, whatif, calibrate, live, crosscheck_cmd, stepcheck,
-                engine):
+    for cmd in (
+        traces,
+        sweep,
+        knee,
+        report,
+        whatif,
+        calibrate,
+        live,
+        crosscheck_cmd,
+        stepcheck,
+        engine,
+    ):
         main.add_command(cmd)
 
 

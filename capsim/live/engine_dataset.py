@@ -8,6 +8,7 @@ row by row against the tokenizer). Output lengths travel as `output_tokens` (wit
 `--ignore-eos` vLLM generates exactly that many). capsim simulates the same rows from the
 CSV written beside the JSONL (`capsim simulate -w FILE.csv`).
 """
+
 from __future__ import annotations
 
 import json
@@ -35,25 +36,31 @@ def exact_prompt(words: list[str], n_tok: int, rng: np.random.Generator) -> str:
     return "".join(words[i] for i in idx)
 
 
-def workload_rows(workload: str, num_requests: int, seed: int, max_prompt_tok: int,
-                  max_output_tok: int) -> RequestTable:
+def workload_rows(
+    workload: str, num_requests: int, seed: int, max_prompt_tok: int, max_output_tok: int
+) -> RequestTable:
     """`num_requests` rows of a capsim workload whose lengths fit the caps (first rows
     of capsim's own sample, drawn twice as large to refill)."""
     from capsim.traces import load_workload
 
     table = load_workload(workload, num_requests=num_requests * 2, seed=seed)
-    keep = np.nonzero((table.prompt_tok <= max_prompt_tok)
-                      & (table.output_tok <= max_output_tok))[0][:num_requests]
+    keep = np.nonzero((table.prompt_tok <= max_prompt_tok) & (table.output_tok <= max_output_tok))[
+        0
+    ][:num_requests]
     if keep.size < num_requests:
         raise ValueError(f"workload {workload!r}: only {keep.size} rows fit the caps")
     src = table.source_id or tuple(f"{workload}:{i}" for i in range(table.num_requests))
-    return RequestTable(name=workload, prompt_tok=table.prompt_tok[keep],
-                        output_tok=table.output_tok[keep],
-                        source_id=tuple(src[i] for i in keep))
+    return RequestTable(
+        name=workload,
+        prompt_tok=table.prompt_tok[keep],
+        output_tok=table.output_tok[keep],
+        source_id=tuple(src[i] for i in keep),
+    )
 
 
-def write_custom_dataset(table: RequestTable, tokenizer_json: Path, jsonl: Path, csv: Path,
-                         seed: int = 0) -> None:
+def write_custom_dataset(
+    table: RequestTable, tokenizer_json: Path, jsonl: Path, csv: Path, seed: int = 0
+) -> None:
     """The JSONL `vllm bench serve` reads and the CSV capsim reads, same rows, same order."""
     from tokenizers import Tokenizer
 

@@ -12,6 +12,7 @@ request lengths and load. Two predictions (experiments/engine/PLAN.md, decided b
 any run): capsim as shipped, and capsim + delta, where delta is one constant per-step
 engine overhead fitted on the single fit run (FIT_RUNS) and nothing else.
 """
+
 from __future__ import annotations
 
 import json
@@ -28,12 +29,23 @@ from capsim.cost.base import BatchShape, StepTimeModel
 from capsim.traces.table import RequestTable
 
 FIT_RUNS: tuple[str, ...] = ("g090_k3_rand_c1",)  # PLAN.md: the only run that fits anything
-METRICS: tuple[str, ...] = ("throughput_tok_per_s", "ttft_mean_ms", "ttft_p99_ms",
-                            "tpot_mean_ms", "tpot_p99_ms", "peak_running", "preemptions")
+METRICS: tuple[str, ...] = (
+    "throughput_tok_per_s",
+    "ttft_mean_ms",
+    "ttft_p99_ms",
+    "tpot_mean_ms",
+    "tpot_p99_ms",
+    "peak_running",
+    "preemptions",
+)
 # issue 21's thresholds: relative error, and an absolute floor (same unit) where one applies
 THRESHOLDS: dict[str, tuple[float, float]] = {
-    "throughput_tok_per_s": (0.10, 0.0), "tpot_mean_ms": (0.10, 0.0),
-    "ttft_mean_ms": (0.20, 15.0), "ttft_p99_ms": (0.30, 0.0), "peak_running": (0.05, 0.0)}
+    "throughput_tok_per_s": (0.10, 0.0),
+    "tpot_mean_ms": (0.10, 0.0),
+    "ttft_mean_ms": (0.20, 15.0),
+    "ttft_p99_ms": (0.30, 0.0),
+    "peak_running": (0.05, 0.0),
+}
 
 
 @dataclass(frozen=True)
@@ -54,17 +66,23 @@ def load_run(run_dir: Path) -> RealRun:
     summ = json.loads((run_dir / "bench_summary.json").read_text())
     reqs = pd.read_csv(run_dir / "requests.csv")
     samples = pd.read_csv(run_dir / "metrics.csv")
-    delta = json.loads((run_dir / "counters_delta.json").read_text()) \
-        if (run_dir / "counters_delta.json").exists() else {}
+    delta = (
+        json.loads((run_dir / "counters_delta.json").read_text())
+        if (run_dir / "counters_delta.json").exists()
+        else {}
+    )
     metrics = {
         "throughput_tok_per_s": float(summ["output_throughput"]),
-        "ttft_mean_ms": float(summ["mean_ttft_ms"]), "ttft_p99_ms": float(summ["p99_ttft_ms"]),
-        "tpot_mean_ms": float(summ["mean_tpot_ms"]), "tpot_p99_ms": float(summ["p99_tpot_ms"]),
+        "ttft_mean_ms": float(summ["mean_ttft_ms"]),
+        "ttft_p99_ms": float(summ["p99_ttft_ms"]),
+        "tpot_mean_ms": float(summ["mean_tpot_ms"]),
+        "tpot_p99_ms": float(summ["p99_tpot_ms"]),
         "peak_running": float(samples["running"].max()),
         "preemptions": float(delta.get("vllm:num_preemptions_total", math.nan)),
     }
-    return RealRun(run_dir.name, json.loads((run_dir / "server.json").read_text()),
-                   job["bench"], reqs, metrics)
+    return RealRun(
+        run_dir.name, json.loads((run_dir / "server.json").read_text()), job["bench"], reqs, metrics
+    )
 
 
 def sim_config(run: RealRun, num_gpu_blocks: int | None = None) -> SimConfig:
@@ -72,25 +90,43 @@ def sim_config(run: RealRun, num_gpu_blocks: int | None = None) -> SimConfig:
     count the real start-up reported (diagnostic: separates the memory plan's error from
     the scheduler's and the step model's)."""
     s, b = run.server, run.bench
-    engine = EngineConfig(gmu=float(s["gpu_memory_utilization"]), max_num_seqs=s["max_num_seqs"],
-                          max_num_batched_tokens=s["max_num_batched_tokens"],
-                          enable_prefix_caching=bool(s["enable_prefix_caching"]),
-                          num_gpu_blocks_override=num_gpu_blocks, vllm_version="0.26")
+    engine = EngineConfig(
+        gmu=float(s["gpu_memory_utilization"]),
+        max_num_seqs=s["max_num_seqs"],
+        max_num_batched_tokens=s["max_num_batched_tokens"],
+        enable_prefix_caching=bool(s["enable_prefix_caching"]),
+        num_gpu_blocks_override=num_gpu_blocks,
+        vllm_version="0.26",
+    )
     n = len(run.requests)
     if b.get("request_rate") is not None:
-        load = LoadConfig(mode="rate", rate_req_per_s=float(b["request_rate"]), num_requests=n,
-                          concurrency=b.get("max_concurrency"))
+        load = LoadConfig(
+            mode="rate",
+            rate_req_per_s=float(b["request_rate"]),
+            num_requests=n,
+            concurrency=b.get("max_concurrency"),
+        )
     else:
         load = LoadConfig(mode="concurrency", concurrency=int(b["max_concurrency"]), num_requests=n)
-    return SimConfig(model="qwen3.5-35b-a3b", gpu="H200", engine=engine,
-                     spec=SpecDecodeConfig(num_spec_tok=int(s["num_speculative_tokens"])),
-                     workload=run.name, load=load, seed=0, step_time="calibrated")
+    return SimConfig(
+        model="qwen3.5-35b-a3b",
+        gpu="H200",
+        engine=engine,
+        spec=SpecDecodeConfig(num_spec_tok=int(s["num_speculative_tokens"])),
+        workload=run.name,
+        load=load,
+        seed=0,
+        step_time="calibrated",
+    )
 
 
 def request_table(run: RealRun) -> RequestTable:
     r = run.requests
-    return RequestTable(name=run.name, prompt_tok=r["input_len"].to_numpy(np.int64),
-                        output_tok=r["output_len"].to_numpy(np.int64))
+    return RequestTable(
+        name=run.name,
+        prompt_tok=r["input_len"].to_numpy(np.int64),
+        output_tok=r["output_len"].to_numpy(np.int64),
+    )
 
 
 @dataclass(frozen=True)
@@ -104,12 +140,16 @@ class PlusOverhead:
         return self.base.step_time_s(shape) + self.delta_s
 
     def describe(self) -> dict[str, object]:
-        return {**self.base.describe(), "engine_overhead_s": self.delta_s,
-                "engine_overhead_fit": list(FIT_RUNS)}
+        return {
+            **self.base.describe(),
+            "engine_overhead_s": self.delta_s,
+            "engine_overhead_fit": list(FIT_RUNS),
+        }
 
 
-def simulate_run(run: RealRun, delta_s: float = 0.0,
-                 num_gpu_blocks: int | None = None) -> dict[str, float]:
+def simulate_run(
+    run: RealRun, delta_s: float = 0.0, num_gpu_blocks: int | None = None
+) -> dict[str, float]:
     """capsim's metrics for the real run's configuration (same lengths, same load)."""
     from capsim.cost.factory import build_step_time_model
     from capsim.gpus import get_gpu
@@ -121,11 +161,16 @@ def simulate_run(run: RealRun, delta_s: float = 0.0,
     if delta_s:
         cost = PlusOverhead(cost, delta_s)
     s = simulate(cfg, workload=request_table(run), cost=cost).summary
-    return {"throughput_tok_per_s": s["output_throughput_tok_per_s"],
-            "ttft_mean_ms": 1e3 * s["ttft_mean_s"], "ttft_p99_ms": 1e3 * s["ttft_p99_s"],
-            "tpot_mean_ms": 1e3 * s["tpot_mean_s"], "tpot_p99_ms": 1e3 * s["tpot_p99_s"],
-            "peak_running": float(s["peak_running"]), "preemptions": float(s["num_preemptions"]),
-            "tokens_per_step": float(s["mean_acceptance_len_tok"])}
+    return {
+        "throughput_tok_per_s": s["output_throughput_tok_per_s"],
+        "ttft_mean_ms": 1e3 * s["ttft_mean_s"],
+        "ttft_p99_ms": 1e3 * s["ttft_p99_s"],
+        "tpot_mean_ms": 1e3 * s["tpot_mean_s"],
+        "tpot_p99_ms": 1e3 * s["tpot_p99_s"],
+        "peak_running": float(s["peak_running"]),
+        "preemptions": float(s["num_preemptions"]),
+        "tokens_per_step": float(s["mean_acceptance_len_tok"]),
+    }
 
 
 def fit_delta_s(fit_run: RealRun) -> float:
@@ -146,9 +191,11 @@ def startup_blocks(startups_csv: Path, server: dict[str, Any]) -> int | None:
     """num_gpu_blocks of the real start-up with the run's gmu, k and max_num_seqs."""
     st = pd.read_csv(startups_csv)
     mns = server["max_num_seqs"]
-    hit = st[(st["gmu"] == server["gpu_memory_utilization"])
-             & (st["num_speculative_tokens"] == server["num_speculative_tokens"])
-             & (st["max_num_seqs"].isna() if mns is None else st["max_num_seqs"] == mns)]
+    hit = st[
+        (st["gmu"] == server["gpu_memory_utilization"])
+        & (st["num_speculative_tokens"] == server["num_speculative_tokens"])
+        & (st["max_num_seqs"].isna() if mns is None else st["max_num_seqs"] == mns)
+    ]
     return int(hit["num_gpu_blocks"].iloc[0]) if len(hit) else None
 
 
@@ -166,12 +213,22 @@ def table(runs_root: Path, startups_csv: Path | None = None) -> tuple[pd.DataFra
         diag = simulate_run(r, delta, blocks) if blocks else {}
         for m in METRICS:
             real, a, b = r.metrics[m], shipped[m], plus[m]
-            rows.append({"run": r.name, "metric": m, "role": "fit" if r.name in FIT_RUNS else "predict",
-                         "real": real, "capsim": a, "capsim_delta": b,
-                         "err_capsim_pct": _pct(a, real), "err_delta_pct": _pct(b, real),
-                         "pass_delta": within(m, real, b),
-                         "capsim_delta_real_blocks": diag.get(m, math.nan),
-                         "err_real_blocks_pct": _pct(diag.get(m, math.nan), real)})
+            role = "fit" if r.name in FIT_RUNS else "predict"
+            rows.append(
+                {
+                    "run": r.name,
+                    "metric": m,
+                    "role": role,
+                    "real": real,
+                    "capsim": a,
+                    "capsim_delta": b,
+                    "err_capsim_pct": _pct(a, real),
+                    "err_delta_pct": _pct(b, real),
+                    "pass_delta": within(m, real, b),
+                    "capsim_delta_real_blocks": diag.get(m, math.nan),
+                    "err_real_blocks_pct": _pct(diag.get(m, math.nan), real),
+                }
+            )
     return pd.DataFrame(rows), delta
 
 

@@ -9,6 +9,7 @@ inside the measured window, if any).
 Per start-up job -> ``startups/<job>.log`` (the lines capsim's log parser reads, plus every
 WARNING/ERROR/Traceback line) and a row of ``startups.csv`` (capsim.memory.vllm_log fields).
 """
+
 from __future__ import annotations
 
 import json
@@ -21,14 +22,26 @@ import pandas as pd
 
 from capsim.memory.vllm_log import parse_vllm_log
 
-_KEEP = re.compile(r"Model loading took|Setting attention block size|Padding mamba|padding layers|"
-                   r"Profiling CUDA graph|Estimated CUDA graph|Available KV cache|GPU KV cache size|"
-                   r"Maximum concurrency|CUDA graph pool memory|Free memory on device|"
-                   r"Initializing a V1 LLM engine|non-default args|version|Graph capturing|"
-                   r"exceeds available|Error|WARNING|Traceback|torch.compile|init engine")
+_KEEP = re.compile(
+    r"Model loading took|Setting attention block size|Padding mamba|padding layers|"
+    r"Profiling CUDA graph|Estimated CUDA graph|Available KV cache|"
+    r"GPU KV cache size|"
+    r"Maximum concurrency|CUDA graph pool memory|Free memory on device|"
+    r"Initializing a V1 LLM engine|non-default args|version|Graph capturing|"
+    r"exceeds available|Error|WARNING|Traceback|torch.compile|init engine"
+)
 _STAMP = re.compile(r"(\d\d)-(\d\d) (\d\d):(\d\d):(\d\d)")
-STARTUP_COLUMNS = ("job", "outcome", "startup_s", "kv_line_s", "gmu", "num_speculative_tokens",
-                   "max_num_seqs", "max_num_batched_tokens", "enable_prefix_caching")
+STARTUP_COLUMNS = (
+    "job",
+    "outcome",
+    "startup_s",
+    "kv_line_s",
+    "gmu",
+    "num_speculative_tokens",
+    "max_num_seqs",
+    "max_num_batched_tokens",
+    "enable_prefix_caching",
+)
 
 
 def _write(path: Path, text: str) -> None:
@@ -46,14 +59,20 @@ def record_bench(jdir: Path, dest: Path, server_log: Path | None) -> None:
     b = json.loads((jdir / "bench.json").read_text())
     scalars = {k: v for k, v in b.items() if not isinstance(v, (list, dict))}
     scalars["spec_decode_per_position_acceptance_rates"] = b.get(
-        "spec_decode_per_position_acceptance_rates")
+        "spec_decode_per_position_acceptance_rates"
+    )
     _json(dest / "bench_summary.json", scalars)
     itl_sum = [sum(x) for x in b["itls"]]
     t0 = min(b["start_times"])
-    reqs = pd.DataFrame({"input_len": b["input_lens"], "output_len": b["output_lens"],
-                         "start_s": [round(s - t0, 6) for s in b["start_times"]],
-                         "ttft_s": [round(t, 6) for t in b["ttfts"]],
-                         "e2el_s": [round(t + s, 6) for t, s in zip(b["ttfts"], itl_sum)]})
+    reqs = pd.DataFrame(
+        {
+            "input_len": b["input_lens"],
+            "output_len": b["output_lens"],
+            "start_s": [round(s - t0, 6) for s in b["start_times"]],
+            "ttft_s": [round(t, 6) for t in b["ttfts"]],
+            "e2el_s": [round(t + s, 6) for t, s in zip(b["ttfts"], itl_sum, strict=True)],
+        }
+    )
     _write(dest / "requests.csv", reqs.to_csv(index=False))
     for f in ("job.json", "server.json", "metrics.csv"):
         _write(dest / f, (jdir / f).read_text())
@@ -79,39 +98,64 @@ def _jit_lines(log: Path, date: str, s: dict[str, Any]) -> list[str]:
 
 def record_startup(jdir: Path, dest_root: Path) -> dict[str, Any]:
     log = (jdir / "server.log").read_text(errors="replace")
-    keep = [ln[:600] + "\n" for ln in log.splitlines() if _KEEP.search(ln) and "Capturing CUDA" not in ln]
+    keep = [
+        ln[:600] + "\n"
+        for ln in log.splitlines()
+        if _KEEP.search(ln) and "Capturing CUDA" not in ln
+    ]
     _write(dest_root / "startups" / f"{jdir.name}.log", "".join(keep))
     job = json.loads((jdir / "job.json").read_text())
     res = json.loads((jdir / "result.json").read_text())
     srv = job["server"]
-    row = {"job": jdir.name, "outcome": res["outcome"], "startup_s": res["startup_s"],
-           "kv_line_s": res["kv_line_s"], "gmu": srv["gpu_memory_utilization"],
-           "num_speculative_tokens": srv["num_speculative_tokens"],
-           "max_num_seqs": srv["max_num_seqs"], "max_num_batched_tokens": srv["max_num_batched_tokens"],
-           "enable_prefix_caching": srv["enable_prefix_caching"]}
+    row = {
+        "job": jdir.name,
+        "outcome": res["outcome"],
+        "startup_s": res["startup_s"],
+        "kv_line_s": res["kv_line_s"],
+        "gmu": srv["gpu_memory_utilization"],
+        "num_speculative_tokens": srv["num_speculative_tokens"],
+        "max_num_seqs": srv["max_num_seqs"],
+        "max_num_batched_tokens": srv["max_num_batched_tokens"],
+        "enable_prefix_caching": srv["enable_prefix_caching"],
+    }
     parsed = parse_vllm_log(log).as_dict()
     parsed.pop("lines_read", None)
     m = re.search(r"max_num_seqs \((\d+)\) exceeds available Mamba cache blocks \((\d+)\)", log)
     parsed["refusal"] = m.group(0) if m else None
     prom = jdir / "metrics_idle.txt"  # vllm:cache_config_info labels (full start-ups only)
     if prom.exists():
-        line = next((ln for ln in prom.read_text().splitlines()
-                     if ln.startswith("vllm:cache_config_info{")), "")
+        line = next(
+            (
+                ln
+                for ln in prom.read_text().splitlines()
+                if ln.startswith("vllm:cache_config_info{")
+            ),
+            "",
+        )
         labels = dict(re.findall(r'(\w+)="([^"]*)"', line))
-        parsed["num_gpu_blocks"] = int(labels["num_gpu_blocks"]) if "num_gpu_blocks" in labels else None
-        parsed["cache_block_size"] = int(labels["block_size"]) if "block_size" in labels else None
-        parsed["kv_cache_size_tokens"] = int(labels["kv_cache_size_tokens"]) \
-            if "kv_cache_size_tokens" in labels else None
-    return {**row, **{k: (json.dumps(v) if isinstance(v, (list, dict)) else v)
-                      for k, v in parsed.items()}}
+        for key, label in (
+            ("num_gpu_blocks", "num_gpu_blocks"),
+            ("cache_block_size", "block_size"),
+            ("kv_cache_size_tokens", "kv_cache_size_tokens"),
+        ):
+            parsed[key] = int(labels[label]) if label in labels else None
+    return {
+        **row,
+        **{k: (json.dumps(v) if isinstance(v, (list, dict)) else v) for k, v in parsed.items()},
+    }
 
 
 def record(results: Path, dest_root: Path) -> list[dict[str, Any]]:
     """Record every finished job of one results folder; returns the start-up rows."""
     rows, server_log = [], None
-    for jdir in sorted((p for p in results.iterdir() if p.is_dir()),
-                       key=lambda p: json.loads((p / "result.json").read_text())["t_unix_s"]
-                       if (p / "result.json").exists() else 0):
+    for jdir in sorted(
+        (p for p in results.iterdir() if p.is_dir()),
+        key=lambda p: (
+            json.loads((p / "result.json").read_text())["t_unix_s"]
+            if (p / "result.json").exists()
+            else 0
+        ),
+    ):
         if not (jdir / "result.json").exists():
             continue
         job = json.loads((jdir / "job.json").read_text())

@@ -18,9 +18,11 @@ Job kinds (vLLM's own flag names throughout):
 
 Usage: python3 engine_runner.py --jobs JOBS.json --out DIR [--deadline-s S] [--pack FILE]
 """
+
 from __future__ import annotations
 
 import argparse
+import contextlib
 import dataclasses
 import json
 import os
@@ -31,14 +33,20 @@ import tarfile
 import threading
 import time
 import urllib.request
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 DEFAULT_ACCEPTANCE = 0.8522  # capsim's default conditional acceptance per depth
 KV_DONE_MARKERS = ("GPU KV cache size:",)
-FAIL_MARKERS = ("exceeds available Mamba cache blocks", "Engine core initialization failed",
-                "EngineCore failed to start", "CUDA out of memory", "No available memory for the cache blocks")
+FAIL_MARKERS = (
+    "exceeds available Mamba cache blocks",
+    "Engine core initialization failed",
+    "EngineCore failed to start",
+    "CUDA out of memory",
+    "No available memory for the cache blocks",
+)
 SAMPLED_METRICS: dict[str, str] = {
     "vllm:num_requests_running": "running",
     "vllm:num_requests_waiting": "waiting",
@@ -56,7 +64,7 @@ PER_POSITION = "vllm:spec_decode_num_accepted_tokens_per_pos_total"
 def synthetic_rates(k: int, conditional: float = DEFAULT_ACCEPTANCE) -> list[float]:
     """Per-position unconditional rates of a chain with one conditional acceptance at
     every depth (vLLM's `synthetic_acceptance_rates`): p, p^2, ..., p^k."""
-    return [round(conditional ** i, 6) for i in range(1, k + 1)]
+    return [round(conditional**i, 6) for i in range(1, k + 1)]
 
 
 @dataclass(frozen=True)
@@ -79,16 +87,31 @@ class ServerSpec:
         rates = list(self.synthetic_acceptance_rates or synthetic_rates(k))
         if len(rates) != k:
             raise ValueError(f"server.synthetic_acceptance_rates={rates}: need {k} values")
-        return {"method": "mtp", "num_speculative_tokens": k,
-                "rejection_sample_method": "synthetic", "synthetic_acceptance_rates": rates}
+        return {
+            "method": "mtp",
+            "num_speculative_tokens": k,
+            "rejection_sample_method": "synthetic",
+            "synthetic_acceptance_rates": rates,
+        }
 
 
-def serve_argv(spec: ServerSpec, model: str, python: str = sys.executable,
-               payload_flags: bool = True) -> list[str]:
+def serve_argv(
+    spec: ServerSpec, model: str, python: str = sys.executable, payload_flags: bool = True
+) -> list[str]:
     """The `vllm serve` command line (dummy weights; the payload's two required flags)."""
-    argv = [python, "-m", "vllm.entrypoints.cli.main", "serve", model,
-            "--host", "127.0.0.1", "--port", str(spec.port),
-            "--gpu-memory-utilization", str(spec.gpu_memory_utilization)]
+    argv = [
+        python,
+        "-m",
+        "vllm.entrypoints.cli.main",
+        "serve",
+        model,
+        "--host",
+        "127.0.0.1",
+        "--port",
+        str(spec.port),
+        "--gpu-memory-utilization",
+        str(spec.gpu_memory_utilization),
+    ]
     if payload_flags:
         argv += ["--load-format", "dummy", "--gdn-prefill-backend", "triton"]
     sc = spec.speculative_config()
@@ -99,8 +122,11 @@ def serve_argv(spec: ServerSpec, model: str, python: str = sys.executable,
     if spec.max_num_batched_tokens is not None:
         argv += ["--max-num-batched-tokens", str(spec.max_num_batched_tokens)]
     if spec.enable_prefix_caching is not None:
-        argv.append("--enable-prefix-caching" if spec.enable_prefix_caching
-                    else "--no-enable-prefix-caching")
+        argv.append(
+            "--enable-prefix-caching"
+            if spec.enable_prefix_caching
+            else "--no-enable-prefix-caching"
+        )
     return argv + list(spec.extra_args)
 
 
@@ -138,29 +164,77 @@ class BenchSpec:
             raise ValueError("bench.dataset_path is required for dataset_name=custom")
 
 
-def bench_argv(b: BenchSpec, model: str, port: int, num_prompts: int,
-               result_dir: str | None, python: str = sys.executable,
-               max_concurrency: int | None = None) -> list[str]:
+def bench_argv(
+    b: BenchSpec,
+    model: str,
+    port: int,
+    num_prompts: int,
+    result_dir: str | None,
+    python: str = sys.executable,
+    max_concurrency: int | None = None,
+) -> list[str]:
     """`vllm bench serve` for `b` (num_prompts given separately: warm-ups use fewer)."""
-    argv = [python, "-m", "vllm.entrypoints.cli.main", "bench", "serve",
-            "--backend", "vllm", "--base-url", f"http://127.0.0.1:{port}",
-            "--model", model, "--tokenizer", model, "--num-prompts", str(num_prompts),
-            "--seed", str(b.seed), "--ignore-eos", "--disable-tqdm",
-            "--percentile-metrics", "ttft,tpot,itl,e2el", "--metric-percentiles", "50,90,99"]
+    argv = [
+        python,
+        "-m",
+        "vllm.entrypoints.cli.main",
+        "bench",
+        "serve",
+        "--backend",
+        "vllm",
+        "--base-url",
+        f"http://127.0.0.1:{port}",
+        "--model",
+        model,
+        "--tokenizer",
+        model,
+        "--num-prompts",
+        str(num_prompts),
+        "--seed",
+        str(b.seed),
+        "--ignore-eos",
+        "--disable-tqdm",
+        "--percentile-metrics",
+        "ttft,tpot,itl,e2el",
+        "--metric-percentiles",
+        "50,90,99",
+    ]
     if b.dataset_name == "random":
-        argv += ["--dataset-name", "random", "--random-input-len", str(b.input_len),
-                 "--random-output-len", str(b.output_len), "--random-range-ratio", "0"]
+        argv += [
+            "--dataset-name",
+            "random",
+            "--random-input-len",
+            str(b.input_len),
+            "--random-output-len",
+            str(b.output_len),
+            "--random-range-ratio",
+            "0",
+        ]
     else:
-        argv += ["--dataset-name", "custom", "--dataset-path", str(b.dataset_path),
-                 "--custom-output-len", "-1", "--skip-chat-template", "--disable-shuffle"]
+        argv += [
+            "--dataset-name",
+            "custom",
+            "--dataset-path",
+            str(b.dataset_path),
+            "--custom-output-len",
+            "-1",
+            "--skip-chat-template",
+            "--disable-shuffle",
+        ]
     conc = max_concurrency if max_concurrency is not None else b.max_concurrency
     if conc is not None:
         argv += ["--max-concurrency", str(conc)]
     if b.request_rate is not None:
         argv += ["--request-rate", str(b.request_rate)]
     if result_dir is not None:
-        argv += ["--save-result", "--save-detailed", "--result-dir", result_dir,
-                 "--result-filename", "bench.json"]
+        argv += [
+            "--save-result",
+            "--save-detailed",
+            "--result-dir",
+            result_dir,
+            "--result-filename",
+            "bench.json",
+        ]
     return argv
 
 
@@ -301,8 +375,9 @@ def write_csv(rows: list[dict[str, float]], path: Path) -> None:
     cols: list[str] = []
     for r in rows:
         cols += [c for c in r if c not in cols]
-    lines = [",".join(cols)] + [",".join("" if r.get(c) is None else repr(r.get(c, ""))
-                                         for c in cols) for r in rows]
+    lines = [",".join(cols)] + [
+        ",".join("" if r.get(c) is None else repr(r.get(c, "")) for c in cols) for r in rows
+    ]
     atomic_write(path, "\n".join(lines) + "\n")
 
 
@@ -338,6 +413,7 @@ def pack_results(src: Path, out_file: Path, cap_bytes: int = 3 << 20) -> None:
                 info = tarfile.TarInfo(arc)
                 info.size = len(data)
                 import io
+
                 tar.addfile(info, io.BytesIO(data))
             else:
                 tar.add(p, arcname=arc)
@@ -363,11 +439,14 @@ class Runner:
         self.stop_server()
         argv = serve_argv(spec, self.model, self.python, self.payload_flags)
         atomic_write(log_path.with_suffix(".cmd.json"), json.dumps(argv))
-        fh = open(log_path, "wb")
-        self.server = subprocess.Popen(argv, stdout=fh, stderr=subprocess.STDOUT,
-                                       env=serve_env(dict(os.environ), self.payload_flags),
-                                       start_new_session=True)
-        fh.close()
+        with open(log_path, "wb") as fh:  # the child keeps its own copy of the descriptor
+            self.server = subprocess.Popen(
+                argv,
+                stdout=fh,
+                stderr=subprocess.STDOUT,
+                env=serve_env(dict(os.environ), self.payload_flags),
+                start_new_session=True,
+            )
         self.server_spec = spec
         return self.server
 
@@ -379,10 +458,8 @@ class Runner:
                 os.killpg(self.server.pid, signal.SIGTERM)
                 self.server.wait(timeout=20)
             except (ProcessLookupError, subprocess.TimeoutExpired):
-                try:
+                with contextlib.suppress(ProcessLookupError):
                     os.killpg(self.server.pid, signal.SIGKILL)
-                except ProcessLookupError:
-                    pass
                 self.server.wait(timeout=10)
         self.server = None
         self.server_spec = None
@@ -411,10 +488,16 @@ class Runner:
             if job.mode == "full" and http_get(self.base_url() + "/health", 2.0)[0] == 200:
                 outcome = "ready"
                 break
-        res = {"outcome": outcome, "startup_s": round(time.monotonic() - t0, 1),
-               "kv_line_s": None if t_kv is None else round(t_kv, 1)}
+        res = {
+            "outcome": outcome,
+            "startup_s": round(time.monotonic() - t0, 1),
+            "kv_line_s": None if t_kv is None else round(t_kv, 1),
+        }
         if outcome == "ready":
-            for path, name in (("/server_info", "server_info.json"), ("/metrics", "metrics_idle.txt")):
+            for path, name in (
+                ("/server_info", "server_info.json"),
+                ("/metrics", "metrics_idle.txt"),
+            ):
                 code, text = http_get(self.base_url() + path, 10.0)
                 atomic_write(jdir / name, text if code == 200 else f"HTTP {code}: {text}")
         else:
@@ -424,9 +507,13 @@ class Runner:
 
     def _bench_proc(self, argv: list[str], log: Path, timeout_s: float) -> int:
         with open(log, "ab") as fh:
-            p = subprocess.Popen(argv, stdout=fh, stderr=subprocess.STDOUT,
-                                 env=serve_env(dict(os.environ), self.payload_flags),
-                                 start_new_session=True)
+            p = subprocess.Popen(
+                argv,
+                stdout=fh,
+                stderr=subprocess.STDOUT,
+                env=serve_env(dict(os.environ), self.payload_flags),
+                start_new_session=True,
+            )
             try:
                 return p.wait(timeout=max(timeout_s, 1.0))
             except subprocess.TimeoutExpired:
@@ -444,8 +531,11 @@ class Runner:
         log = jdir / "bench.log"
         t0 = time.monotonic()
         if b.warmup_prompts > 0:
-            rc = self._bench_proc(bench_argv(b, self.model, port, b.warmup_prompts, None,
-                                             self.python), log, self.deadline.left_s())
+            rc = self._bench_proc(
+                bench_argv(b, self.model, port, b.warmup_prompts, None, self.python),
+                log,
+                self.deadline.left_s(),
+            )
             if rc != 0:
                 return {"outcome": f"warmup_rc_{rc}", "bench_s": round(time.monotonic() - t0, 1)}
         t_warm = time.monotonic() - t0
@@ -458,28 +548,41 @@ class Runner:
         rows = sampler.stop()
         after = parse_metrics(http_get(self.base_url() + "/metrics")[1])
         write_csv(rows, jdir / "metrics.csv")
-        delta = {k: after[k] - before.get(k, 0.0) for k in after
-                 if k.endswith("_total") or f"{PER_POSITION}=" in k}
+        delta = {
+            k: after[k] - before.get(k, 0.0)
+            for k in after
+            if k.endswith("_total") or f"{PER_POSITION}=" in k
+        }
         atomic_write(jdir / "counters_delta.json", json.dumps(delta, indent=1, sort_keys=True))
         run = [r.get("running", 0.0) for r in rows]
-        return {"outcome": "ok" if rc == 0 else f"rc_{rc}", "warmup_s": round(t_warm, 1),
-                "bench_s": round(time.monotonic() - t0 - t_warm, 1),
-                "peak_running": max(run) if run else None,
-                "preemptions": delta.get("vllm:num_preemptions_total")}
+        return {
+            "outcome": "ok" if rc == 0 else f"rc_{rc}",
+            "warmup_s": round(t_warm, 1),
+            "bench_s": round(time.monotonic() - t0 - t_warm, 1),
+            "peak_running": max(run) if run else None,
+            "preemptions": delta.get("vllm:num_preemptions_total"),
+        }
 
     def run(self, jobs: list[Job]) -> list[dict[str, Any]]:
         for job in jobs:
             jdir = self.out_dir / job.name
             left = self.deadline.left_s()
             if not self.deadline.can_start(job.est_s):
-                self.summary.append({"job": job.name, "outcome": "skipped_deadline",
-                                     "left_s": round(left, 1), "est_s": job.est_s})
+                self.summary.append(
+                    {
+                        "job": job.name,
+                        "outcome": "skipped_deadline",
+                        "left_s": round(left, 1),
+                        "est_s": job.est_s,
+                    }
+                )
                 self._flush()
                 continue
             jdir.mkdir(parents=True, exist_ok=True)
             atomic_write(jdir / "job.json", json.dumps(dataclasses.asdict(job), indent=1))
             t = time.time()
-            res = self.run_startup(job, jdir) if job.kind == "startup" else self.run_bench(job, jdir)
+            run_job = self.run_startup if job.kind == "startup" else self.run_bench
+            res = run_job(job, jdir)
             res = {"job": job.name, "kind": job.kind, "t_unix_s": round(t, 1), **res}
             atomic_write(jdir / "result.json", json.dumps(res, indent=1))
             self.summary.append(res)
@@ -502,20 +605,27 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--out", required=True, help="results folder")
     ap.add_argument("--deadline-s", type=float, default=540.0, help="seconds from now")
     ap.add_argument("--pack", default=None, help="re-pack results here (tar.xz) after each job")
-    ap.add_argument("--no-payload-flags", action="store_true",
-                    help="a stock vLLM with FlashInfer: no dummy weights / triton GDN flags")
+    ap.add_argument(
+        "--no-payload-flags",
+        action="store_true",
+        help="a stock vLLM with FlashInfer: no dummy weights / triton GDN flags",
+    )
     a = ap.parse_args(argv)
     try:
-        jobs, settings = parse_jobs(json.loads(Path(a.jobs).read_text()))
+        jobs, _settings = parse_jobs(json.loads(Path(a.jobs).read_text()))
     except (ValueError, TypeError) as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
     out = Path(a.out)
     out.mkdir(parents=True, exist_ok=True)
     atomic_write(out / "jobs.json", Path(a.jobs).read_text())
-    runner = Runner(model=a.model, out_dir=out, deadline=Deadline(time.monotonic() + a.deadline_s),
-                    payload_flags=not a.no_payload_flags,
-                    pack_file=Path(a.pack) if a.pack else None)
+    runner = Runner(
+        model=a.model,
+        out_dir=out,
+        deadline=Deadline(time.monotonic() + a.deadline_s),
+        payload_flags=not a.no_payload_flags,
+        pack_file=Path(a.pack) if a.pack else None,
+    )
     try:
         summary = runner.run(jobs)
     finally:

@@ -573,8 +573,9 @@ def plan_memory(
             f"{plan.usable_blocks} usable at gmu={engine.gmu}; raise gmu or lower max_model_len"
         )
     # vLLM's Mamba-blocks check before FULL graph capture (capsim/memory/startup_checks.py).
-    refusal = mamba_blocks_refusal(max_num_seqs, plan.num_blocks, model.is_hybrid,
-                                   bool(full), rules.version)
+    refusal = mamba_blocks_refusal(
+        max_num_seqs, plan.num_blocks, model.is_hybrid, bool(full), rules.version
+    )
     if refusal is not None:
         raise ValueError(f"engine.max_num_seqs={max_num_seqs}: vLLM refuses: {refusal}")
     return plan

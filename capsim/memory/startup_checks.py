@@ -10,19 +10,27 @@
   exceeds available Mamba cache blocks (339)". Read in 0.26.0's source; when the check
   first appeared was not established, so capsim applies it from 0.26 on (MAMBA_CHECK_SINCE).
 """
+
 from __future__ import annotations
 
 MAMBA_CHECK_SINCE: tuple[int, int] = (0, 26)
 
 
-def mamba_blocks_refusal(max_num_seqs: int, num_blocks: int, has_mamba_layers: bool,
-                         full_cudagraphs: bool, vllm_version: tuple[int, int]) -> str | None:
+def mamba_blocks_refusal(
+    max_num_seqs: int,
+    num_blocks: int,
+    has_mamba_layers: bool,
+    full_cudagraphs: bool,
+    vllm_version: tuple[int, int],
+) -> str | None:
     """vLLM's refusal message when `max_num_seqs` > Mamba cache blocks, else None."""
     if not (has_mamba_layers and full_cudagraphs and vllm_version >= MAMBA_CHECK_SINCE):
         return None
     if max_num_seqs <= num_blocks:
         return None
-    return (f"max_num_seqs ({max_num_seqs}) exceeds available Mamba cache blocks "
-            f"({num_blocks}). Each decode sequence requires one Mamba cache block, so CUDA "
-            f"graph capture cannot proceed. Please lower max_num_seqs to at most "
-            f"{num_blocks} or increase gpu_memory_utilization.")
+    return (
+        f"max_num_seqs ({max_num_seqs}) exceeds available Mamba cache blocks "
+        f"({num_blocks}). Each decode sequence requires one Mamba cache block, so CUDA "
+        f"graph capture cannot proceed. Please lower max_num_seqs to at most "
+        f"{num_blocks} or increase gpu_memory_utilization."
+    )

@@ -6,6 +6,7 @@
 Writes experiments/engine/out_of_sample.csv (every number) and out_of_sample.md (the table).
 Fit vs predict: experiments/engine/PLAN.md (one fit run, one constant, decided before the runs).
 """
+
 from __future__ import annotations
 
 import argparse
@@ -19,10 +20,15 @@ import pandas as pd
 from capsim.live.engine_oos import FIT_RUNS, table
 
 HERE = Path(__file__).resolve().parent
-SHORT = {"throughput_tok_per_s": "out tok/s", "ttft_mean_ms": "TTFT mean ms",
-         "ttft_p99_ms": "TTFT p99 ms", "tpot_mean_ms": "TPOT mean ms",
-         "tpot_p99_ms": "TPOT p99 ms", "peak_running": "peak running",
-         "preemptions": "preemptions"}
+SHORT = {
+    "throughput_tok_per_s": "out tok/s",
+    "ttft_mean_ms": "TTFT mean ms",
+    "ttft_p99_ms": "TTFT p99 ms",
+    "tpot_mean_ms": "TPOT mean ms",
+    "tpot_p99_ms": "TPOT p99 ms",
+    "peak_running": "peak running",
+    "preemptions": "preemptions",
+}
 
 
 def _f(x: float) -> str:
@@ -32,15 +38,22 @@ def _f(x: float) -> str:
 
 
 def markdown(df: pd.DataFrame, delta_s: float) -> str:
-    lines = [f"engine overhead fitted on {', '.join(FIT_RUNS)}: delta = {1e3 * delta_s:.3f} ms "
-             "per step (PLAN.md)", "",
-             "| run | role | metric | real | capsim | err % | capsim+delta | err % | pass | "
-             "capsim+delta, real blocks | err % |", "|" + "---|" * 11]
+    lines = [
+        f"engine overhead fitted on {', '.join(FIT_RUNS)}: delta = {1e3 * delta_s:.3f} ms "
+        "per step (PLAN.md)",
+        "",
+        "| run | role | metric | real | capsim | err % | capsim+delta | err % | pass | "
+        "capsim+delta, real blocks | err % |",
+        "|" + "---|" * 11,
+    ]
     for r in df.itertuples():
-        ok = {True: "yes", False: "NO", None: "-"}[r.pass_delta if r.pass_delta in (True, False) else None]
-        lines.append(f"| {r.run} | {r.role} | {SHORT[r.metric]} | {_f(r.real)} | {_f(r.capsim)} | "
-                     f"{_f(r.err_capsim_pct)} | {_f(r.capsim_delta)} | {_f(r.err_delta_pct)} | {ok} | "
-                     f"{_f(r.capsim_delta_real_blocks)} | {_f(r.err_real_blocks_pct)} |")
+        ok = {True: "yes", False: "NO"}.get(r.pass_delta, "-")
+        lines.append(
+            f"| {r.run} | {r.role} | {SHORT[r.metric]} | {_f(r.real)} | {_f(r.capsim)} | "
+            f"{_f(r.err_capsim_pct)} | {_f(r.capsim_delta)} | "
+            f"{_f(r.err_delta_pct)} | {ok} | "
+            f"{_f(r.capsim_delta_real_blocks)} | {_f(r.err_real_blocks_pct)} |"
+        )
     return "\n".join(lines) + "\n"
 
 
@@ -59,8 +72,10 @@ def main(argv: list[str] | None = None) -> int:
         bad = (old[num] - df[num]).abs().max().max()
         print(f"max abs difference to the committed table: {bad:.3g}")
         return 0 if bad < 1e-6 else 1
-    for name, text in (("out_of_sample.csv", df.to_csv(index=False, float_format="%.6g")),
-                       ("out_of_sample.md", markdown(df, delta))):
+    for name, text in (
+        ("out_of_sample.csv", df.to_csv(index=False, float_format="%.6g")),
+        ("out_of_sample.md", markdown(df, delta)),
+    ):
         tmp = HERE / (name + ".tmp")
         tmp.write_text(text)
         os.replace(tmp, HERE / name)

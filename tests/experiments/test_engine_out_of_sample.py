@@ -5,6 +5,7 @@ asserted as the stated gap (so the table cannot silently turn into a pass or a w
 without this test and experiments/engine/README.md being updated). No run is re-fitted here:
 the one fitted constant (per-step engine overhead) comes from the one PLAN.md fit run.
 """
+
 from __future__ import annotations
 
 import json
@@ -90,6 +91,10 @@ def test_synthetic_acceptance_matches_the_rates_given():
 
 
 def test_thresholds_are_the_issues():
-    assert THRESHOLDS == {"throughput_tok_per_s": (0.10, 0.0), "tpot_mean_ms": (0.10, 0.0),
-                          "ttft_mean_ms": (0.20, 15.0), "ttft_p99_ms": (0.30, 0.0),
-                          "peak_running": (0.05, 0.0)}
+    assert THRESHOLDS == {
+        "throughput_tok_per_s": (0.10, 0.0),
+        "tpot_mean_ms": (0.10, 0.0),
+        "ttft_mean_ms": (0.20, 15.0),
+        "ttft_p99_ms": (0.30, 0.0),
+        "peak_running": (0.05, 0.0),
+    }

@@ -1,4 +1,5 @@
 """The real-engine job runner (capsim/live/engine_runner.py) against a fake vLLM."""
+
 from __future__ import annotations
 
 import json
@@ -27,21 +28,28 @@ def test_synthetic_rates_chain():
 
 
 def test_serve_argv_spec_and_flags():
-    spec = er.ServerSpec(gpu_memory_utilization=0.6, num_speculative_tokens=3,
-                         max_num_seqs=256, enable_prefix_caching=False, port=8123)
+    spec = er.ServerSpec(
+        gpu_memory_utilization=0.6,
+        num_speculative_tokens=3,
+        max_num_seqs=256,
+        enable_prefix_caching=False,
+        port=8123,
+    )
     argv = er.serve_argv(spec, "/m", python="py")
     assert argv[:5] == ["py", "-m", "vllm.entrypoints.cli.main", "serve", "/m"]
     assert argv[argv.index("--gpu-memory-utilization") + 1] == "0.6"
     assert argv[argv.index("--load-format") + 1] == "dummy"
     assert argv[argv.index("--gdn-prefill-backend") + 1] == "triton"
     sc = json.loads(argv[argv.index("--speculative-config") + 1])
-    assert sc == {"method": "mtp", "num_speculative_tokens": 3,
-                  "rejection_sample_method": "synthetic",
-                  "synthetic_acceptance_rates": [0.8522, 0.726245, 0.618906]}
+    assert sc == {
+        "method": "mtp",
+        "num_speculative_tokens": 3,
+        "rejection_sample_method": "synthetic",
+        "synthetic_acceptance_rates": [0.8522, 0.726245, 0.618906],
+    }
     assert argv[argv.index("--max-num-seqs") + 1] == "256"
     assert "--no-enable-prefix-caching" in argv
-    plain = er.serve_argv(er.ServerSpec(num_speculative_tokens=0), "/m", "py",
-                          payload_flags=False)
+    plain = er.serve_argv(er.ServerSpec(num_speculative_tokens=0), "/m", "py", payload_flags=False)
     assert "--speculative-config" not in plain and "--load-format" not in plain
     env = er.serve_env({}, payload_flags=True)
     assert env["VLLM_USE_FLASHINFER_SAMPLER"] == "0" and env["VLLM_SERVER_DEV_MODE"] == "1"
@@ -53,15 +61,21 @@ def test_bench_argv_random_custom_and_poisson():
     b = er.BenchSpec(num_prompts=64, max_concurrency=16, input_len=1024, output_len=256)
     argv = er.bench_argv(b, "/m", 8000, 64, "/r", python="py")
     assert argv[3:5] == ["bench", "serve"]
-    for flag, val in (("--random-input-len", "1024"), ("--random-output-len", "256"),
-                      ("--random-range-ratio", "0"), ("--max-concurrency", "16"),
-                      ("--result-dir", "/r"), ("--num-prompts", "64")):
+    for flag, val in (
+        ("--random-input-len", "1024"),
+        ("--random-output-len", "256"),
+        ("--random-range-ratio", "0"),
+        ("--max-concurrency", "16"),
+        ("--result-dir", "/r"),
+        ("--num-prompts", "64"),
+    ):
         assert argv[argv.index(flag) + 1] == val
     assert "--ignore-eos" in argv and "--save-result" in argv
     warm = er.bench_argv(b, "/m", 8000, 16, None, python="py")
     assert "--save-result" not in warm and warm[warm.index("--num-prompts") + 1] == "16"
-    c = er.BenchSpec(num_prompts=10, request_rate=4.0, dataset_name="custom",
-                     dataset_path="/d.jsonl")
+    c = er.BenchSpec(
+        num_prompts=10, request_rate=4.0, dataset_name="custom", dataset_path="/d.jsonl"
+    )
     argv = er.bench_argv(c, "/m", 8000, 10, "/r", python="py")
     assert argv[argv.index("--custom-output-len") + 1] == "-1"
     assert "--skip-chat-template" in argv and "--max-concurrency" not in argv
@@ -73,12 +87,12 @@ def test_bench_argv_random_custom_and_poisson():
 def test_parse_jobs_errors_name_field_and_value():
     with pytest.raises(ValueError, match=r"jobs\[0\]: unknown field\(s\) \['bogus'\]"):
         er.parse_jobs({"jobs": [{"name": "a", "kind": "bench", "est_s": 1, "bogus": 1}]})
-    with pytest.raises(ValueError, match="job.kind='x'"):
+    with pytest.raises(ValueError, match=r"job\.kind='x'"):
         er.parse_jobs({"jobs": [{"name": "a", "kind": "x", "est_s": 1}]})
     with pytest.raises(ValueError, match="duplicate"):
         j = {"name": "a", "kind": "startup", "est_s": 1, "server": {}}
         er.parse_jobs({"jobs": [j, j]})
-    with pytest.raises(ValueError, match="job.name"):
+    with pytest.raises(ValueError, match=r"job\.name"):
         er.parse_jobs({"jobs": [{"name": "a/b", "kind": "startup", "est_s": 1, "server": {}}]})
 
 
@@ -91,10 +105,12 @@ def test_deadline_with_injected_clock():
 
 
 def test_parse_metrics_sums_labels_and_positions():
-    text = ('# HELP\nvllm:num_requests_running{engine="0"} 3\n'
-            'vllm:num_requests_running{engine="1"} 2\n'
-            'vllm:spec_decode_num_accepted_tokens_per_pos_total{position="1"} 7\n'
-            'garbage line\n')
+    text = (
+        '# HELP\nvllm:num_requests_running{engine="0"} 3\n'
+        'vllm:num_requests_running{engine="1"} 2\n'
+        'vllm:spec_decode_num_accepted_tokens_per_pos_total{position="1"} 7\n'
+        "garbage line\n"
+    )
     m = er.parse_metrics(text)
     assert m["vllm:num_requests_running"] == 5
     assert m[f"{er.PER_POSITION}=1"] == 7
@@ -103,9 +119,12 @@ def test_parse_metrics_sums_labels_and_positions():
 
 
 def _runner(tmp_path: Path, deadline_s: float) -> er.Runner:
-    return er.Runner(model="/m", out_dir=tmp_path / "res",
-                     deadline=er.Deadline(er.time.monotonic() + deadline_s),
-                     pack_file=tmp_path / "res.tar.xz")
+    return er.Runner(
+        model="/m",
+        out_dir=tmp_path / "res",
+        deadline=er.Deadline(er.time.monotonic() + deadline_s),
+        pack_file=tmp_path / "res.tar.xz",
+    )
 
 
 @pytest.fixture
@@ -116,17 +135,43 @@ def fake_env(monkeypatch):
 
 def test_runner_end_to_end_on_fake_vllm(tmp_path, fake_env, monkeypatch):
     port = _free_port()
-    jobs, _ = er.parse_jobs({"jobs": [
-        {"name": "s_kv", "kind": "startup", "mode": "kv", "est_s": 20,
-         "server": {"port": port}},
-        {"name": "s_full", "kind": "startup", "mode": "full", "est_s": 20,
-         "server": {"port": port, "max_num_seqs": 8}},
-        {"name": "b1", "kind": "bench", "est_s": 20,
-         "bench": {"num_prompts": 4, "max_concurrency": 2, "warmup_prompts": 2,
-                   "sample_period_s": 0.2}},
-        {"name": "b_too_long", "kind": "bench", "est_s": 10_000,
-         "bench": {"num_prompts": 4, "max_concurrency": 2}},
-    ]})
+    jobs, _ = er.parse_jobs(
+        {
+            "jobs": [
+                {
+                    "name": "s_kv",
+                    "kind": "startup",
+                    "mode": "kv",
+                    "est_s": 20,
+                    "server": {"port": port},
+                },
+                {
+                    "name": "s_full",
+                    "kind": "startup",
+                    "mode": "full",
+                    "est_s": 20,
+                    "server": {"port": port, "max_num_seqs": 8},
+                },
+                {
+                    "name": "b1",
+                    "kind": "bench",
+                    "est_s": 20,
+                    "bench": {
+                        "num_prompts": 4,
+                        "max_concurrency": 2,
+                        "warmup_prompts": 2,
+                        "sample_period_s": 0.2,
+                    },
+                },
+                {
+                    "name": "b_too_long",
+                    "kind": "bench",
+                    "est_s": 10_000,
+                    "bench": {"num_prompts": 4, "max_concurrency": 2},
+                },
+            ]
+        }
+    )
     r = _runner(tmp_path, 120)
     summary = r.run(jobs)
     by = {s["job"]: s for s in summary}
@@ -151,10 +196,20 @@ def test_runner_end_to_end_on_fake_vllm(tmp_path, fake_env, monkeypatch):
 
 def test_runner_records_refusal(tmp_path, fake_env, monkeypatch):
     monkeypatch.setenv("FAKE_VLLM_REFUSE", "1")
-    jobs, _ = er.parse_jobs({"jobs": [
-        {"name": "s", "kind": "startup", "mode": "full", "est_s": 20,
-         "server": {"port": _free_port(), "gpu_memory_utilization": 0.6}},
-        {"name": "b", "kind": "bench", "est_s": 5, "bench": {"num_prompts": 1}}]})
+    jobs, _ = er.parse_jobs(
+        {
+            "jobs": [
+                {
+                    "name": "s",
+                    "kind": "startup",
+                    "mode": "full",
+                    "est_s": 20,
+                    "server": {"port": _free_port(), "gpu_memory_utilization": 0.6},
+                },
+                {"name": "b", "kind": "bench", "est_s": 5, "bench": {"num_prompts": 1}},
+            ]
+        }
+    )
     summary = _runner(tmp_path, 60).run(jobs)
     assert summary[0]["outcome"] == "refused"
     assert summary[1]["outcome"] == "no_server"
@@ -164,8 +219,11 @@ def test_runner_records_refusal(tmp_path, fake_env, monkeypatch):
 
 def test_main_rejects_bad_job_list(tmp_path, capsys):
     p = tmp_path / "jobs.json"
-    p.write_text(json.dumps({"jobs": [{"name": "a", "kind": "bench", "est_s": -1,
-                                       "bench": {"num_prompts": 1}}]}))
+    p.write_text(
+        json.dumps(
+            {"jobs": [{"name": "a", "kind": "bench", "est_s": -1, "bench": {"num_prompts": 1}}]}
+        )
+    )
     rc = er.main(["--jobs", str(p), "--model", "/m", "--out", str(tmp_path / "o")])
     assert rc == 2 and "job.est_s=-1" in capsys.readouterr().err
     assert sys.executable
@@ -178,15 +236,31 @@ def test_cli_jobs_run_record_on_fake_vllm(tmp_path, fake_env):
 
     cli = CliRunner()
     jobs = tmp_path / "jobs.json"
-    r = cli.invoke(engine, ["jobs", "--gmu", "0.5", "-k", "1", "--max-concurrency", "2",
-                            "--waves", "2", "-o", str(jobs)])
+    r = cli.invoke(
+        engine,
+        [
+            "jobs",
+            "--gmu",
+            "0.5",
+            "-k",
+            "1",
+            "--max-concurrency",
+            "2",
+            "--waves",
+            "2",
+            "-o",
+            str(jobs),
+        ],
+    )
     assert r.exit_code == 0, r.output
     raw = json.loads(jobs.read_text())
     raw["jobs"][0]["server"]["port"] = _free_port()
     jobs.write_text(json.dumps(raw))
     out = tmp_path / "res"
-    r = cli.invoke(engine, ["run", "--jobs", str(jobs), "--model", "/m", "-o", str(out),
-                            "--deadline-s", "2000"])
+    r = cli.invoke(
+        engine,
+        ["run", "--jobs", str(jobs), "--model", "/m", "-o", str(out), "--deadline-s", "2000"],
+    )
     assert r.exit_code == 0, r.output
     argv = json.loads((out / "s_g050_k1" / "server.cmd.json").read_text())
     assert "--gdn-prefill-backend" not in argv and argv[-2:] == ["--load-format", "dummy"]
@@ -194,6 +268,7 @@ def test_cli_jobs_run_record_on_fake_vllm(tmp_path, fake_env):
     r = cli.invoke(engine, ["record", str(out), "--dest", str(dest)])
     assert r.exit_code == 0, r.output
     run = dest / "runs" / "g050_k1_rand_c2"
-    assert (run / "requests.csv").read_text().splitlines()[0] == "input_len,output_len,start_s,ttft_s,e2el_s"
+    header = (run / "requests.csv").read_text().splitlines()[0]
+    assert header == "input_len,output_len,start_s,ttft_s,e2el_s"
     assert json.loads((run / "bench_summary.json").read_text())["completed"] == 4
     assert "s_g050_k1" in (dest / "startups.csv").read_text()

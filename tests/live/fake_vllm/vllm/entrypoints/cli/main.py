@@ -5,10 +5,10 @@ serve: prints start-up lines like vLLM 0.26, then serves /health, /metrics, /ser
 bench serve: sends nothing; sleeps FAKE_BENCH_S, bumps the fake server's counters through
 a request to /bump, writes --result-dir/--result-filename when --save-result is given.
 """
+
 import json
 import os
 import sys
-import threading
 import time
 import urllib.request
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -24,12 +24,16 @@ class H(BaseHTTPRequestHandler):
         if self.path == "/health":
             body = b""
         elif self.path == "/metrics":
-            body = ("# HELP x\nvllm:num_requests_running{engine=\"0\"} %s\n"
-                    "vllm:num_requests_waiting{engine=\"0\"} 0.0\n"
-                    "vllm:kv_cache_usage_perc{engine=\"0\"} 0.25\n"
-                    "vllm:num_preemptions_total{engine=\"0\"} %s\n"
-                    "vllm:spec_decode_num_accepted_tokens_per_pos_total{engine=\"0\",position=\"0\"} 5.0\n"
-                    % (STATE["running"], STATE["preempt"])).encode()
+            run, pre = STATE["running"], STATE["preempt"]
+            body = (
+                "# HELP x\n"
+                f'vllm:num_requests_running{{engine="0"}} {run}\n'
+                'vllm:num_requests_waiting{engine="0"} 0.0\n'
+                'vllm:kv_cache_usage_perc{engine="0"} 0.25\n'
+                f'vllm:num_preemptions_total{{engine="0"}} {pre}\n'
+                "vllm:spec_decode_num_accepted_tokens_per_pos_total"
+                '{engine="0",position="0"} 5.0\n'
+            ).encode()
         elif self.path == "/server_info":
             body = json.dumps({"vllm_config": {"max_num_seqs": 8}}).encode()
         elif self.path == "/bump":
@@ -52,8 +56,10 @@ def serve(argv):
     print("INFO Available KV cache memory: 49.68 GiB", flush=True)
     print("INFO GPU KV cache size: 2,252,194 tokens", flush=True)
     if os.environ.get("FAKE_VLLM_REFUSE") == "1":
-        print("ValueError: max_num_seqs (1024) exceeds available Mamba cache blocks (339).",
-              flush=True)
+        print(
+            "ValueError: max_num_seqs (1024) exceeds available Mamba cache blocks (339).",
+            flush=True,
+        )
         sys.exit(1)
     time.sleep(float(os.environ.get("FAKE_SERVE_READY_S", "0.5")))
     srv = ThreadingHTTPServer(("127.0.0.1", port), H)
@@ -72,14 +78,26 @@ def bench(argv):
         n = int(argv[argv.index("--num-prompts") + 1])
         now = time.time()
         with open(os.path.join(d, f), "w") as fh:
-            json.dump({"completed": n, "mean_ttft_ms": 12.5, "p99_ttft_ms": 20.0,
-                       "mean_tpot_ms": 5.0, "p99_tpot_ms": 6.0, "output_throughput": 100.0,
-                       "duration": 1.0, "date": time.strftime("%Y%m%d-%H%M%S"),
-                       "input_lens": [16] * n, "output_lens": [8] * n,
-                       "ttfts": [0.0125] * n, "itls": [[0.005] * 7] * n,
-                       "start_times": [now + 0.01 * i for i in range(n)],
-                       "spec_decode_per_position_acceptance_rates": [0.85],
-                       "argv": argv}, fh)
+            json.dump(
+                {
+                    "completed": n,
+                    "mean_ttft_ms": 12.5,
+                    "p99_ttft_ms": 20.0,
+                    "mean_tpot_ms": 5.0,
+                    "p99_tpot_ms": 6.0,
+                    "output_throughput": 100.0,
+                    "duration": 1.0,
+                    "date": time.strftime("%Y%m%d-%H%M%S"),
+                    "input_lens": [16] * n,
+                    "output_lens": [8] * n,
+                    "ttfts": [0.0125] * n,
+                    "itls": [[0.005] * 7] * n,
+                    "start_times": [now + 0.01 * i for i in range(n)],
+                    "spec_decode_per_position_acceptance_rates": [0.85],
+                    "argv": argv,
+                },
+                fh,
+            )
     print("bench done", n if "--save-result" in argv else "warmup")
 
 
