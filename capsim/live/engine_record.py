@@ -80,6 +80,20 @@ def record_bench(jdir: Path, dest: Path, server_log: Path | None) -> None:
     _json(dest / "counters_delta.json", {k: v for k, v in delta.items() if k.startswith("vllm:")})
     if server_log is not None and server_log.exists():
         _write(dest / "jit_warnings.txt", "".join(_jit_lines(server_log, b["date"], scalars)))
+    if (jdir / "steps.jsonl").exists():  # the engine core's per-step log (step_log: true)
+        steps = pd.read_json(jdir / "steps.jsonl", lines=True)
+        if len(steps):
+            t0 = steps["t_sched_s"].min()
+            for col in ("t_sched_s", "t_done_s"):
+                steps[col] = (steps[col] - t0).round(6)
+            _write(dest / "steps.csv", steps.drop(columns=["t_unix_s"]).to_csv(index=False))
+    if (jdir / "metrics_after.txt").exists():  # vLLM's histograms (TTFT, prefill, queue)
+        keep = [
+            ln
+            for ln in (jdir / "metrics_after.txt").read_text().splitlines(keepends=True)
+            if ln.startswith("vllm:") and "_created" not in ln
+        ]
+        _write(dest / "metrics_after.txt", "".join(keep))
 
 
 def _jit_lines(log: Path, date: str, s: dict[str, Any]) -> list[str]:

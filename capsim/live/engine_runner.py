@@ -59,6 +59,7 @@ SAMPLED_METRICS: dict[str, str] = {
     "vllm:spec_decode_num_accepted_tokens_total": "spec_accepted_tok",
 }
 PER_POSITION = "vllm:spec_decode_num_accepted_tokens_per_pos_total"
+STEPLOG_DIR = Path(__file__).resolve().parent / "engine_steplog"  # sitecustomize.py inside
 
 
 def synthetic_rates(k: int, conditional: float = DEFAULT_ACCEPTANCE) -> list[float]:
@@ -79,6 +80,7 @@ class ServerSpec:
     enable_prefix_caching: bool | None = None
     port: int = 8000
     extra_args: tuple[str, ...] = ()
+    step_log: bool = False  # per-step log of the engine core (engine_steplog/sitecustomize.py)
 
     def speculative_config(self) -> dict[str, Any] | None:
         k = self.num_speculative_tokens
@@ -152,6 +154,9 @@ class BenchSpec:
     output_len: int = 256
     dataset_path: str | None = None
     warmup_prompts: int = 0
+    # "bench": the warm-up is a `vllm bench serve` run (what calls 1-2 of 2026-12-01 used);
+    # "http": this file's own client sends it (saves the ~20 s start of a bench process)
+    warmup_client: str = "bench"
     seed: int = 0
     sample_period_s: float = 0.5
 
@@ -160,6 +165,8 @@ class BenchSpec:
             raise ValueError(f"bench.num_prompts={self.num_prompts} must be >= 1")
         if self.dataset_name not in ("random", "custom"):
             raise ValueError(f"bench.dataset_name={self.dataset_name!r}: random or custom")
+        if self.warmup_client not in ("bench", "http"):
+            raise ValueError(f"bench.warmup_client={self.warmup_client!r}: bench or http")
         if self.dataset_name == "custom" and not self.dataset_path:
             raise ValueError("bench.dataset_path is required for dataset_name=custom")
 
@@ -324,6 +331,76 @@ def parse_metrics(text: str) -> dict[str, float]:
     return out
 
 
+def warmup_bodies(b: BenchSpec, model: str) -> list[dict[str, Any]]:
+    """The warm-up requests: random token ids of the bench's fixed lengths, or the first
+    rows of its custom JSONL (both with ignore_eos, so lengths are exact)."""
+    import random
+
+    rng = random.Random(b.seed + 1)
+    if b.dataset_name == "custom":
+        with open(str(b.dataset_path)) as fh:
+            rows = [json.loads(line) for _, line in zip(range(b.warmup_prompts), fh, strict=False)]
+        return [
+            {
+                "model": model,
+                "prompt": r["prompt"],
+                "max_tokens": int(r["output_tokens"]),
+                "ignore_eos": True,
+                "temperature": 0.0,
+            }
+            for r in rows
+        ]
+    return [
+        {
+            "model": model,
+            "prompt": [rng.randrange(1000, 100_000) for _ in range(b.input_len)],
+            "max_tokens": b.output_len,
+            "ignore_eos": True,
+            "temperature": 0.0,
+        }
+        for _ in range(b.warmup_prompts)
+    ]
+
+
+def http_warmup(base_url: str, model: str, b: BenchSpec, timeout_s: float) -> int:
+    """Send the warm-up load at the bench's concurrency (16 for a rate-only bench) to
+    /v1/completions; returns the number of requests that failed."""
+    import queue
+
+    todo: queue.Queue = queue.Queue()
+    for body in warmup_bodies(b, model):
+        todo.put(body)
+    failed = [0]
+    lock = threading.Lock()
+    end = time.monotonic() + timeout_s
+
+    def worker() -> None:
+        while time.monotonic() < end:
+            try:
+                body = todo.get_nowait()
+            except queue.Empty:
+                return
+            req = urllib.request.Request(
+                base_url + "/v1/completions",
+                data=json.dumps(body).encode(),
+                headers={"Content-Type": "application/json"},
+            )
+            try:
+                with urllib.request.urlopen(req, timeout=max(end - time.monotonic(), 1.0)) as r:
+                    r.read()
+            except OSError:
+                with lock:
+                    failed[0] += 1
+
+    n = max(1, min(b.max_concurrency or 16, b.warmup_prompts))
+    threads = [threading.Thread(target=worker, daemon=True) for _ in range(n)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(timeout=max(end - time.monotonic(), 0.0) + 1.0)
+    return failed[0] + todo.qsize()
+
+
 def http_get(url: str, timeout_s: float = 5.0) -> tuple[int, str]:
     try:
         with urllib.request.urlopen(url, timeout=timeout_s) as r:
@@ -433,19 +510,24 @@ class Runner:
     server: subprocess.Popen | None = None
     server_spec: ServerSpec | None = None
     summary: list[dict[str, Any]] = field(default_factory=list)
+    step_log: Path | None = None
 
     # -- server -------------------------------------------------------------------------
     def start_server(self, spec: ServerSpec, log_path: Path) -> subprocess.Popen:
         self.stop_server()
         argv = serve_argv(spec, self.model, self.python, self.payload_flags)
         atomic_write(log_path.with_suffix(".cmd.json"), json.dumps(argv))
+        env = serve_env(dict(os.environ), self.payload_flags)
+        self.step_log = None
+        if spec.step_log:
+            self.step_log = log_path.parent / "steps.jsonl"
+            env["CAPSIM_STEP_LOG"] = str(self.step_log)
+            env["PYTHONPATH"] = os.pathsep.join(
+                p for p in (str(STEPLOG_DIR), env.get("PYTHONPATH", "")) if p
+            )
         with open(log_path, "wb") as fh:  # the child keeps its own copy of the descriptor
             self.server = subprocess.Popen(
-                argv,
-                stdout=fh,
-                stderr=subprocess.STDOUT,
-                env=serve_env(dict(os.environ), self.payload_flags),
-                start_new_session=True,
+                argv, stdout=fh, stderr=subprocess.STDOUT, env=env, start_new_session=True
             )
         self.server_spec = spec
         return self.server
@@ -530,7 +612,14 @@ class Runner:
         atomic_write(jdir / "server.json", json.dumps(dataclasses.asdict(self.server_spec)))
         log = jdir / "bench.log"
         t0 = time.monotonic()
-        if b.warmup_prompts > 0:
+        if b.warmup_prompts > 0 and b.warmup_client == "http":
+            bad = http_warmup(self.base_url(), self.model, b, self.deadline.left_s())
+            if bad:
+                return {
+                    "outcome": f"warmup_failed_{bad}",
+                    "bench_s": round(time.monotonic() - t0, 1),
+                }
+        elif b.warmup_prompts > 0:
             rc = self._bench_proc(
                 bench_argv(b, self.model, port, b.warmup_prompts, None, self.python),
                 log,
@@ -543,10 +632,17 @@ class Runner:
         sampler = Sampler(self.base_url(), b.sample_period_s)
         argv = bench_argv(b, self.model, port, b.num_prompts, str(jdir), self.python)
         atomic_write(jdir / "bench.cmd.json", json.dumps(argv))
+        offset = self.step_log.stat().st_size if self.step_log and self.step_log.exists() else 0
         sampler.start()
         rc = self._bench_proc(argv, log, self.deadline.left_s())
         rows = sampler.stop()
-        after = parse_metrics(http_get(self.base_url() + "/metrics")[1])
+        if self.step_log is not None and self.step_log.exists():
+            with open(self.step_log, "rb") as fh:  # the steps of the measured run only
+                fh.seek(offset)
+                (jdir / "steps.jsonl").write_bytes(fh.read())
+        code, text = http_get(self.base_url() + "/metrics")
+        atomic_write(jdir / "metrics_after.txt", text if code == 200 else f"HTTP {code}: {text}")
+        after = parse_metrics(text)
         write_csv(rows, jdir / "metrics.csv")
         delta = {
             k: after[k] - before.get(k, 0.0)

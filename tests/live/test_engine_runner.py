@@ -272,3 +272,105 @@ def test_cli_jobs_run_record_on_fake_vllm(tmp_path, fake_env):
     assert header == "input_len,output_len,start_s,ttft_s,e2el_s"
     assert json.loads((run / "bench_summary.json").read_text())["completed"] == 4
     assert "s_g050_k1" in (dest / "startups.csv").read_text()
+
+
+def test_gpu_step_log_wraps_the_scheduler(tmp_path):
+    import subprocess
+
+    log = tmp_path / "steps.jsonl"
+    env = dict(
+        os.environ,
+        CAPSIM_STEP_LOG=str(log),
+        PYTHONPATH=os.pathsep.join((str(er.STEPLOG_DIR), str(FAKE))),
+    )
+    code = (
+        "from vllm.v1.core.sched.scheduler import Scheduler\n"
+        "s = Scheduler()\n"
+        "for _ in range(3):\n"
+        "    s.update_from_output(s.schedule(), None)\n"
+    )
+    subprocess.run([sys.executable, "-c", code], env=env, check=True, timeout=60)
+    rows = [json.loads(x) for x in log.read_text().splitlines()]
+    assert len(rows) == 3
+    r = rows[0]
+    assert (r["num_tok"], r["num_req"], r["num_decode_req"], r["num_prefill_tok"]) == (5, 2, 1, 4)
+    assert (r["decode_ctx_tok"], r["num_spec_tok"], r["num_preempted"]) == (9, 3, 1)
+    assert (r["free_blocks"], r["usage"], r["num_new_req"]) == (7, 0.5, 1)
+    assert rows[0]["t_sched_s"] <= rows[0]["t_done_s"] <= rows[1]["t_done_s"]
+
+
+def test_runner_collects_the_step_log_of_the_measured_run(tmp_path, fake_env):
+    jobs, _ = er.parse_jobs(
+        {
+            "jobs": [
+                {
+                    "name": "s",
+                    "kind": "startup",
+                    "mode": "full",
+                    "est_s": 20,
+                    "server": {"port": _free_port(), "step_log": True},
+                },
+                {
+                    "name": "b",
+                    "kind": "bench",
+                    "est_s": 20,
+                    "bench": {"num_prompts": 2, "max_concurrency": 1, "warmup_prompts": 1},
+                },
+            ]
+        }
+    )
+    summary = _runner(tmp_path, 60).run(jobs)
+    assert [s["outcome"] for s in summary] == ["ready", "ok"]
+    steps = (tmp_path / "res" / "b" / "steps.jsonl").read_text().splitlines()
+    assert len(steps) == 2  # the warm-up's two steps stay in the server's file only
+    assert len((tmp_path / "res" / "s" / "steps.jsonl").read_text().splitlines()) == 4
+    assert "vllm:num_requests_running" in (tmp_path / "res" / "b" / "metrics_after.txt").read_text()
+    from capsim.live.engine_record import record
+
+    rec = tmp_path / "rec"
+    record(tmp_path / "res", rec)
+    steps = (rec / "runs" / "b" / "steps.csv").read_text().splitlines()
+    assert steps[0].startswith("t_sched_s,t_done_s,num_tok") and len(steps) == 3
+    assert (rec / "runs" / "b" / "metrics_after.txt").read_text().startswith("vllm:")
+
+
+def test_http_warmup_sends_the_bench_lengths(tmp_path, fake_env):
+    jobs, _ = er.parse_jobs(
+        {
+            "jobs": [
+                {
+                    "name": "s",
+                    "kind": "startup",
+                    "mode": "full",
+                    "est_s": 20,
+                    "server": {"port": _free_port()},
+                },
+                {
+                    "name": "b",
+                    "kind": "bench",
+                    "est_s": 20,
+                    "bench": {
+                        "num_prompts": 2,
+                        "max_concurrency": 2,
+                        "warmup_prompts": 3,
+                        "warmup_client": "http",
+                        "input_len": 12,
+                        "output_len": 5,
+                    },
+                },
+            ]
+        }
+    )
+    summary = _runner(tmp_path, 60).run(jobs)
+    assert [s["outcome"] for s in summary] == ["ready", "ok"]
+    assert summary[1]["warmup_s"] < 2.0  # no bench process was started for the warm-up
+    bodies = er.warmup_bodies(jobs[1].bench, "/m")
+    assert len(bodies) == 3 and all(
+        len(b["prompt"]) == 12 and b["max_tokens"] == 5 and b["ignore_eos"] for b in bodies
+    )
+    ds = tmp_path / "d.jsonl"
+    ds.write_text('{"prompt": " a b", "output_tokens": 7}\n' * 5)
+    c = er.BenchSpec(num_prompts=4, dataset_name="custom", dataset_path=str(ds), warmup_prompts=2)
+    assert [b["max_tokens"] for b in er.warmup_bodies(c, "/m")] == [7, 7]
+    with pytest.raises(ValueError, match="warmup_client"):
+        er.BenchSpec(num_prompts=1, warmup_client="x")

@@ -20,6 +20,16 @@ class H(BaseHTTPRequestHandler):
     def log_message(self, *a):
         pass
 
+    def do_POST(self):
+        n = int(self.headers.get("Content-Length", 0))
+        body = json.loads(self.rfile.read(n))
+        STATE.setdefault("posts", []).append(body)
+        STATE["running"] = max(STATE["running"], float(len(STATE["posts"])))
+        out = json.dumps({"choices": [{"text": "x" * body.get("max_tokens", 1)}]}).encode()
+        self.send_response(200)
+        self.end_headers()
+        self.wfile.write(out)
+
     def do_GET(self):
         if self.path == "/health":
             body = b""
@@ -39,6 +49,12 @@ class H(BaseHTTPRequestHandler):
         elif self.path == "/bump":
             STATE["running"] += 3
             STATE["preempt"] += 1
+            if os.environ.get("CAPSIM_STEP_LOG"):  # two engine steps, through the step log
+                from vllm.v1.core.sched.scheduler import Scheduler
+
+                sched = Scheduler()
+                for _ in range(2):
+                    sched.update_from_output(sched.schedule(), None)
             body = b"ok"
         else:
             self.send_response(404)
