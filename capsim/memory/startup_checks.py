@@ -7,13 +7,16 @@
   raises ``ValueError`` when ``max_num_seqs`` exceeds the pool's block count
   (``kv_cache_config.num_blocks``: every block of the pool, the null block included).
   Seen on the H200 (shared/REAL_VLLM_H200.md): gmu 0.6, MTP k=3 -> "max_num_seqs (1024)
-  exceeds available Mamba cache blocks (339)". Read in 0.26.0's source; when the check
-  first appeared was not established, so capsim applies it from 0.26 on (MAMBA_CHECK_SINCE).
+  exceeds available Mamba cache blocks (339)". Read in 0.26.0's source only; when the
+  check first appeared and whether later releases keep it was not established, so capsim
+  applies it to the releases listed in MAMBA_CHECK_VERSIONS (extending the list is a version
+  rule for capsim/vllm_rules.py once another release's source is read). Under the default
+  0.33 rules capsim still plans such configurations (many pinned-pool tests and sweeps do).
 """
 
 from __future__ import annotations
 
-MAMBA_CHECK_SINCE: tuple[int, int] = (0, 26)
+MAMBA_CHECK_VERSIONS: tuple[tuple[int, int], ...] = ((0, 26),)
 
 
 def mamba_blocks_refusal(
@@ -24,7 +27,7 @@ def mamba_blocks_refusal(
     vllm_version: tuple[int, int],
 ) -> str | None:
     """vLLM's refusal message when `max_num_seqs` > Mamba cache blocks, else None."""
-    if not (has_mamba_layers and full_cudagraphs and vllm_version >= MAMBA_CHECK_SINCE):
+    if not (has_mamba_layers and full_cudagraphs and tuple(vllm_version) in MAMBA_CHECK_VERSIONS):
         return None
     if max_num_seqs <= num_blocks:
         return None

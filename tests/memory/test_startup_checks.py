@@ -29,7 +29,8 @@ def test_message_is_vllms_wording_for_the_h200_refusal():
         (339, 339, True, True, (0, 26)),  # equal is allowed (vLLM: >)
         (1024, 339, False, True, (0, 26)),  # no Mamba/GDN layers
         (1024, 339, True, False, (0, 26)),  # no FULL graphs (enforce_eager)
-        (1024, 339, True, True, (0, 25)),  # before the release it was read in
+        (1024, 339, True, True, (0, 25)),  # releases whose source was not read
+        (1024, 339, True, True, (0, 33)),
     ],
 )
 def test_no_refusal_outside_the_rule(args):
