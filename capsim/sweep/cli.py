@@ -133,7 +133,7 @@ def sweep_cmd(
     **pool: Any,
 ) -> None:
     """Simulate the experiment grid (store-all vs TreeWY at matched points); resumable."""
-    from capsim.sweep.runner import run_sweep, summary_table
+    from capsim.sweep.runner import format_summary, run_sweep, summary_table
 
     try:
         full = load_spec(grid_path or PUBLISHED_GRID)
@@ -171,9 +171,7 @@ def sweep_cmd(
         )
     except ValueError as exc:
         raise _value_error(exc) from None
-    table = summary_table(report.matched)
-    with pd.option_context("display.width", 200, "display.float_format", "{:.3f}".format):
-        click.echo(table.to_string(index=False) if not table.empty else "(no matched points)")
+    click.echo(format_summary(summary_table(report.matched)))
     per_pt = report.point_wall_s
     timing = (
         f"{sum(per_pt) / len(per_pt):.3f} s per simulated point on average"
@@ -202,13 +200,15 @@ def _read_results(result_dir: Path) -> tuple[pd.DataFrame, pd.DataFrame]:
 
 
 def memory_bound_grid(matched: pd.DataFrame) -> pd.DataFrame:
-    """Every matched point's class as a grid: rows (model, gmu, workload, tree), cols load."""
+    """Every matched point's class as a grid: rows (deployment, workload, tree, caching,
+    mode), columns the loads."""
     if matched.empty:
         return pd.DataFrame()
     m = matched.copy()
     m["class"] = m["memory_bound"].map({True: "MEM", False: "ok"})
+    index = ["model", "gpu", "tp", "gmu", "workload", "tree", "prefix_caching", "mode"]
     return m.pivot_table(
-        index=["model", "gmu", "workload", "tree", "mode"],
+        index=[c for c in index if c in m.columns],
         columns="load",
         values="class",
         aggfunc="first",
@@ -219,7 +219,8 @@ def memory_bound_grid(matched: pd.DataFrame) -> pd.DataFrame:
 @click.argument("result_dir", type=click.Path(exists=True, file_okay=False, path_type=Path))
 @click.option("--csv", "csv_out", is_flag=True, help="also write knee.csv and memory_bound.csv")
 def knee_cmd(result_dir: Path, csv_out: bool) -> None:
-    """Knee per (model, gpu, gmu, workload) and the memory-bound class of every matched point."""
+    """Knee per deployment, workload and setting, and the memory-bound class of every
+    matched point."""
     from capsim.sweep.knee import format_knee, knee_table
 
     points, matched = _read_results(result_dir)
