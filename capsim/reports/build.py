@@ -68,7 +68,7 @@ ABSENT = {
     "figure4_trees": "not drawn: the grid has no draft-tree points",
     "figure5_prefix_caching": "not drawn: the grid has no points with prefix caching on",
 }
-DPI = 160
+DPI = 170
 """PNG resolution: about 1.7 image pixels per CSS pixel at the page's widest, crisp when
 the browser scales the figure down to a phone's width."""
 
@@ -213,8 +213,8 @@ def file_names(drawn: list[Drawn]) -> list[str]:
 def _figure_html(d: Drawn, png: bytes) -> str:
     w_px = round(d.fig.get_figwidth() * DPI)
     h_px = round(d.fig.get_figheight() * DPI)
-    # at most ~100 CSS px per figure inch: large enough to read, never blown up past that
-    css_w = round(d.fig.get_figwidth() * 100)
+    # at most 120 CSS px per figure inch: large enough to read, never blown up past that
+    css_w = round(d.fig.get_figwidth() * 120)
     b64 = base64.b64encode(png).decode()
     notes = "".join(f"<br>{html.escape(n)}" for n in d.notes)
     return (

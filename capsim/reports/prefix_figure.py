@@ -1,9 +1,9 @@
 """Figure 5: prefix caching on vs off (DataFrame in, ``Drawn`` images out; never simulates).
 
 Every chain-draft (deployment, workload, load mode) of a grid that has prefix caching on
-for some of its points gets one row of panels: the prefix-cache hit rate (caching on
+for some of its points gets one column of panels: the prefix-cache hit rate (caching on
 only), admitted requests and p99 TTFT vs load; colour = commit mode, solid = caching off,
-dotted = on. Two rows per image; each column has one y scale across every image. A 0% hit
+dotted = on. Two columns per image; each metric has one y scale across every image. A 0% hit
 rate gets its reason, from the ideal hit rate of the point's own request sample: either
 the workload shares no full block, or (with MTP) GDN "align" mode dropped the last cached
 block of every hit, so a prefix shared by fewer than two blocks never hits.
@@ -40,7 +40,7 @@ PREFIX_METRICS: tuple[tuple[str, str], ...] = (
     ("peak_running", "admitted (peak running)"),
     ("ttft_p99_s", "p99 TTFT (s, log scale)"),
 )
-ROWS_PER_IMAGE = 2
+GROUPS_PER_IMAGE = 2
 
 
 def ideal_hit_rate_of(row: pd.Series) -> float | None:
@@ -103,7 +103,7 @@ def caching_groups(points: pd.DataFrame) -> list[tuple[dict[str, object], pd.Dat
 
 
 def _row(axes: list, key: dict, sel: pd.DataFrame, lim: dict, zero: bool) -> None:
-    """One (deployment, workload, load mode): hit rate, admitted, p99 TTFT panels."""
+    """One (deployment, workload, load mode): its hit rate, admitted and p99 TTFT panels."""
     mode = str(key["load_mode"])
     for ax, (col, label) in zip(axes, PREFIX_METRICS, strict=True):
         data = sel if col != "prefix_cache_hit_rate" else sel[caching_of(sel)]
@@ -147,27 +147,27 @@ def figure5_prefix_caching(points: pd.DataFrame) -> list[Drawn]:
     lim = _limits(rows)
     out: list[Drawn] = []
     memo: dict[tuple, float | None] = {}  # ideal hit rates, per sample and block size
-    parts = chunks(rows, ROWS_PER_IMAGE)
+    parts = chunks(rows, GROUPS_PER_IMAGE)
     for i, part in enumerate(parts):
         row_notes = [_zero_notes(sel, memo) for _, sel in part]
         notes = list(dict.fromkeys(n for rn in row_notes for n in rn))
-        ncol = len(PREFIX_METRICS)
-        fig = new_figure(len(part), ncol, extra_h_in=1.1)
+        nrow, ncol = len(PREFIX_METRICS), len(part)  # a column per group, a row per metric
+        fig = new_figure(nrow, ncol, extra_h_in=1.1)
         text = ""
         if notes:
             text = "\n".join(wrap(f"note: {n}", fig.get_figwidth(), 7.5) for n in notes)
             fig.set_figheight(fig.get_figheight() + 0.14 * (text.count("\n") + 1) + 0.2)
-        heights = [PANEL_H_IN] * len(part) + ([0.14 * (text.count("\n") + 1) + 0.1] if text else [])
+        heights = [PANEL_H_IN] * nrow + ([0.14 * (text.count("\n") + 1) + 0.1] if text else [])
         gs = fig.add_gridspec(len(heights), ncol, height_ratios=heights)
-        axes = [[fig.add_subplot(gs[r, c]) for c in range(ncol)] for r in range(len(part))]
-        for r, (key, sel) in enumerate(part):
-            _row(axes[r], key, sel, lim, bool(row_notes[r]))
+        cols = [[fig.add_subplot(gs[m, c]) for m in range(nrow)] for c in range(ncol)]
+        for c, (key, sel) in enumerate(part):
+            _row(cols[c], key, sel, lim, bool(row_notes[c]))
         if text:
-            note_ax = fig.add_subplot(gs[len(part), :])
+            note_ax = fig.add_subplot(gs[nrow, :])
             note_ax.axis("off")
             note_ax.text(0.0, 1.0, text, ha="left", va="top", fontsize=7.5,
                          transform=note_ax.transAxes)
-        legend_below(fig, *unique_handles(a for row in axes for a in row))
+        legend_below(fig, *unique_handles(a for col in cols for a in col))
         shown = pd.concat([g for _, g in part])
         suptitle(fig, "Figure 5: prefix caching on (dotted) vs off (solid)", step_time_note(shown))
         name = "Figure 5" if len(parts) == 1 else f"Figure 5{'abcdefghijklmnopqrstuvwxyz'[i]}"

@@ -38,7 +38,7 @@ CACHING_STYLE: dict[bool, tuple[str, str]] = {False: ("-", "o"), True: (":", "^"
 """Prefix caching off: solid line, circles; on: dotted line, triangles."""
 
 MAX_PANELS = 6
-PANEL_W_IN, PANEL_H_IN = 3.9, 3.0
+PANEL_W_IN, PANEL_H_IN = 3.9, 2.9
 GIB = 1024**3
 LOAD_AXIS = {"concurrency": "offered concurrency (requests)", "rate": "request rate (req/s)"}
 
@@ -118,7 +118,9 @@ def chunks(items: Sequence, n: int = MAX_PANELS) -> list[Sequence]:
     return [items[i : i + size] for i in range(0, len(items), size)]
 
 
-def grid_shape(n: int, max_cols: int = 3) -> tuple[int, int]:
+def grid_shape(n: int, max_cols: int = 2) -> tuple[int, int]:
+    """Rows x columns for n panels: two columns at most, so a figure scaled to a phone's
+    width still has readable text."""
     ncol = min(max_cols, n)
     return math.ceil(n / ncol), ncol
 
