@@ -13,7 +13,7 @@ if str(ROOT) not in sys.path:  # build from a checkout without installing it
     sys.path.insert(0, str(ROOT))
 
 
-def on_page_markdown(markdown: str, page, config, files) -> str:  # noqa: ARG001 (MkDocs API)
+def on_page_markdown(markdown: str, page, config, files) -> str:
     from capsim.reports.reference import expand_markers
 
     return expand_markers(markdown, ROOT / "pyproject.toml")

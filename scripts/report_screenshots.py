@@ -16,10 +16,10 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from PIL import Image  # noqa: E402 (matplotlib's dependency)
+from PIL import Image
 
-from capsim.reports.browser import screenshot  # noqa: E402
-from capsim.reports.build import build_report  # noqa: E402
+from capsim.reports.browser import screenshot
+from capsim.reports.build import build_report
 
 WIDTHS = (1400, 800)
 HEIGHT_PX = 1600
@@ -37,7 +37,8 @@ def main() -> None:
     with tempfile.TemporaryDirectory() as tmp:
         for width in WIDTHS:
             raw = screenshot(html, Path(tmp) / f"{width}.png", width, HEIGHT_PX)
-            img = Image.open(raw).convert("RGB").quantize(colors=64, method=Image.Quantize.MEDIANCUT)
+            rgb = Image.open(raw).convert("RGB")
+            img = rgb.quantize(colors=64, method=Image.Quantize.MEDIANCUT)
             dest = a.out / f"report-{width}.png"
             img.save(dest, optimize=True)
             print(f"{dest}: {img.width} x {img.height} px, {dest.stat().st_size // 1024} KiB")

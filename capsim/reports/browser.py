@@ -86,8 +86,12 @@ def layout_at(html_path: Path, width: int, height: int = 1200) -> dict[str, Any]
         probe = Path(tmp) / "probe.html"
         probe.write_text(text.replace("</body>", PROBE + "</body>"))
         dom = _run(
-            [f"--window-size={width},{height}", "--virtual-time-budget=10000", "--dump-dom",
-             probe.as_uri()],
+            [
+                f"--window-size={width},{height}",
+                "--virtual-time-budget=10000",
+                "--dump-dom",
+                probe.as_uri(),
+            ],
             Path(tmp) / "profile",
         )
     found = re.search(r'<pre id="capsim-layout">(.*?)</pre>', dom, re.S)
@@ -130,8 +134,12 @@ def screenshot(html_path: Path, out_png: Path, width: int, height: int) -> Path:
     """A PNG of the first ``height`` px of the page in a ``width`` px window."""
     with tempfile.TemporaryDirectory(prefix="capsim-chromium-") as tmp:
         _run(
-            [f"--window-size={width},{height}", "--virtual-time-budget=10000",
-             f"--screenshot={out_png}", html_path.resolve().as_uri()],
+            [
+                f"--window-size={width},{height}",
+                "--virtual-time-budget=10000",
+                f"--screenshot={out_png}",
+                html_path.resolve().as_uri(),
+            ],
             Path(tmp) / "profile",
         )
     return out_png

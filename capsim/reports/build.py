@@ -288,7 +288,8 @@ def build_report(result_dir: Path | str, out_dir: Path | str | None = None) -> P
         parts.append(f"<h2 id='{stem}'>{html.escape(title)}</h2>")
         mine = [(d, png) for d, png in zip(drawn, images, strict=True) if d.stem == stem]
         if not mine:
-            parts.append(f"<p class='note'>{html.escape(ABSENT.get(stem, 'not drawn: no data'))}</p>")
+            why = ABSENT.get(stem, "not drawn: no data")
+            parts.append(f"<p class='note'>{html.escape(why)}</p>")
             continue
         parts.append(f"<p class='note'>{html.escape(caption)}</p>")
         parts += [_figure_html(d, png) for d, png in mine]

@@ -116,8 +116,14 @@ def figure1_pool_usage(points: pd.DataFrame) -> list[Drawn]:
                 ax.fill_between(stats.index, stats["min"], stats["max"], color=c, alpha=0.18)
             ceiling = float((sub["usable_blocks"] * sub["bytes_per_block"]).max()) / GIB
             ax.axhline(ceiling, color="black", ls="--", lw=1, label="pool ceiling")
-            ax.text(0.02, ceiling, f" {ceiling:.1f} GiB", transform=ax.get_yaxis_transform(),
-                    va="bottom", fontsize=7)
+            ax.text(
+                0.02,
+                ceiling,
+                f" {ceiling:.1f} GiB",
+                transform=ax.get_yaxis_transform(),
+                va="bottom",
+                fontsize=7,
+            )
             load_x(ax, sub["load"].to_numpy(), mode)
             ax.set_title(facet_label(key), fontsize=8)
             ax.set_ylim(0, top)
@@ -128,8 +134,12 @@ def figure1_pool_usage(points: pd.DataFrame) -> list[Drawn]:
             ax.set_visible(False)
         legend_below(fig, *unique_handles(axes.flat))
         shown = pd.concat([s for _, s in part])
-        suptitle(fig, f"Figure 1: peak KV/state pool usage vs {LOAD_AXIS[mode].split(' (')[0]}"
-                 " (median over workloads, band = min-max)", step_time_note(shown))
+        suptitle(
+            fig,
+            f"Figure 1: peak KV/state pool usage vs {LOAD_AXIS[mode].split(' (')[0]}"
+            " (median over workloads, band = min-max)",
+            step_time_note(shown),
+        )
         out.append(Drawn("figure1_pool_usage", _title("Figure 1", i, len(parts)), fig, ids(shown)))
     return out
 
@@ -148,7 +158,7 @@ def _ratio_note(sub: pd.DataFrame) -> str:
         sa = at.loc[at["commit"] == BASELINE, "ttft_p99_s"]
         tw = at.loc[at["commit"] == "reconstruct", "ttft_p99_s"]
         if len(sa) and len(tw) and float(tw.iloc[0]) > 0:
-            tag = (f"caching {'on' if cached else 'off'} " if pc.nunique() > 1 else "")
+            tag = f"caching {'on' if cached else 'off'} " if pc.nunique() > 1 else ""
             notes.append(f"{tag}{float(sa.iloc[0]) / float(tw.iloc[0]):.2f}x")
     if not notes:
         return ""
@@ -229,10 +239,22 @@ def figure3_matched(matched: pd.DataFrame, points: pd.DataFrame | None = None) -
                 if not v.size:
                     continue
                 pos = x + (k - (len(modes) - 1) / 2) * width
-                ax.boxplot([v], positions=[pos], widths=width * 0.8, showfliers=False,
-                           medianprops={"color": "black"})
-                ax.scatter(pos + rng.uniform(-width / 4, width / 4, v.size), v, s=8,
-                           color=mode_colour(mode), alpha=0.7, zorder=3, label=mode_label(mode))
+                ax.boxplot(
+                    [v],
+                    positions=[pos],
+                    widths=width * 0.8,
+                    showfliers=False,
+                    medianprops={"color": "black"},
+                )
+                ax.scatter(
+                    pos + rng.uniform(-width / 4, width / 4, v.size),
+                    v,
+                    s=8,
+                    color=mode_colour(mode),
+                    alpha=0.7,
+                    zorder=3,
+                    label=mode_label(mode),
+                )
         ax.axhline(1.0, color="black", lw=0.8, ls="--")
         log_y(ax, lo, hi)
         n = [int((matched["memory_bound"] == f).sum()) for f in (True, False)]
@@ -244,8 +266,9 @@ def figure3_matched(matched: pd.DataFrame, points: pd.DataFrame | None = None) -
     for ax in grid[:, 0]:
         ax.set_ylabel("ratio (> 1 better for TreeWY)", fontsize=8)
     legend_below(fig, *unique_handles(axes))
-    suptitle(fig, "Figure 3: matched points, store-all memory-bound vs headroom",
-             step_time_note(matched))
+    suptitle(
+        fig, "Figure 3: matched points, store-all memory-bound vs headroom", step_time_note(matched)
+    )
     notes = [_geomeans(matched, m) for m in modes]
     pid: frozenset[str] = frozenset()
     if points is not None and "match_id" in points:

@@ -16,6 +16,7 @@ import pandas as pd
 
 from capsim.reports.figures import _series, chain
 from capsim.reports.style import (
+    PANEL_H_IN,
     Drawn,
     caching_of,
     chunks,
@@ -27,7 +28,6 @@ from capsim.reports.style import (
     load_x,
     log_range,
     log_y,
-    PANEL_H_IN,
     new_figure,
     step_time_note,
     suptitle,
@@ -84,8 +84,10 @@ def _zero_notes(sel: pd.DataFrame, memo: dict[tuple, float | None]) -> list[str]
         return []
     notes = []
     for _, r in on[on["prefix_cache_hit_rate"].fillna(0.0) <= 0.0].iterrows():
-        key = tuple(r.get(c) for c in ("workload", "num_requests_offered", "seed", "model",
-                                       "block_size_tok"))
+        key = tuple(
+            r.get(c)
+            for c in ("workload", "num_requests_offered", "seed", "model", "block_size_tok")
+        )
         if key not in memo:
             memo[key] = ideal_hit_rate_of(r)
         notes.append(zero_hit_reason(r, memo[key]))
@@ -110,15 +112,28 @@ def _row(axes: list, key: dict, sel: pd.DataFrame, lim: dict, zero: bool) -> Non
         _series(ax, data, col, 100.0 if col == "prefix_cache_hit_rate" else 1.0, True)
         if col == "peak_running" and mode == "concurrency":
             loads = np.sort(sel["load"].unique())
-            ax.plot(loads, loads, color="black", lw=1, ls=(0, (1, 1)), zorder=10,
-                    label="offered concurrency")
+            ax.plot(
+                loads,
+                loads,
+                color="black",
+                lw=1,
+                ls=(0, (1, 1)),
+                zorder=10,
+                label="offered concurrency",
+            )
         load_x(ax, sel["load"].to_numpy(), mode)
         if col == "prefix_cache_hit_rate":
             ax.set_ylim(-2, 100)
             if zero:
-                ax.text(0.5, 0.55, "0% hits: see the note below", ha="center",
-                        transform=ax.transAxes, fontsize=7,
-                        bbox={"boxstyle": "round", "fc": "white", "ec": "0.6"})
+                ax.text(
+                    0.5,
+                    0.55,
+                    "0% hits: see the note below",
+                    ha="center",
+                    transform=ax.transAxes,
+                    fontsize=7,
+                    bbox={"boxstyle": "round", "fc": "white", "ec": "0.6"},
+                )
         elif col == "peak_running":
             ax.set_ylim(0, lim["admitted_top"])
         else:
@@ -165,8 +180,9 @@ def figure5_prefix_caching(points: pd.DataFrame) -> list[Drawn]:
         if text:
             note_ax = fig.add_subplot(gs[nrow, :])
             note_ax.axis("off")
-            note_ax.text(0.0, 1.0, text, ha="left", va="top", fontsize=7.5,
-                         transform=note_ax.transAxes)
+            note_ax.text(
+                0.0, 1.0, text, ha="left", va="top", fontsize=7.5, transform=note_ax.transAxes
+            )
         legend_below(fig, *unique_handles(a for col in cols for a in col))
         shown = pd.concat([g for _, g in part])
         suptitle(fig, "Figure 5: prefix caching on (dotted) vs off (solid)", step_time_note(shown))

@@ -30,9 +30,7 @@ def entry_point_group(pyproject: Path) -> click.Group:
     return group
 
 
-def walk(
-    cmd: click.Command, ctx: click.Context
-) -> Iterator[tuple[click.Command, click.Context]]:
+def walk(cmd: click.Command, ctx: click.Context) -> Iterator[tuple[click.Command, click.Context]]:
     """``cmd`` and every command below it, depth first, sub-commands sorted by name."""
     yield cmd, ctx
     if isinstance(cmd, click.Group):
@@ -66,7 +64,7 @@ def _command_md(cmd: click.Command, ctx: click.Context) -> list[str]:
         lines += [f"| `{_cell(opts)}` | {_cell(help_)} |" for opts, help_ in rows]
         lines.append("")
     if isinstance(cmd, click.Group):
-        subs = [n for n in sorted(cmd.list_commands(ctx))]
+        subs = sorted(cmd.list_commands(ctx))
         lines += ["Commands: " + ", ".join(f"`{path} {n}`" for n in subs), ""]
     return lines
 

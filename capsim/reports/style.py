@@ -86,7 +86,8 @@ def facet_cols(points: pd.DataFrame) -> list[str]:
 
 def facet_label(key: dict[str, object]) -> str:
     """'Qwen3.5-35B-A3B, B200 TP1, gmu 0.6' (+ 'k=2', 'T=0.5', ... when varied)."""
-    text = f"{short_model(str(key['model']))}, {key['gpu']} TP{key['tp']}, gmu {float(key['gmu']):g}"
+    gmu = float(key["gmu"])  # type: ignore[arg-type]
+    text = f"{short_model(str(key['model']))}, {key['gpu']} TP{key['tp']}, gmu {gmu:g}"
     extra = {
         "num_spec_tok": lambda v: f"k={v}",
         "tree_model": lambda v: f"tree model {v}",

@@ -94,8 +94,15 @@ def figure4_trees(points: pd.DataFrame) -> list[Drawn]:
                         continue
                     sel = sel.sort_values("load")
                     ls, marker = MODE_STYLE.get(str(commit), (":", "x"))
-                    ax.plot(sel["load"], sel[col], ls=ls, marker=marker, ms=4,
-                            color=colour[shape], mfc="none" if commit == BASELINE else None)
+                    ax.plot(
+                        sel["load"],
+                        sel[col],
+                        ls=ls,
+                        marker=marker,
+                        ms=4,
+                        color=colour[shape],
+                        mfc="none" if commit == BASELINE else None,
+                    )
             if col == "peak_running" and mode == "concurrency":
                 loads = np.sort(sub["load"].unique())
                 ax.plot(loads, loads, color="black", lw=1.2, ls=(0, (1, 1)), zorder=10)
@@ -119,9 +126,12 @@ def figure4_trees(points: pd.DataFrame) -> list[Drawn]:
             labels.append("offered concurrency")
         legend_below(fig, handles, labels, ncol=min(len(labels), 4))
         caching = "caching on" if key["prefix_caching"] else "caching off"
-        suptitle(fig, f"Figure 4: draft trees, {facet_label(key)}, {key['workload']}"
-                 f"{' (open loop)' if mode == 'rate' else ''}, {caching}",
-                 f"{tree_model_note(sub)}; {step_time_note(sub)}")
+        suptitle(
+            fig,
+            f"Figure 4: draft trees, {facet_label(key)}, {key['workload']}"
+            f"{' (open loop)' if mode == 'rate' else ''}, {caching}",
+            f"{tree_model_note(sub)}; {step_time_note(sub)}",
+        )
         name = "Figure 4" if len(parts) == 1 else f"Figure 4{'abcdefghijklmnopqrstuvwxyz'[i]}"
         out.append(Drawn("figure4_trees", name, fig, ids(sub)))
     return out

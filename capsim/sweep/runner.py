@@ -235,7 +235,15 @@ def _run_locked(  # type: ignore[no-untyped-def]
 
 
 SUMMARY_KEYS: tuple[str, ...] = (
-    "model", "gpu", "tp", "gmu", "workload", "load_mode", "tree", "prefix_caching", "mode",
+    "model",
+    "gpu",
+    "tp",
+    "gmu",
+    "workload",
+    "load_mode",
+    "tree",
+    "prefix_caching",
+    "mode",
 )
 SUMMARY_RATIOS: dict[str, str] = {
     "throughput_ratio": "thru",
@@ -277,8 +285,11 @@ def format_summary(table: pd.DataFrame) -> str:
     if table.empty:
         return "(no matched points)"
     dep = [c for c in ("model", "gpu", "tp", "gmu") if c in table.columns]
-    same = [c for c in ("load_mode", "tree", "prefix_caching", "mode")
-            if c in table.columns and table[c].nunique(dropna=False) == 1]
+    same = [
+        c
+        for c in ("load_mode", "tree", "prefix_caching", "mode")
+        if c in table.columns and table[c].nunique(dropna=False) == 1
+    ]
     lines = textwrap.wrap(SUMMARY_LEGEND, 100)
     if same:
         lines.append("every row: " + ", ".join(f"{c}={table[c].iloc[0]}" for c in same))

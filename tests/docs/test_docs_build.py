@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
-pytest.importorskip("mkdocs", reason="the 'docs' extra is not installed (scripts/test.sh installs it)")
+pytest.importorskip("mkdocs", reason="no 'docs' extra (scripts/test.sh installs it)")
 
 
 @pytest.fixture(scope="module")
@@ -18,7 +18,10 @@ def site(tmp_path_factory) -> Path:
     out = tmp_path_factory.mktemp("site")
     done = subprocess.run(
         [sys.executable, "-m", "mkdocs", "build", "--strict", "--site-dir", str(out)],
-        cwd=ROOT, capture_output=True, text=True, timeout=600,
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=600,
     )
     assert done.returncode == 0, done.stdout + done.stderr
     return out

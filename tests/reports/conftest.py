@@ -71,8 +71,9 @@ def custom_dir(tmp_path_factory) -> Path:
     from capsim.sweep.grid import load_spec
 
     out = tmp_path_factory.mktemp("custom")
-    run_sweep(load_spec(CUSTOM_GRID), out, executor=SerialExecutor(), keep_steps=False,
-              progress=False)
+    run_sweep(
+        load_spec(CUSTOM_GRID), out, executor=SerialExecutor(), keep_steps=False, progress=False
+    )
     return out
 
 

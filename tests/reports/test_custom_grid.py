@@ -19,12 +19,21 @@ def test_every_point_of_the_custom_grid_is_drawn(custom_dir):
     drawn = draw_all(points, matched)
     assert uncovered(points, drawn).empty
     assert {d.stem for d in drawn} == {
-        "figure1_pool_usage", "figure2_ttft", "figure3_matched", "figure4_trees",
-        "figure5_prefix_caching"}
+        "figure1_pool_usage",
+        "figure2_ttft",
+        "figure3_matched",
+        "figure4_trees",
+        "figure5_prefix_caching",
+    }
     for d in drawn:
         assert layout_problems(d.fig) == [], d.title
-    rate_panels = [ax.get_title() for d in drawn if d.stem == "figure2_ttft"
-                   for ax in d.fig.axes if "open loop" in ax.get_title()]
+    rate_panels = [
+        ax.get_title()
+        for d in drawn
+        if d.stem == "figure2_ttft"
+        for ax in d.fig.axes
+        if "open loop" in ax.get_title()
+    ]
     assert len(rate_panels) == 2  # sharegpt at 20/40/60 req/s on each GPU
 
 

@@ -60,7 +60,10 @@ def test_figure2_one_image_per_deployment_rate_workloads_included(results_dir):
         titles = [ax.get_title() for ax in axes]
         # the two closed-loop workloads and the open-loop one, each in its own panel
         assert [t.split("\n")[0] for t in titles] == [
-            "sharegpt", "spec-bench", "burstgpt-standin (open loop)"]
+            "sharegpt",
+            "spec-bench",
+            "burstgpt-standin (open loop)",
+        ]
         assert all("p99 SA/TW at" in t for t in titles)
         assert all(ax.get_yscale() == "log" for ax in axes)
         ylims |= {ax.get_ylim() for ax in axes}
@@ -96,12 +99,18 @@ def test_figure4_tree_study_compact_legend(results_dir):
     assert len(_visible(d.fig)) == 4
     labels = [t.get_text() for t in d.fig.legends[0].get_texts()]
     # each shape once and each mode once, not shape x mode
-    assert labels == ["tree 1x1x1", "tree 2x2x2", "TreeWY (reconstruct)", "store-all (vLLM)",
-                      "offered concurrency"]
+    assert labels == [
+        "tree 1x1x1",
+        "tree 2x2x2",
+        "TreeWY (reconstruct)",
+        "store-all (vLLM)",
+        "offered concurrency",
+    ]
     admitted = _visible(d.fig)[0]
     offered = [ln for ln in admitted.get_lines() if ln.get_color() == "black"]
     assert offered and offered[0].get_zorder() > max(
-        ln.get_zorder() for ln in admitted.get_lines() if ln is not offered[0])
+        ln.get_zorder() for ln in admitted.get_lines() if ln is not offered[0]
+    )
     # chain-only results have no tree study: no image at all, not a "no data" box
     assert figure4_trees(points[points["tree"] == "chain"]) == []
 

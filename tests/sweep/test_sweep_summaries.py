@@ -12,20 +12,47 @@ from capsim.sweep.matched import matched_table
 from capsim.sweep.runner import format_summary, summary_table
 
 
-def _point(commit: str, load: float, *, caching: bool, gpu: str = "B200", cap: float = 100.0,
-           workload: str = "sharegpt", mode: str = "concurrency") -> dict:
+def _point(
+    commit: str,
+    load: float,
+    *,
+    caching: bool,
+    gpu: str = "B200",
+    cap: float = 100.0,
+    workload: str = "sharegpt",
+    mode: str = "concurrency",
+) -> dict:
     running = min(load, cap)
     return {
         "point_id": f"{commit}-{load}-{caching}-{gpu}-{workload}",
         "match_id": f"{load}-{caching}-{gpu}-{workload}",
-        "block": "main", "model": "qwen3.5-35b-a3b", "gpu": gpu, "tp": 1, "gmu": 0.6,
-        "workload": workload, "load_mode": mode, "load": float(load), "tree": "chain",
-        "tree_model": "rank", "temperature": 0.0, "num_spec_tok": 3, "commit": commit,
-        "prefix_caching": caching, "seed": 0, "step_time_label": "test",
-        "output_throughput_tok_per_s": 10.0 * running, "peak_kv_usage": running / cap,
-        "peak_kv_blocks": running * 10.0, "peak_running": running, "num_preemptions": 0,
-        "ttft_p99_s": 1.0 + load / cap, "ttft_mean_s": 0.5, "tpot_mean_s": 0.01,
-        "e2el_mean_s": 1.0, "usable_blocks": cap * 10, "blocks_per_mean_request": 10.0,
+        "block": "main",
+        "model": "qwen3.5-35b-a3b",
+        "gpu": gpu,
+        "tp": 1,
+        "gmu": 0.6,
+        "workload": workload,
+        "load_mode": mode,
+        "load": float(load),
+        "tree": "chain",
+        "tree_model": "rank",
+        "temperature": 0.0,
+        "num_spec_tok": 3,
+        "commit": commit,
+        "prefix_caching": caching,
+        "seed": 0,
+        "step_time_label": "test",
+        "output_throughput_tok_per_s": 10.0 * running,
+        "peak_kv_usage": running / cap,
+        "peak_kv_blocks": running * 10.0,
+        "peak_running": running,
+        "num_preemptions": 0,
+        "ttft_p99_s": 1.0 + load / cap,
+        "ttft_mean_s": 0.5,
+        "tpot_mean_s": 0.01,
+        "e2el_mean_s": 1.0,
+        "usable_blocks": cap * 10,
+        "blocks_per_mean_request": 10.0,
         "analytical_capacity_req": cap,
     }
 
@@ -38,10 +65,28 @@ def _grid() -> pd.DataFrame:
                 rows.append(_point("storeall", load, caching=caching, gpu=gpu, cap=sa_cap))
                 rows.append(_point("reconstruct", load, caching=caching, gpu=gpu, cap=400.0))
             for rate in (20.0, 40.0):
-                rows.append(_point("storeall", rate, caching=caching, gpu=gpu, mode="rate",
-                                   workload="burst", cap=sa_cap))
-                rows.append(_point("reconstruct", rate, caching=caching, gpu=gpu, mode="rate",
-                                   workload="burst", cap=400.0))
+                rows.append(
+                    _point(
+                        "storeall",
+                        rate,
+                        caching=caching,
+                        gpu=gpu,
+                        mode="rate",
+                        workload="burst",
+                        cap=sa_cap,
+                    )
+                )
+                rows.append(
+                    _point(
+                        "reconstruct",
+                        rate,
+                        caching=caching,
+                        gpu=gpu,
+                        mode="rate",
+                        workload="burst",
+                        cap=400.0,
+                    )
+                )
     return pd.DataFrame(rows)
 
 
@@ -97,12 +142,21 @@ def test_grid_toml_lists_every_error():
     ):
         assert part in msg, part
     raw["sweep"].pop("num_request")
-    with pytest.raises(ValueError, match="sweep.seed=-1: must be an int >= 0"):
+    with pytest.raises(ValueError, match=r"sweep\.seed=-1: must be an int >= 0"):
         spec_from_dict(raw, where="g.toml")
 
 
 def test_grid_toml_one_error_keeps_its_message():
     with pytest.raises(ValueError, match=r"^g.toml: sweep.num_request: unknown key"):
-        spec_from_dict({"sweep": {"num_request": 5}, "block": [
-            {"deployment": [{"model": "qwen3.5-35b-a3b", "gpu": "B200", "gmu": [0.9]}],
-             "workload": [{"name": "sharegpt", "loads": [8]}]}]}, where="g.toml")
+        spec_from_dict(
+            {
+                "sweep": {"num_request": 5},
+                "block": [
+                    {
+                        "deployment": [{"model": "qwen3.5-35b-a3b", "gpu": "B200", "gmu": [0.9]}],
+                        "workload": [{"name": "sharegpt", "loads": [8]}],
+                    }
+                ],
+            },
+            where="g.toml",
+        )
