@@ -24,16 +24,10 @@ from matplotlib.axes import Axes
 from matplotlib.figure import Figure
 from matplotlib.ticker import FuncFormatter, LogLocator, NullFormatter
 
-MODE_COLOUR: dict[str, str] = {
-    "storeall": "#d62728",
-    "reconstruct": "#1f77b4",
-    "deferred": "#2ca02c",
-}
-MODE_LABEL: dict[str, str] = {
-    "storeall": "store-all (vLLM)",
-    "reconstruct": "TreeWY (reconstruct)",
-    "deferred": "TreeWY (deferred commit)",
-}
+from capsim.commit_modes import MODES
+
+MODE_COLOUR: dict[str, str] = {name: m.colour for name, m in MODES.items()}
+MODE_LABEL: dict[str, str] = {name: m.label for name, m in MODES.items()}
 CACHING_STYLE: dict[bool, tuple[str, str]] = {False: ("-", "o"), True: (":", "^")}
 """Prefix caching off: solid line, circles; on: dotted line, triangles."""
 

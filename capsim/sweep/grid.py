@@ -1,4 +1,4 @@
-"""A sweep grid: which points to simulate, read from TOML and expanded into SimConfigs.
+"""A sweep grid: which points to simulate, expanded into SimConfigs (TOML: ``grid_toml``).
 
 A grid is a list of blocks. Each block is a cartesian product::
 
@@ -25,6 +25,7 @@ from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any, Literal
 
+from capsim.commit_modes import COMMIT_MODES
 from capsim.config import (
     AcceptanceConfig,
     EngineConfig,
@@ -32,8 +33,7 @@ from capsim.config import (
     SimConfig,
     SpecDecodeConfig,
 )
-from capsim.core.draft_rank import MAX_TEMPERATURE, TREE_MODELS
-from capsim.cost.base import COMMIT_MODES
+from capsim.draft_rank import MAX_TEMPERATURE, TREE_MODELS
 
 RECORD_SCHEMA = 1
 """Bump when a point record's meaning changes: old point files then stop matching."""
@@ -410,6 +410,9 @@ def expand(spec: SweepSpec) -> list[Point]:
     return points
 
 
+# ---------------------------------------------------------------------------------- TOML
+
+
 def restrict(
     spec: SweepSpec,
     *,
@@ -469,7 +472,3 @@ def restrict(
 
 def _in(value: float, values: tuple[float, ...]) -> bool:
     return any(abs(value - v) < 1e-9 for v in values)
-
-
-# The TOML reader lives in grid_toml.py (it needs the classes above); re-exported here.
-from capsim.sweep.grid_toml import load_spec, spec_from_dict  # noqa: E402, F401

@@ -68,7 +68,7 @@ CUSTOM_GRID = Path(__file__).resolve().parent / "data" / "custom_grid.toml"
 def custom_dir(tmp_path_factory) -> Path:
     """Issue 22's acceptance grid (rate + concurrency workloads, caching on/off, two GPUs,
     a tree) run through the real simulator, 48 requests per point."""
-    from capsim.sweep.grid import load_spec
+    from capsim.sweep.grid_toml import load_spec
 
     out = tmp_path_factory.mktemp("custom")
     run_sweep(

@@ -6,7 +6,7 @@ from __future__ import annotations
 import pandas as pd
 import pytest
 
-from capsim.sweep.grid import spec_from_dict
+from capsim.sweep.grid_toml import spec_from_dict
 from capsim.sweep.knee import format_knee, knee_table
 from capsim.sweep.matched import matched_table
 from capsim.sweep.runner import format_summary, summary_table
