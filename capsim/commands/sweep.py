@@ -108,7 +108,13 @@ def skipped_gmu(spec: SweepSpec, gmu: tuple[float, ...] | None) -> list[str]:
     show_default=True,
     help="results directory; rerunning into it resumes",
 )
-@click.option("--executor", type=click.Choice(EXECUTORS), default="local", show_default=True)
+@click.option(
+    "--executor",
+    type=click.Choice(EXECUTORS),
+    default="local",
+    show_default=True,
+    help="where points run: serial, a local process pool (--jobs) or dask (--scheduler)",
+)
 @click.option("--scheduler", default=None, help="dask scheduler address (with --executor dask)")
 @options("jobs")
 @click.option("--steps/--no-steps", default=True, help="keep per-step time series in steps/")
@@ -251,7 +257,8 @@ def knee_cmd(result_dir: Path, csv_out: bool) -> None:
     help="where to write PNGs and report.html (default: RESULT_DIR/report)",
 )
 def report_cmd(result_dir: Path, out_dir: Path | None) -> None:
-    """Figures 1-4, Table 1 and the knee table as PNGs plus one self-contained HTML page."""
+    """Figures 1-5, Table 1 and the knee table as PNGs plus one self-contained, responsive
+    HTML page; every point of the grid is drawn in some figure."""
     from capsim.reports.build import build_report
 
     try:
@@ -272,7 +279,13 @@ def report_cmd(result_dir: Path, out_dir: Path | None) -> None:
 @click.option(
     "--tpot-ms", type=FiniteFloat(0.0, None, min_open=True), default=None, help="TPOT target (ms)"
 )
-@click.option("--tpot-stat", type=click.Choice(["mean", "p99"]), default="mean", show_default=True)
+@click.option(
+    "--tpot-stat",
+    type=click.Choice(["mean", "p99"]),
+    default="mean",
+    show_default=True,
+    help="which TPOT --tpot-ms bounds",
+)
 @options(
     "gmu_list",
     gmu_list={"help": "gmu candidates, e.g. 0.6,0.75,0.9 (default: --vllm-version's gmu)"},
@@ -292,6 +305,7 @@ def report_cmd(result_dir: Path, out_dir: Path | None) -> None:
     type=click.Choice(["concurrency", "rate"]),
     default="concurrency",
     show_default=True,
+    help="search concurrent clients (closed loop) or an arrival rate in req/s (open loop)",
 )
 @click.option(
     "--max-load",

@@ -7,7 +7,7 @@ import re
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
-PATH = re.compile(r"`((?:capsim|kernels|experiments|scripts|tests|traces|docs|\.ci)/[^`\s]*)`")
+PATH = re.compile(r"`((?:capsim|kernels|experiments|scripts|tests|docs|\.ci)/[^`\s]*)`")
 
 
 def _files() -> list[Path]:
