@@ -31,7 +31,7 @@ from capsim.reports.figures import (
 from capsim.reports.prefix_figure import figure5_prefix_caching
 from capsim.reports.style import Drawn, uncovered
 from capsim.reports.tree_figure import figure4_trees
-from capsim.sweep.knee import knee_table
+from capsim.sweep.knee import SETTINGS, knee_table
 from capsim.sweep.store import atomic_write_bytes
 
 FIGURES: tuple[tuple[str, str, str], ...] = (
@@ -186,6 +186,17 @@ def _requests_rule(spec: dict[str, Any]) -> str:
     )
 
 
+def _knee_html(knees: pd.DataFrame) -> str:
+    """The knee table with the settings that are the same in every row said once above."""
+    same = [c for c in SETTINGS if c in knees.columns and knees[c].nunique(dropna=False) == 1]
+    if not same or knees.empty:
+        return _table_html(knees)
+    note = ", ".join(f"{c} = {knees[c].iloc[0]}" for c in same)
+    return f"<p class='note'>Every row: {html.escape(note)}.</p>" + _table_html(
+        knees.drop(columns=same)
+    )
+
+
 def draw_all(points: pd.DataFrame, matched: pd.DataFrame) -> list[Drawn]:
     """Every figure image the data supports, in report order (none for absent data)."""
     return [
@@ -299,7 +310,7 @@ def build_report(result_dir: Path | str, out_dir: Path | str | None = None) -> P
         "offered concurrency (rate workloads: first rate at which the mode is memory-bound); "
         "cap = analytical capacity of the memory plan at the sample's mean context. One row "
         "per setting that changes capacity (tree, prefix caching, ...).</p>",
-        _table_html(knees),
+        _knee_html(knees),
         "</body></html>",
     ]
     html_path = out / "report.html"

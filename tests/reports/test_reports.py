@@ -124,6 +124,17 @@ def test_every_figure_lays_out_and_every_point_is_drawn(results_dir):
     assert uncovered(points, drawn).empty
 
 
+def test_one_panel_figure_keeps_its_title(results_dir):
+    points = _points(results_dir)
+    one = points[
+        (points["gmu"] == 0.6) & (points["workload"] == "sharegpt") & (points["tree"] == "chain")
+    ]
+    (fig1,) = figure1_pool_usage(one)
+    assert len(_visible(fig1.fig)) == 1
+    assert layout_problems(fig1.fig) == []  # the title wraps instead of running off the edge
+    assert "Figure 1" in fig1.fig.get_suptitle()
+
+
 def test_layout_check_catches_cut_text_and_legends_on_data():
     fig = Figure(figsize=(3, 2), layout="constrained")
     ax = fig.add_subplot()
