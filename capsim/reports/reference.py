@@ -9,6 +9,7 @@ while the site builds: a page holding the marker ``<!-- capsim:cli -->`` or
 
 from __future__ import annotations
 
+import html
 import importlib
 import inspect
 import tomllib
@@ -44,6 +45,11 @@ def _cell(text: str) -> str:
     return " ".join(text.split()).replace("|", "\\|")
 
 
+def _code(text: str) -> str:
+    """An inline code cell whose '|' (choice lists) cannot split the table's row."""
+    return f"<code>{html.escape(' '.join(text.split())).replace('|', '&#124;')}</code>"
+
+
 def _command_md(cmd: click.Command, ctx: click.Context) -> list[str]:
     path = ctx.command_path
     lines = [f"## `{path}`", ""]
@@ -61,7 +67,7 @@ def _command_md(cmd: click.Command, ctx: click.Context) -> list[str]:
             rows.append(record)
     if rows:
         lines += ["| option | meaning |", "|---|---|"]
-        lines += [f"| `{_cell(opts)}` | {_cell(help_)} |" for opts, help_ in rows]
+        lines += [f"| {_code(opts)} | {_cell(help_)} |" for opts, help_ in rows]
         lines.append("")
     if isinstance(cmd, click.Group):
         subs = sorted(cmd.list_commands(ctx))
