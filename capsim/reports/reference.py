@@ -2,9 +2,10 @@
 
 ``cli_markdown(group)`` walks a click group (``capsim``'s, as the console script names it)
 and writes every command's help, usage and options; ``columns_markdown()`` writes the
-result schema of ``capsim.sweep.columns``. The MkDocs hook ``scripts/mkdocs_hooks.py`` calls them
-while the site builds: a page holding the marker ``<!-- capsim:cli -->`` or
-``<!-- capsim:columns -->`` gets the generated text in its place.
+result schema of ``capsim.sweep.columns``; ``grid_markdown()`` the grid TOML layout. The
+MkDocs hook ``scripts/mkdocs_hooks.py`` calls them while the site builds: a page holding a
+marker (``<!-- capsim:cli -->``, ``<!-- capsim:columns -->``, ``<!-- capsim:grid -->``)
+gets the generated text in its place.
 """
 
 from __future__ import annotations
@@ -18,7 +19,7 @@ from pathlib import Path
 
 import click
 
-MARKERS = ("<!-- capsim:cli -->", "<!-- capsim:columns -->")
+MARKERS = ("<!-- capsim:cli -->", "<!-- capsim:columns -->", "<!-- capsim:grid -->")
 
 
 def entry_point_group(pyproject: Path) -> click.Group:
@@ -111,10 +112,65 @@ def columns_markdown() -> str:
     )
 
 
+TOML_NOTES: dict[tuple[str, str], tuple[str, str]] = {
+    ("[sweep]", "commit_modes"): (
+        "`['storeall', 'reconstruct']`",
+        "GDN commit modes compared at every point: storeall, reconstruct, deferred",
+    ),
+    ("[[block]]", "name"): ("`'block<i>'`", "block name, e.g. 'main' or 'trees'"),
+    ("[[block]]", "deployment"): ("required", "the deployments: [[block.deployment]] tables"),
+    ("[[block]]", "workload"): ("required", "the workloads: [[block.workload]] tables"),
+    ("[[block]]", "trees"): (
+        "`['chain']`",
+        "draft shapes: 'chain' (the k-deep chain) or widths per depth, '2x2x1' or [2, 2, 1]",
+    ),
+    ("[[block]]", "prefix_caching"): (
+        "`false`",
+        "vLLM --enable-prefix-caching; a list runs every value (True = GDN 'align' mode)",
+    ),
+}
+"""TOML keys whose default or meaning differs from their dataclass field's."""
+
+
+def grid_markdown() -> str:
+    """The grid TOML layout: every table's keys, their kind, default and meaning (the schema
+    of ``capsim.sweep.grid_toml`` and the help of the dataclass fields behind it)."""
+    import dataclasses
+
+    from capsim.sweep.grid import Block, Deployment, SweepSpec, WorkloadLoads
+    from capsim.sweep.grid_toml import KIND_WORDS, SCHEMA
+
+    classes = {
+        "[sweep]": SweepSpec,
+        "[[block]]": Block,
+        "[[block.deployment]]": Deployment,
+        "[[block.workload]]": WorkloadLoads,
+    }
+    rename = {"deployment": "deployments", "workload": "workloads"}
+    out: list[str] = []
+    for title, schema in SCHEMA.items():
+        fields = {f.name: f for f in dataclasses.fields(classes[title])}
+        out += [f"## `{title}`", "", "| key | kind | default | meaning |", "|---|---|---|---|"]
+        for key, kind in schema.items():
+            f = fields.get(rename.get(key, key))
+            default, meaning = "required", ""
+            if f is not None:
+                if f.default is not dataclasses.MISSING:
+                    default = f"`{f.default!r}`"
+                meaning = str(f.metadata.get("help", ""))
+            default, meaning = TOML_NOTES.get((title, key), (default, meaning))
+            words = KIND_WORDS.get(kind, kind)
+            out.append(f"| `{key}` | {_cell(words)} | {_cell(default)} | {_cell(meaning)} |")
+        out.append("")
+    return "\n".join(out)
+
+
 def expand_markers(markdown: str, pyproject: Path) -> str:
     """``markdown`` with each marker replaced by its generated reference."""
     if MARKERS[0] in markdown:
         markdown = markdown.replace(MARKERS[0], cli_markdown(entry_point_group(pyproject)))
     if MARKERS[1] in markdown:
         markdown = markdown.replace(MARKERS[1], columns_markdown())
+    if MARKERS[2] in markdown:
+        markdown = markdown.replace(MARKERS[2], grid_markdown())
     return markdown

@@ -81,6 +81,16 @@ _EXAMPLES = {
 }
 
 
+SCHEMA: dict[str, dict[str, str]] = {
+    "[sweep]": _SWEEP_KEYS,
+    "[[block]]": _BLOCK_KEYS,
+    "[[block.deployment]]": _DEPLOYMENT_KEYS,
+    "[[block.workload]]": _WORKLOAD_KEYS,
+}
+"""Every table of the layout and its keys' kinds (the docs' grid reference reads it)."""
+KIND_WORDS = _KIND_WORDS
+
+
 def _is_kind(value: Any, kind: str) -> bool:
     if kind == "str":
         return isinstance(value, str)

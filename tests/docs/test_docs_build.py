@@ -48,6 +48,10 @@ def test_generated_references_are_filled(site):
     cols = (site / "reference" / "columns.html").read_text()
     assert "<code>ttft_p99_s</code>" in cols and "<code>prefix_cache_hit_rate</code>" in cols
     assert "capsim:columns" not in cols
+    grid = (site / "reference" / "grid.html").read_text()
+    for key in ("commit_modes", "prefix_caching", "gmu", "loads", "kv_cache_memory_bytes"):
+        assert f"<code>{key}</code>" in grid, key
+    assert "capsim:grid" not in grid
 
 
 def test_site_dir_is_ignored():
