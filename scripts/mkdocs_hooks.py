@@ -6,7 +6,8 @@
 - ``on_page_markdown``: fill the generated reference pages. A page holding
   ``<!-- capsim:cli -->`` gets every click command's help and options (walked from the group
   the ``capsim`` console script names in pyproject.toml), one holding
-  ``<!-- capsim:columns -->`` the result schema (capsim.sweep.columns).
+  ``<!-- capsim:columns -->`` the result schema (capsim.sweep.columns), one holding
+  ``<!-- capsim:grid -->`` the grid TOML layout (capsim.sweep.grid_toml).
 """
 
 from __future__ import annotations
