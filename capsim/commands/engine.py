@@ -43,7 +43,12 @@ def engine() -> None:
     show_default=True,
     help="MTP depth (synthetic acceptance, capsim's default chain)",
 )
-@click.option("--max-num-seqs", type=click.IntRange(1), default=None)
+@click.option(
+    "--max-num-seqs",
+    type=click.IntRange(1),
+    default=None,
+    help="vLLM --max-num-seqs (default: vLLM's)",
+)
 @click.option(
     "--max-concurrency",
     "concurrency",
@@ -51,8 +56,12 @@ def engine() -> None:
     show_default=True,
     help="closed-loop concurrencies, comma-separated",
 )
-@click.option("--input-len", type=click.IntRange(1), default=1024, show_default=True)
-@click.option("--output-len", type=click.IntRange(1), default=256, show_default=True)
+@click.option(
+    "--input-len", type=click.IntRange(1), default=1024, show_default=True, help="prompt tokens"
+)
+@click.option(
+    "--output-len", type=click.IntRange(1), default=256, show_default=True, help="output tokens"
+)
 @click.option(
     "--waves",
     type=click.IntRange(1),
@@ -66,7 +75,13 @@ def engine() -> None:
     show_default=True,
     help="add --load-format dummy",
 )
-@click.option("-o", "--out", type=click.Path(dir_okay=False, path_type=Path), required=True)
+@click.option(
+    "-o",
+    "--out",
+    type=click.Path(dir_okay=False, path_type=Path),
+    required=True,
+    help="job list file to write",
+)
 def jobs_cmd(
     gpu_memory_utilization: float,
     num_speculative_tokens: int,
@@ -107,10 +122,28 @@ def jobs_cmd(
 
 
 @engine.command("run")
-@click.option("--jobs", "jobs_file", type=click.Path(exists=True, dir_okay=False), required=True)
+@click.option(
+    "--jobs",
+    "jobs_file",
+    type=click.Path(exists=True, dir_okay=False),
+    required=True,
+    help="job list (capsim engine jobs writes one)",
+)
 @click.option("--model", required=True, help="model dir or HF name given to vllm serve")
-@click.option("-o", "--out", type=click.Path(file_okay=False), required=True)
-@click.option("--deadline-s", type=click.FloatRange(1), default=3600.0, show_default=True)
+@click.option(
+    "-o",
+    "--out",
+    type=click.Path(file_okay=False),
+    required=True,
+    help="results folder (one sub-folder per job)",
+)
+@click.option(
+    "--deadline-s",
+    type=click.FloatRange(1),
+    default=3600.0,
+    show_default=True,
+    help="wall-clock budget: a job whose est_s does not fit what is left is skipped",
+)
 @click.option(
     "--payload-flags/--no-payload-flags",
     default=False,
@@ -148,6 +181,7 @@ def run_cmd(jobs_file: str, model: str, out: str, deadline_s: float, payload_fla
     type=click.Path(file_okay=False, path_type=Path),
     default=Path("experiments/engine"),
     show_default=True,
+    help="where runs/, startups/ and startups.csv go",
 )
 def record_cmd(results: Path, dest: Path) -> None:
     """Compact a results folder into DEST/runs/, DEST/startups/ and DEST/startups.csv."""
@@ -174,6 +208,7 @@ def record_cmd(results: Path, dest: Path) -> None:
     type=click.Path(exists=True, file_okay=False, path_type=Path),
     default=Path("experiments/engine"),
     show_default=True,
+    help="a folder `capsim engine record` wrote",
 )
 def compare_cmd(dest: Path) -> None:
     """capsim vs the recorded runs (the out-of-sample table) as Markdown."""
