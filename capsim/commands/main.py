@@ -419,13 +419,25 @@ def summary_rows(
 def _register_commands() -> None:
     """Attach the commands that live in their own packages (imported lazily by click)."""
     from capsim.commands.calibrate import calibrate
+    from capsim.commands.engine import engine
     from capsim.commands.live import crosscheck_cmd, live, stepcheck
     from capsim.commands.plan import plan
     from capsim.commands.sweep import knee, report, sweep, whatif
     from capsim.commands.traces import traces
 
-    cmds = (traces, sweep, knee, report, whatif, plan, calibrate, live, crosscheck_cmd, stepcheck)
-    for cmd in cmds:
+    for cmd in (
+        traces,
+        sweep,
+        knee,
+        report,
+        whatif,
+        plan,
+        calibrate,
+        live,
+        crosscheck_cmd,
+        stepcheck,
+        engine,
+    ):
         main.add_command(cmd)
 
 

@@ -84,6 +84,7 @@ from dataclasses import dataclass, field
 
 from capsim.config import EngineConfig, SpecDecodeConfig
 from capsim.gpus import GpuSpec
+from capsim.memory.startup_checks import mamba_blocks_refusal
 from capsim.memory.treewy_pending import pending_bytes_per_request
 from capsim.memory.weights import kv_heads_per_rank, padded_vocab, weight_breakdown_bytes
 from capsim.models import ModelSpec
@@ -571,4 +572,10 @@ def plan_memory(
             f"{plan.blocks_per_request(max_model_len)} blocks but the pool has "
             f"{plan.usable_blocks} usable at gmu={engine.gmu}; raise gmu or lower max_model_len"
         )
+    # vLLM's Mamba-blocks check before FULL graph capture (capsim/memory/startup_checks.py).
+    refusal = mamba_blocks_refusal(
+        max_num_seqs, plan.num_blocks, model.is_hybrid, bool(full), rules.version
+    )
+    if refusal is not None:
+        raise ValueError(f"engine.max_num_seqs={max_num_seqs}: vLLM refuses: {refusal}")
     return plan
