@@ -124,7 +124,12 @@ def plan_inputs(p: dict[str, Any]) -> Any:
     help="GPU kinds to consider",
 )
 @click.option(
-    "--tp", "tps", type=ListOf(click.IntRange(1, 64)), default="1,2,4,8", show_default=True
+    "--tp",
+    "tps",
+    type=ListOf(click.IntRange(1, 64)),
+    default="1,2,4,8",
+    show_default=True,
+    help="tensor-parallel sizes to try",
 )
 @click.option(
     "--gmu",
@@ -164,16 +169,33 @@ def plan_inputs(p: dict[str, Any]) -> Any:
     help="commit modes",
 )
 @click.option(
-    "--prefix-caching", type=click.Choice(["off", "on", "both"]), default="off", show_default=True
+    "--prefix-caching",
+    type=click.Choice(["off", "on", "both"]),
+    default="off",
+    show_default=True,
+    help="enable_prefix_caching: off, on, or both",
 )
-@click.option("--kv-cache-dtype", type=ListOf(click.STRING), default="bfloat16", show_default=True)
+@click.option(
+    "--kv-cache-dtype",
+    type=ListOf(click.STRING),
+    default="bfloat16",
+    show_default=True,
+    help="KV cache dtypes to try (FP8: memory plan only, see docs)",
+)
 @options("max_model_len")
-@click.option("--max-replicas", type=click.IntRange(1, 100_000), default=64, show_default=True)
+@click.option(
+    "--max-replicas",
+    type=click.IntRange(1, 100_000),
+    default=64,
+    show_default=True,
+    help="most replicas a fleet may have",
+)
 @click.option(
     "--step-time",
     type=click.Choice(["calibrated", "roofline"]),
     default="calibrated",
     show_default=True,
+    help="step-time model (calibrated: measured tables)",
 )
 @click.option(
     "--fallback",
@@ -189,13 +211,26 @@ def plan_inputs(p: dict[str, Any]) -> Any:
     show_default=True,
     help="meet the SLO at (1 + this) x the rate",
 )
-@click.option("--probe-requests", type=click.IntRange(20, 10**7), default=400, show_default=True)
-@click.option("--probe-duration-s", type=_MS, default=30.0, show_default=True)
+@click.option(
+    "--probe-requests",
+    type=click.IntRange(20, 10**7),
+    default=400,
+    show_default=True,
+    help="requests per capacity probe, at least",
+)
+@click.option(
+    "--probe-duration-s",
+    type=_MS,
+    default=30.0,
+    show_default=True,
+    help="seconds of arrivals per capacity probe",
+)
 @click.option(
     "--rel-tol",
     type=FiniteFloat(0.0, 1.0, min_open=True, max_open=True),
     default=0.05,
     show_default=True,
+    help="capacity grid step (relative)",
 )
 @click.option(
     "--frontier-slack",
@@ -219,11 +254,22 @@ def plan_inputs(p: dict[str, Any]) -> Any:
     help="hourly profile CSV (hour,rate_frac|rate_req_per_s); rate = the peak",
 )
 @click.option("--day-standin", is_flag=True, help="plan a day on the shipped STAND-IN profile")
-@click.option("--executor", type=click.Choice(EXECUTORS), default="local", show_default=True)
+@click.option(
+    "--executor",
+    type=click.Choice(EXECUTORS),
+    default="local",
+    show_default=True,
+    help="where simulations run (same results)",
+)
 @click.option("--scheduler", default=None, help="dask scheduler address (--executor dask)")
 @options("jobs", "seed")
 @click.option(
-    "--out", "-o", type=click.Path(file_okay=False), default="runs/plan", show_default=True
+    "--out",
+    "-o",
+    type=click.Path(file_okay=False),
+    default="runs/plan",
+    show_default=True,
+    help="plan directory",
 )
 @click.option("--json", "as_json", is_flag=True, help="print the answer as JSON")
 @click.option("--progress/--no-progress", default=True, help="show a progress bar")
