@@ -99,7 +99,17 @@ def plan_inputs(p: dict[str, Any]) -> Any:
 
 
 @click.command("plan")
-@options("model", "dataset", "request_rate", "burstiness")
+@options(
+    "model",
+    "dataset",
+    "request_rate",
+    "burstiness",
+    burstiness={
+        "default": None,
+        "show_default": False,
+        "help": "gamma shape of gaps (1 = Poisson; default 1, or the trace's with --trace)",
+    },
+)
 @click.option(
     "--trace", is_flag=True, help="take rate and burstiness from the workload's timestamps"
 )
