@@ -97,7 +97,11 @@ def figure_cost_vs_throughput(df: pd.DataFrame, frontier: pd.DataFrame, primary:
         )
     ax.set_xlabel("fleet cost ($/h, list prices)")
     ax.set_ylabel("fleet output throughput at capacity (tok/s)")
-    ax.set_title("Cost vs throughput the fleet can carry within the SLO")
+    ax.set_title(
+        "Cost vs throughput the fleet carries within the SLO\n"
+        "(a replica that met the SLO at the top searched rate: a lower bound)",
+        fontsize=10,
+    )
     ax.legend(fontsize=7, loc="best")
     ax.grid(alpha=0.3)
     return fig
