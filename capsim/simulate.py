@@ -14,7 +14,6 @@ import pandas as pd
 from capsim.config import SimConfig
 from capsim.core.acceptance import AcceptanceDraws
 from capsim.core.kv_manager import KVCacheManager, PoolLayout
-from capsim.core.memory_plan import MemoryPlan, plan_memory
 from capsim.core.request import Request
 from capsim.core.scheduler import Scheduler, SchedulerConfig
 from capsim.cost.base import StepTimeModel
@@ -22,9 +21,11 @@ from capsim.cost.factory import build_step_time_model
 from capsim.engine import EngineSim
 from capsim.gpus import get_gpu
 from capsim.loadgen import release_times_s
+from capsim.memory.memory_plan import MemoryPlan, plan_memory
+from capsim.memory.term_lookup import measured_term
 from capsim.metrics import summarize
 from capsim.models import get_model
-from capsim.result import SimResult
+from capsim.sim_result import SimResult
 from capsim.traces.table import RequestTable
 
 
@@ -73,7 +74,7 @@ def simulate(
     """Run one point to completion. ``workload``/``cost`` override the configured ones."""
     model = get_model(cfg.model)
     gpu = get_gpu(cfg.gpu)
-    plan = plan_memory(model, gpu, cfg.engine, cfg.spec)
+    plan = plan_memory(model, gpu, cfg.engine, cfg.spec, lookup=measured_term)
     table = workload if workload is not None else load_requests(cfg)
     n = min(cfg.load.num_requests, table.num_requests)
     prompt = table.prompt_tok[:n]

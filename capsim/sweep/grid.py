@@ -26,6 +26,7 @@ from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any, Literal
 
+from capsim.commit_modes import COMMIT_MODES
 from capsim.config import (
     AcceptanceConfig,
     EngineConfig,
@@ -33,8 +34,7 @@ from capsim.config import (
     SimConfig,
     SpecDecodeConfig,
 )
-from capsim.core.draft_rank import MAX_TEMPERATURE, TREE_MODELS
-from capsim.cost.base import COMMIT_MODES
+from capsim.draft_rank import MAX_TEMPERATURE, TREE_MODELS
 
 RECORD_SCHEMA = 1
 """Bump when a point record's meaning changes: old point files then stop matching."""

@@ -7,10 +7,10 @@ import json
 import pytest
 from click.testing import CliRunner
 
-from capsim.cli import main
+from capsim.commands.main import main
 from capsim.config import EngineConfig, SpecDecodeConfig
-from capsim.core.memory_plan import plan_memory
 from capsim.gpus import get_gpu
+from capsim.memory.memory_plan import plan_memory
 from capsim.models import get_model
 from capsim.units import GiB
 
