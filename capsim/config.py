@@ -90,6 +90,13 @@ class EngineConfig:
         metadata={"help": "images per prompt (0: text only, no vision tower; None: model's)"},
     )
     enforce_eager: bool = field(default=False, metadata={"help": "no CUDA graphs"})
+    cudagraph_full_graphs: bool = field(
+        default=True,
+        metadata={
+            "help": "FULL decode graphs beside PIECEWISE (vLLM's default for hybrids; False: "
+            "a backend without FULL graphs for drafts, vLLM falls back to PIECEWISE)"
+        },
+    )
 
     def __post_init__(self) -> None:
         o = "engine"
