@@ -19,7 +19,8 @@ from capsim.commands.options import FiniteFloat, ListOf, OutDir, TreeShapes, col
 from capsim.commit_modes import COMMIT_MODES
 from capsim.config import MAX_CONCURRENCY
 from capsim.sweep.executors import EXECUTORS, make_executor
-from capsim.sweep.grid import PUBLISHED_GRID, SweepSpec, load_spec, restrict, with_pool
+from capsim.sweep.grid import PUBLISHED_GRID, SweepSpec, restrict, with_pool
+from capsim.sweep.grid_toml import load_spec
 from capsim.vllm_rules import resolve_gmu
 
 MODES = ListOf(click.Choice(COMMIT_MODES))
@@ -327,10 +328,7 @@ def whatif_cmd(
     **pool: Any,
 ) -> None:
     """Largest load meeting an SLO per commit mode, and the gmu/tree maximising goodput."""
-    from capsim.sweep.executors import LocalExecutor
-    from capsim.sweep.grid import Block, Deployment, SweepSpec, WorkloadLoads, expand
-    from capsim.sweep.validate import validate_points
-    from capsim.sweep.whatif import Candidate, Slo, whatif
+    from capsim.sweep.whatif import Candidate, Slo
 
     t0 = time.perf_counter()
     try:
@@ -344,22 +342,20 @@ def whatif_cmd(
     pins = pool_pins(pool)
     if gmu is None:
         gmu = (resolve_gmu(None, pins["vllm_version"]),)
-    # Validate everything (names, memory plans, pricing) through the sweep's fail-fast path.
-    spec = SweepSpec(
-        blocks=(
-            Block(
-                name="whatif",
-                deployments=(Deployment(model=model, gpu=gpu, tp=tp, gmu=gmu, **pins),),
-                workloads=(WorkloadLoads(name=workload, mode=load_mode, loads=(1.0,)),),  # type: ignore[arg-type]
-                trees=tree,
-                prefix_caching=(enable_prefix_caching,),
-            ),
-        ),
-        commit_modes=tuple(dict.fromkeys(modes)),
-        num_requests=num_requests,
-        seed=seed,
+    _validate_whatif(
+        model,
+        gpu,
+        tp,
+        gmu,
+        pins,
+        workload,
+        load_mode,
+        tree,
+        modes,
+        enable_prefix_caching,
+        num_requests,
+        seed,
     )
-    validate_points(spec, expand(spec))
     candidates = [
         Candidate(
             model=model,
@@ -380,18 +376,7 @@ def whatif_cmd(
         for t in dict.fromkeys(tree)
         for m in dict.fromkeys(modes)
     ]
-    workers = min(jobs or os.cpu_count() or 1, len(candidates))
-    ex = LocalExecutor(workers) if workers > 1 else None
-    bar = None
-    if progress:
-        from tqdm import tqdm
-
-        bar = tqdm(total=len(candidates), desc="capsim whatif", unit="candidate", leave=False)
-    try:
-        allres, best = whatif(candidates, slo, executor=ex, on_done=bar.update if bar else None)
-    finally:
-        if bar is not None:
-            bar.close()
+    allres, best = _run_whatif(candidates, slo, jobs, progress)
     unit = "concurrent requests" if load_mode == "concurrency" else "req/s"
     click.echo(f"All candidates (max_load in {unit}; goodput = output tok/s at max_load):")
     click.echo(format_whatif(allres).to_string(index=False))
@@ -402,6 +387,62 @@ def whatif_cmd(
         f"\n{int(allres['num_sims'].sum())} short simulations (>= {num_requests} requests each) "
         f"in {time.perf_counter() - t0:.1f} s"
     )
+
+
+def _run_whatif(
+    candidates: list[Any], slo: Any, jobs: int | None, progress: bool
+) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """Search every candidate (a process pool when more than one worker), with a bar."""
+    from capsim.sweep.executors import LocalExecutor
+    from capsim.sweep.whatif import whatif
+
+    workers = min(jobs or os.cpu_count() or 1, len(candidates))
+    ex = LocalExecutor(workers) if workers > 1 else None
+    bar = None
+    if progress:
+        from tqdm import tqdm
+
+        bar = tqdm(total=len(candidates), desc="capsim whatif", unit="candidate", leave=False)
+    try:
+        return whatif(candidates, slo, executor=ex, on_done=bar.update if bar else None)
+    finally:
+        if bar is not None:
+            bar.close()
+
+
+def _validate_whatif(
+    model: str,
+    gpu: str,
+    tp: int,
+    gmu: tuple[float, ...],
+    pins: dict[str, Any],
+    workload: str,
+    load_mode: str,
+    tree: tuple[tuple[int, ...] | None, ...],
+    modes: tuple[str, ...],
+    enable_prefix_caching: bool,
+    num_requests: int,
+    seed: int,
+) -> None:
+    """Validate everything (names, memory plans, pricing) through the sweep's fail-fast path."""
+    from capsim.sweep.grid import Block, Deployment, SweepSpec, WorkloadLoads, expand
+    from capsim.sweep.validate import validate_points
+
+    spec = SweepSpec(
+        blocks=(
+            Block(
+                name="whatif",
+                deployments=(Deployment(model=model, gpu=gpu, tp=tp, gmu=gmu, **pins),),
+                workloads=(WorkloadLoads(name=workload, mode=load_mode, loads=(1.0,)),),  # type: ignore[arg-type]
+                trees=tree,
+                prefix_caching=(enable_prefix_caching,),
+            ),
+        ),
+        commit_modes=tuple(dict.fromkeys(modes)),
+        num_requests=num_requests,
+        seed=seed,
+    )
+    validate_points(spec, expand(spec))
 
 
 WHATIF_FORMATS: dict[str, str] = {

@@ -29,7 +29,7 @@ KV_DTYPES: dict[str, str] = {
     "fp8_e5m2": "fp8",
     "int8_per_token_head": "fp8",
 }
-# vLLM --quantization -> capsim's weight format (core/weights.py QUANT_BYTES_PER_PARAM).
+# vLLM --quantization -> capsim's weight format (memory/weights.py QUANT_BYTES_PER_PARAM).
 QUANT: dict[str, str] = {**QUANT_METHOD_FORMATS, "auto_round": "gptq", "inc": "gptq"}
 
 # Tolerances of the validation (issue 11): weights 2 %, available KV 5 % median / 10 % max;

@@ -38,7 +38,9 @@ from pathlib import Path
 
 from capsim.calibration.interp import Curve
 
-DEFAULT_PATH = Path(__file__).resolve().parent / "data" / "h200_memory_terms.csv"
+DEFAULT_PATH = (
+    Path(__file__).resolve().parents[1] / "calibration" / "data" / "h200_memory_terms.csv"
+)
 AXES = ("max_num_batched_tokens", "capture_size", "max_num_seqs")
 MEASURED_LABEL = "measured (H200)"
 

@@ -11,7 +11,7 @@ What vLLM does at start-up (0.33 source, paths relative to the ``vllm/`` package
   ``non_kv_cache_memory = total_consumed + transient_peak_headroom``:
 
   * **weights** (``model_memory_usage``, logged "Model loading took X GiB"): the
-    checkpoint's tensors on this rank. Modelled from the config (``core/weights.py``),
+    checkpoint's tensors on this rank. Modelled from the config (``memory/weights.py``),
     with the vision tower when multimodal inputs are on and the MTP layer when drafting.
   * **activation peak** (``transient_peak_headroom`` = torch peak - torch allocated after
     the run). ``profile_run`` (``v1/worker/gpu_model_runner.py``) first runs the vision

@@ -74,7 +74,7 @@ def test_default_gmu_follows_the_version() -> None:
 
 
 def _grid(**dep_extra):  # type: ignore[no-untyped-def]
-    from capsim.sweep.grid import spec_from_dict
+    from capsim.sweep.grid_toml import spec_from_dict
 
     dep = {"model": "qwen3.5-35b-a3b", "gpu": "B200", "gmu": [0.9], **dep_extra}
     return spec_from_dict(

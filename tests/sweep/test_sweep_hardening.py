@@ -16,7 +16,7 @@ import pytest
 from click.testing import CliRunner
 
 from capsim.commands.main import main
-from capsim.sweep.grid import load_spec
+from capsim.sweep.grid_toml import load_spec
 from capsim.sweep.store import SweepStore
 
 GRID = """
