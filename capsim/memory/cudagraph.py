@@ -152,15 +152,40 @@ def estimate_bytes(descs: CaptureDescs, samples: dict[str, GraphSamples]) -> int
     return shared + extra
 
 
+# FlashAttention keeps split-KV intermediate buffers of [num_splits, num_heads, num_tokens,
+# head_size] fp32 (+ the [num_splits, num_heads, num_tokens] fp32 log-sum-exp) in a FULL
+# graph: vLLM fixes num_splits at capture to attention_config.flash_attn_max_num_splits_for_
+# cuda_graph = 32 (0.26.0 config/attention.py, v1/attention/backends/flash_attn.py). Read, not
+# fitted: it reproduces the 0.19.0 DEBUG lines "Estimated FULL CUDA graph memory: 260.00 MiB
+# first-capture" (Llama-3.1-8B TP1: 258 MiB), 132 (TP2: 129), 70 (TP4: 65), 266 (Qwen2.5-72B
+# TP2: 258), 142 (Llama-3.3-70B TP4: 129), 136 (Mixtral TP2: 129) in experiments/vllm_logs.
+FA_MAX_NUM_SPLITS_FOR_CUDA_GRAPH: int = 32
+
+
+def fa_split_buffer_bytes(num_tok: int, q_heads_per_rank: int, head_dim: int) -> int:
+    """FlashAttention's split-KV accumulators of one FULL capture of ``num_tok`` tokens."""
+    n = FA_MAX_NUM_SPLITS_FOR_CUDA_GRAPH
+    return n * num_tok * q_heads_per_rank * (head_dim + 1) * 4
+
+
+# Each further captured graph (the second sample) costs its own slice of the shared pool.
+# FIT on one named row, llama31-8b-h100-tp1-llmdplanner (vLLM 0.19.0 DEBUG: "(51-1) x 6.00 MiB
+# per-graph" in both modes, 32 attention layers): 6 MiB / 32 per attention layer. Predicted
+# for the other 0.19.0 rows (logged 4-18 MiB for 32-80 layers) and every GDN row.
+PER_GRAPH_BYTES_PER_ATTN_LAYER: float = 6 * MiB / 32
+PER_GRAPH_FIT_SOURCE: str = "fit: llama31-8b-h100-tp1-llmdplanner DEBUG line (6 MiB per graph)"
+
 # The GDN transient of the first FULL capture (vllm #50780), per token of context the
 # capture's requests hold (requests = size // (1 + k), each min(max_model_len, mnbt // size)
 # tokens long), for the Qwen3.5-35B-A3B per-GPU shape at TP1 on the H200 with vLLM 0.26.0.
 # FIT (decided before comparing anything): the real start-up gmu 0.9, k=3, mnbt 8192
 # (../shared/REAL_VLLM_H200.md: "Estimated CUDA graph memory: 0.74 GiB total", 49 PIECEWISE
-# + 49 FULL sizes up to 512): 0.74 GiB - 2 x 48 MiB per-graph floors - the modelled first
-# capture (32 MiB forward at 512 tokens) = 629.8 MiB over 128 requests x 16 tokens.
-# Every other start-up only predicts with it.
-GDN_TRANSIENT_FIT_BYTES_PER_CTX_TOK: float = (0.74 * 1024 - 96 - 32) * MiB / 2048
+# + 49 FULL sizes up to 512) minus what the rest of the estimator gives for it (FA split
+# buffers 257 MiB at 512 tokens, 16 heads of 256; 2 x 48 graphs x 11 attention layers x
+# 0.1875 MiB), over 128 requests x 16 tokens. Every other start-up only predicts with it.
+GDN_TRANSIENT_FIT_BYTES_PER_CTX_TOK: float = (
+    0.74 * 1024 * MiB - 32 * 512 * 16 * 257 * 4 - 96 * 11 * PER_GRAPH_BYTES_PER_ATTN_LAYER
+) / 2048
 GDN_TRANSIENT_FIT_SOURCE: str = (
     "fit: H200 vLLM 0.26.0 start-up, Qwen3.5-35B-A3B TP1, gmu 0.9, k=3, mnbt 8192 "
     "(REAL_VLLM_H200.md, estimate 0.74 GiB)"
@@ -191,19 +216,27 @@ def modelled_samples(
     descs: CaptureDescs,
     activation_at: Callable[[int], int],
     *,
+    attn_layers: int,
+    fa_split_at: Callable[[int], int],
     transient_bytes: int = 0,
 ) -> dict[str, GraphSamples]:
-    """capsim's samples: a first capture keeps the intermediates of a forward at its size
-    (``activation_at``), the first FULL one adds the GDN transient; a second capture reuses
-    the shared pool and costs vLLM's 1 MiB floor."""
+    """capsim's samples. A first capture keeps the intermediates of a forward at its size
+    (``activation_at``); a FULL one keeps FlashAttention's split buffers instead when they
+    are larger (``fa_split_at``) and, first FULL capture since 0.26, the GDN transient. A
+    second capture costs ``PER_GRAPH_BYTES_PER_ATTN_LAYER`` per attention layer."""
+    second = round(PER_GRAPH_BYTES_PER_ATTN_LAYER * attn_layers)
     out: dict[str, GraphSamples] = {}
     if descs.piecewise_tok:
         out[PIECEWISE] = GraphSamples(
-            activation_at(descs.piecewise_tok[0]), 0, "modelled: forward at the largest size"
+            activation_at(descs.piecewise_tok[0]),
+            second,
+            f"modelled: forward at the largest size; per graph {PER_GRAPH_FIT_SOURCE}",
         )
     if descs.full_tok:
-        label = "modelled: forward at the largest size"
+        top = descs.full_tok[0]
+        label = "modelled: FA split buffers (32 splits) at the largest size"
         if transient_bytes:
             label += f" + GDN transient {transient_bytes / MiB:.0f} MiB ({GDN_TRANSIENT_FIT_SOURCE})"
-        out[FULL] = GraphSamples(activation_at(descs.full_tok[0]) + transient_bytes, 0, label)
+        first = max(activation_at(top), fa_split_at(top)) + transient_bytes
+        out[FULL] = GraphSamples(first, second, label)
     return out

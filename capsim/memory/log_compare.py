@@ -15,6 +15,8 @@ from dataclasses import dataclass, field, replace
 from capsim.config import EngineConfig, SpecDecodeConfig
 from capsim.gpus import GpuSpec, with_total_memory
 from capsim.memory.memory_plan import MemoryPlan, plan_memory
+from capsim.memory.term_lookup import measured_term
+from capsim.memory.terms import Source
 from capsim.memory.vllm_log import VllmLog
 from capsim.models import QUANT_METHOD_FORMATS, ModelSpec
 from capsim.units import GiB
@@ -171,31 +173,26 @@ def _row(
 
 
 def _graph_row(log: VllmLog, plan: MemoryPlan | None, g, src: dict[str, str]) -> TermRow:  # type: ignore[no-untyped-def]
+    """vLLM's logged estimate beside capsim's estimate (also where it is not charged)."""
     label = src.get("cudagraph", "")
-    if label.startswith("not charged"):
-        return TermRow(
-            "CUDA graph estimate (GiB)",
-            log.cudagraph_estimate_gib,
-            0.0,
-            "GiB",
-            "not charged in this version",
-            label,
-        )
-    return _row(
+    row = _row(
         "CUDA graph estimate (GiB)",
         log.cudagraph_estimate_gib,
-        g(plan.cudagraph_bytes) if plan else None,
+        g(plan.cudagraph_estimate_bytes) if plan else None,
         "GiB",
-        0.10,
+        0.20,
         label,
     )
+    if plan is not None and plan.terms["cudagraph"].source is Source.NOT_CHARGED:
+        return replace(row, status=row.status + "; not charged in this version")
+    return row
 
 
 def compare(settings: Settings, log: VllmLog) -> Comparison:
     """Plan with the log's settings and set every term beside the log's value."""
     s = settings
     try:
-        plan = plan_memory(s.model, s.gpu, s.engine, s.spec)
+        plan = plan_memory(s.model, s.gpu, s.engine, s.spec, lookup=measured_term)
     except ValueError as exc:
         plan, failure = None, str(exc)
     else:
@@ -204,7 +201,7 @@ def compare(settings: Settings, log: VllmLog) -> Comparison:
     if log.available_kv_gib is not None:
         pin = replace(s.engine, kv_cache_memory_bytes=round(log.available_kv_gib * GiB))
         try:
-            pinned = plan_memory(s.model, s.gpu, pin, s.spec)
+            pinned = plan_memory(s.model, s.gpu, pin, s.spec, lookup=measured_term)
         except ValueError:
             pinned = None
     notes = list(s.notes)
@@ -212,7 +209,7 @@ def compare(settings: Settings, log: VllmLog) -> Comparison:
         # The checkpoint's ignore list is rarely in a log: show the other common layout.
         alt_model = replace(s.model, quant_scope="experts")
         try:
-            alt = plan_memory(alt_model, s.gpu, s.engine, s.spec)
+            alt = plan_memory(alt_model, s.gpu, s.engine, s.spec, lookup=measured_term)
         except ValueError as exc:
             alt = None
             notes.append(
@@ -316,6 +313,8 @@ def compare(settings: Settings, log: VllmLog) -> Comparison:
         ):
             if logged:
                 errors[key] = _rel(mine, logged)
+    if plan is not None and log.cudagraph_estimate_gib:
+        errors["cudagraph_estimate"] = _rel(plan.cudagraph_estimate_bytes / GiB, log.cudagraph_estimate_gib)
     if pinned is not None and log.kv_cache_tokens:
         errors["kv_cache_tokens_pinned"] = _rel(pinned.vllm_kv_cache_tokens(), log.kv_cache_tokens)
     return Comparison(s, plan, pinned, tuple(rows), tuple(log.missing()), errors, failure)

@@ -132,6 +132,7 @@ class MemoryPlan:
     weights_breakdown_bytes: dict[str, int] = field(repr=False)
     activation_parts_bytes: dict[str, int] = field(repr=False)
     capture: CaptureDescs = field(repr=False)
+    cudagraph_estimate_bytes: int
     kv_budget_bytes: int
     kv_cache_memory_pinned: bool
     kv_heads_per_rank: int
@@ -304,11 +305,20 @@ def plan_inputs(
     )
 
 
-def non_kv_terms(p: PlanInputs) -> tuple[dict[str, Term], dict[str, int], dict[str, int], CaptureDescs]:
+@dataclass(frozen=True, slots=True)
+class NonKv:
+    terms: dict[str, Term]
+    weight_parts: dict[str, int]
+    activation_parts: dict[str, int]
+    capture: CaptureDescs
+    cudagraph_estimate_bytes: int
+
+
+def non_kv_terms(p: PlanInputs) -> NonKv:
     """Every non-KV term (NON_KV_TERMS order), the weight and activation parts, the captures."""
     weights, w_parts = weights_term(p)
     activation, a_parts = activation_term(p)
-    graphs, descs = cudagraph_term(p)
+    graphs, descs, estimate = cudagraph_term(p)
     terms = {
         "weights": weights,
         "activation_peak": activation,
@@ -316,7 +326,7 @@ def non_kv_terms(p: PlanInputs) -> tuple[dict[str, Term], dict[str, int], dict[s
         "non_torch": non_torch_term(p),
         "cudagraph": graphs,
     }
-    return terms, w_parts, a_parts, descs
+    return NonKv(terms, w_parts, a_parts, descs, estimate)
 
 
 def _refuse_budget(p: PlanInputs, terms: dict[str, Term], kv: int, per_block: int, budget: int) -> None:
@@ -347,7 +357,8 @@ def plan_memory(
     ("from log"); ``lookup`` finds measured terms (the caller hands in the H200 table).
     """
     p = plan_inputs(model, gpu, engine, spec, log_terms=log_terms, lookup=lookup)
-    terms, w_parts, a_parts, descs = non_kv_terms(p)
+    nk = non_kv_terms(p)
+    terms = nk.terms
     budget = math.ceil(engine.gmu * gpu.total_memory_bytes)
     if engine.kv_cache_memory_bytes is not None:
         kv_budget = engine.kv_cache_memory_bytes
@@ -378,9 +389,10 @@ def plan_memory(
         total_memory_bytes=gpu.total_memory_bytes,
         budget_bytes=budget,
         terms=terms,
-        weights_breakdown_bytes=w_parts,
-        activation_parts_bytes=a_parts,
-        capture=descs,
+        weights_breakdown_bytes=nk.weight_parts,
+        activation_parts_bytes=nk.activation_parts,
+        capture=nk.capture,
+        cudagraph_estimate_bytes=nk.cudagraph_estimate_bytes,
         kv_budget_bytes=int(kv_budget),
         kv_cache_memory_pinned=engine.kv_cache_memory_bytes is not None,
         kv_heads_per_rank=kv_heads_per_rank(model, engine.tp),

@@ -134,7 +134,8 @@ def activation_term(p: PlanInputs) -> tuple[Term, dict[str, int]]:
         key=lambda kv: kv[1],
     )[0]
     if top == "rejection_sampler":
-        return Term(peak, Source.MODELLED, f"peak in the rejection sampler ({REJECTION_FIT_SOURCE})"), parts
+        why = f"peak in the rejection sampler ({REJECTION_FIT_SOURCE})"
+        return Term(peak, Source.MODELLED, why), parts
     if top == "sampler" and "sampler" in measured:
         return Term(peak, Source.MEASURED, "H200 table: sampler_dummy_run"), parts
     if top == "forward" and "moe" in measured and fwd["moe"] >= max(fwd["gdn"], fwd["attention"]):
@@ -194,8 +195,9 @@ def capture_descs_for(p: PlanInputs) -> cg.CaptureDescs:
     )
 
 
-def cudagraph_term(p: PlanInputs) -> tuple[Term, cg.CaptureDescs]:
-    """``profile_cudagraph_memory``: the estimate, charged since 0.20.0 (release_rules)."""
+def cudagraph_term(p: PlanInputs) -> tuple[Term, cg.CaptureDescs, int]:
+    """``profile_cudagraph_memory``: (charged term, captures, the estimate itself); the
+    estimate is charged since 0.20.0 (release_rules) and logged also when it is not."""
     descs = capture_descs_for(p)
     charge = (
         rule("charge_cudagraph_estimate", p.vllm_version)
@@ -204,9 +206,9 @@ def cudagraph_term(p: PlanInputs) -> tuple[Term, cg.CaptureDescs]:
     )
     logged = _logged(p, "cudagraph", "'Estimated CUDA graph memory: X GiB total'")
     if logged:
-        return logged, descs
+        return logged, descs, logged.bytes
     if not descs.largest_tok:
-        return Term(0, Source.NOT_CHARGED, "no CUDA graphs (--enforce-eager)"), descs
+        return Term(0, Source.NOT_CHARGED, "no CUDA graphs (--enforce-eager)"), descs, 0
     m, tp = p.model, p.engine.tp
     transient = 0
     if m.is_hybrid and descs.full_tok and rule("gdn_first_full_capture_transient", p.vllm_version):
@@ -214,12 +216,18 @@ def cudagraph_term(p: PlanInputs) -> tuple[Term, cg.CaptureDescs]:
             descs, p.spec.num_draft_nodes, p.max_num_batched_tokens, p.max_model_len
         )
         transient = cg.gdn_transient_bytes(m.conv_dim // tp, ctx)
+    heads = m.num_attention_heads // tp
     samples = cg.modelled_samples(
-        descs, lambda n: forward_activation_bytes(m, tp, n), transient_bytes=transient
+        descs,
+        lambda n: forward_activation_bytes(m, tp, n),
+        attn_layers=m.num_attn_layers + (m.num_mtp_layers if p.spec.depth > 0 else 0),
+        fa_split_at=lambda n: cg.fa_split_buffer_bytes(n, heads, m.head_dim),
+        transient_bytes=transient,
     )
     est = cg.estimate_bytes(descs, samples)
     detail = descs.log_line().removeprefix("Profiling CUDA graph memory: ")
     detail += "; " + "; ".join(f"{k}: {s.source}" for k, s in samples.items())
     if not charge:
-        return Term(0, Source.NOT_CHARGED, f"estimate {est / GiB:.2f} GiB not charged before 0.20.0 ({detail})"), descs
-    return Term(est, Source.MODELLED, detail), descs
+        why = f"estimate {est / GiB:.2f} GiB, not charged before 0.20.0 ({detail})"
+        return Term(0, Source.NOT_CHARGED, why), descs, est
+    return Term(est, Source.MODELLED, detail), descs, est
