@@ -122,24 +122,34 @@ def _from_log(
         guess_preset,
         settings_from_log,
     )
+    from capsim.memory.log_fixes import preset_for
     from capsim.memory.log_validate import gpu_from_text
+    from capsim.memory.log_fixes import missing_lines
     from capsim.memory.vllm_log import read_vllm_log
     from capsim.models import get_model
 
     log = read_vllm_log(path)
     if not model_given:
         guessed = guess_preset(log.model) or guess_preset(log.served_model_name)
+        guessed = guessed or preset_for(
+            log.architecture, [log.model, log.served_model_name], log.weights_gib
+        )
         if guessed is None:
             raise ValueError(
-                f"--from-log {path}: model {log.model or log.served_model_name!r} is not a "
-                "capsim preset; "
+                f"--from-log {path}: model {log.model or log.served_model_name!r} "
+                f"(architecture {log.architecture or 'not logged'}) is not a capsim preset; "
                 "give --model PRESET or --model config.json"
             )
         model_name = guessed
-    if gpu_given or log.gpu_total_gib is None:
+    if gpu_given:
         gpu = get_gpu(gpu_name)
-    else:  # the log's total memory, no GPU name: vLLM's size-based defaults
+    elif log.gpu_total_gib is not None:  # the log's total memory: vLLM's size-based defaults
         gpu = gpu_from_text("unnamed", log.gpu_total_gib)
+    else:
+        raise ValueError(
+            f"--from-log {path}: the log has no 'Free memory on device (F/T GiB)' line (the "
+            "GPU's total memory); give --gpu NAME"
+        )
     settings = settings_from_log(
         log, model=get_model(model_name), gpu=gpu, engine=engine, spec=spec
     )
@@ -149,7 +159,7 @@ def _from_log(
             json.dumps(
                 {
                     "log": log.as_dict(),
-                    "missing": list(c.missing),
+                    "missing": missing_lines(log),
                     "notes": list(settings.notes),
                     "terms": [_row(r) for r in c.rows],
                     "differs": c.differing,

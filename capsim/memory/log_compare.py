@@ -10,10 +10,12 @@ independently of the non-KV terms).
 from __future__ import annotations
 
 import math
+import re
 from dataclasses import dataclass, field, replace
 
 from capsim.config import EngineConfig, SpecDecodeConfig
 from capsim.gpus import GpuSpec, with_total_memory
+from capsim.memory.log_fixes import dev_build
 from capsim.memory.memory_plan import MemoryPlan, plan_memory
 from capsim.memory.term_lookup import measured_term
 from capsim.memory.terms import Source
@@ -49,6 +51,21 @@ class Settings:
     notes: tuple[str, ...] = ()
 
 
+def _compressed_tensors(log: VllmLog) -> str | None:
+    """compressed-tensors names no format: the checkpoint's config does. Without it the
+    logged model name decides (FP8, NVFP4, W4A16/INT4), else the format is refused."""
+    if log.quantization != "compressed-tensors":
+        return None
+    name = f"{log.model or ''} {log.served_model_name or ''}".lower()
+    for tags, fmt in ((("nvfp4", "fp4"), "nvfp4"), (("w4a16", "int4", "awq", "gptq"), "gptq"), (("fp8",), "fp8")):
+        if any(t in name for t in tags):
+            return fmt
+    raise ValueError(
+        "quantization='compressed-tensors': the log does not say which scheme (FP8, NVFP4, "
+        "W4A16); give --model config.json of the checkpoint (its quantization_config)"
+    )
+
+
 def settings_from_log(
     log: VllmLog,
     *,
@@ -75,6 +92,15 @@ def settings_from_log(
         value = getattr(log, attr)
         if value is not None:
             upd[field_name] = value
+    if log.vllm_version and dev_build(log.vllm_version):
+        raise ValueError(
+            f"vllm_version={log.vllm_version!r}: a development build without a release tag; "
+            "give --vllm-version X.Y (the release it was built from)"
+        )
+    if log.full_graphs is not None:
+        upd["cudagraph_full_graphs"] = log.full_graphs
+    if log.prefix_caching_disabled_by_vllm:
+        notes.append("vLLM's log says it disabled prefix caching: planned with it off")
     if log.vllm_version:
         upd["vllm_version"] = log.vllm_version
         from capsim.vllm_rules import rules_for
@@ -106,7 +132,7 @@ def settings_from_log(
     else:
         notes.append(f"GPU total memory not in the log: {gpu.name} registry value")
     if log.quantization and model.quantization == "none":
-        q = QUANT.get(log.quantization)
+        q = QUANT.get(log.quantization) or _compressed_tensors(log)
         if q is None:
             raise ValueError(f"quantization={log.quantization!r} is not supported")
         if log.quantization == "modelopt" and "fp4" in (log.model or "").lower():
@@ -195,6 +221,21 @@ def compare(settings: Settings, log: VllmLog) -> Comparison:
         plan = plan_memory(s.model, s.gpu, s.engine, s.spec, lookup=measured_term)
     except ValueError as exc:
         plan, failure = None, str(exc)
+        m = re.search(r"exceeds available Mamba cache blocks \((\d+)\)", failure)
+        if m and log.max_num_seqs is None:
+            # The row ran, so its (unlogged) max_num_seqs was within the pool: plan with it.
+            eng = replace(s.engine, max_num_seqs=int(m.group(1)))
+            s = replace(
+                s,
+                engine=eng,
+                notes=(
+                    *s.notes,
+                    f"max_num_seqs not in the log and vLLM's default would be refused: "
+                    f"planned with {m.group(1)}",
+                ),
+            )
+            plan = plan_memory(s.model, s.gpu, eng, s.spec, lookup=measured_term)
+            failure = None
     else:
         failure = None
     pinned = None

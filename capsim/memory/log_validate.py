@@ -133,6 +133,42 @@ def log_from_row(row: dict[str, str]) -> VllmLog:
     return log
 
 
+# Figures an excerpt states more exactly than the CSV (the CSV's cudagraph_gib is the actual
+# pool on some rows, the estimate on others; the excerpt's "Estimated CUDA graph memory" line
+# is the estimate).
+_EXCERPT_WINS: tuple[str, ...] = ("cudagraph_estimate_gib",)
+_EXCERPT_FILLS: tuple[str, ...] = (
+    "full_graphs",
+    "cudagraph_piecewise",
+    "cudagraph_full",
+    "cudagraph_largest",
+    "attention_block_size",
+    "mamba_page_padding_pct",
+    "num_speculative_tokens",
+    "architecture",
+)
+
+
+def with_excerpt(log: VllmLog, path: Path) -> VllmLog:
+    """The row's log completed by its excerpt's lines (parsed with ``parse_vllm_log``)."""
+    if not path.is_file():
+        return log
+    from capsim.memory.vllm_log import read_vllm_log
+
+    try:
+        ex = read_vllm_log(path)
+    except ValueError:
+        return log
+    for name in _EXCERPT_WINS:
+        if getattr(ex, name) is not None:
+            setattr(log, name, getattr(ex, name))
+    for name in _EXCERPT_FILLS:
+        if getattr(log, name) is None and getattr(ex, name) is not None:
+            setattr(log, name, getattr(ex, name))
+    log.cudagraph_samples_mib = dict(ex.cudagraph_samples_mib)
+    return log
+
+
 def model_configs(directory: Path) -> dict[str, Path]:
     """HF id -> config.json path of ``directory/models``."""
     out: dict[str, Path] = {}
@@ -208,7 +244,7 @@ def validate_dir(directory: Path, *, default_engine: EngineConfig | None = None)
     for row in rows:
         rid = row.get("id", "?")
         role = ROLES.get(rid, "prediction")
-        log = log_from_row(row)
+        log = with_excerpt(log_from_row(row), directory / "excerpts" / f"{rid}.log")
         comparison = None
         failure = None
         if (row.get("pp") or "1").strip() not in ("", "1"):
