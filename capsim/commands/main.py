@@ -419,11 +419,14 @@ def summary_rows(
 def _register_commands() -> None:
     """Attach the commands that live in their own packages (imported lazily by click)."""
     from capsim.commands.calibrate import calibrate
+    from capsim.commands.doctor import doctor
     from capsim.commands.live import crosscheck_cmd, live, stepcheck
     from capsim.commands.sweep import knee, report, sweep, whatif
     from capsim.commands.traces import traces
 
-    for cmd in (traces, sweep, knee, report, whatif, calibrate, live, crosscheck_cmd, stepcheck):
+    for cmd in (
+        traces, sweep, knee, report, whatif, calibrate, live, crosscheck_cmd, stepcheck, doctor
+    ):
         main.add_command(cmd)
 
 

@@ -132,8 +132,15 @@ def weight_breakdown_bytes(
     else:
         router = 0
     experts_only = model.quant_scope == "experts"
-    attn_q = 0 if experts_only else attention_quantizable_params(model, tp)
-    gdn_q = gdn_quantizable_params(model, tp) if model.num_gdn_layers and not experts_only else 0
+    keep = set(model.quant_ignore)  # the checkpoint's ignore list (models.quant_ignore)
+    attn_q = 0 if experts_only or "attention" in keep else attention_quantizable_params(model, tp)
+    gdn_q = (
+        gdn_quantizable_params(model, tp)
+        if model.num_gdn_layers and not experts_only and "gdn" not in keep
+        else 0
+    )
+    shared_q = 0 if "shared_expert" in keep else ffn_dense - router
+    experts_q = 0 if "experts" in keep else ffn_experts
 
     def mixed(total: int, quantized: int) -> int:
         return round((total - quantized) * b + quantized * qb)
@@ -145,8 +152,8 @@ def weight_breakdown_bytes(
         "gdn": model.num_gdn_layers * mixed(gdn_layer_params(model, tp), gdn_q)
         if model.num_gdn_layers
         else 0,
-        "ffn_shared_and_router": num_layers * mixed(ffn_dense, ffn_dense - router),
-        "ffn_routed_experts": num_layers * mixed(ffn_experts, ffn_experts),
+        "ffn_shared_and_router": num_layers * mixed(ffn_dense, shared_q),
+        "ffn_routed_experts": num_layers * mixed(ffn_experts, experts_q),
         "final_norm": model.hidden_size * b,
         "mtp": 0,
         "vision": vision_params(model, tp) * b if with_vision else 0,
