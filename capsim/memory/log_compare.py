@@ -124,8 +124,9 @@ def settings_from_log(
             notes.append("int8_per_token_head KV: 1 byte/element, its per-head scales not counted")
     if log.enable_prefix_caching and model.is_hybrid:
         notes.append(
-            "prefix caching on (mamba_cache_mode 'align'): per-request mamba blocks and "
-            "the logged token count follow align-mode accounting (issue 14), not modelled here"
+            "prefix caching on (mamba_cache_mode 'align'): the size line counts 2 + k pages "
+            "per GDN group (MambaSpec.max_memory_usage_bytes); checkpoint pages at every "
+            "block boundary (club-3090 PR #1170) are not charged"
         )
     if log.gpu_total_gib:
         gpu = with_total_memory(gpu, round(log.gpu_total_gib * GiB))

@@ -28,15 +28,9 @@ from capsim.memory.vllm_log import VllmLog
 from capsim.models import PRESETS, ModelSpec, model_from_hf_config
 from capsim.units import GiB
 
-# Rows whose figures informed a decision in capsim (everything else is a prediction).
-ROLES: dict[str, str] = {
-    "llama31-8b-h100-tp1-llmdplanner": "fit: non-torch memory at tp=1 (gpus.py)",
-    "llama31-8b-h100-tp2-llmdplanner": "fit: non-torch memory added by tp>1 (gpus.py)",
-    "qwen35-35b-tp4-gh50722": (
-        "fit: read to settle the log semantics (0.26 'peak activation' excludes the graph "
-        "estimate; 'Current kv cache memory in use' is the available KV)"
-    ),
-}
+# Rows whose figures informed a decision in capsim, for a startups.csv without a ``role``
+# column (experiments/vllm_logs/startups.csv has one: "fit: ..." or "prediction").
+ROLES: dict[str, str] = {}
 
 
 @dataclass(frozen=True, slots=True)
@@ -243,7 +237,7 @@ def validate_dir(directory: Path, *, default_engine: EngineConfig | None = None)
         rows = list(csv.DictReader(fh))
     for row in rows:
         rid = row.get("id", "?")
-        role = ROLES.get(rid, "prediction")
+        role = (row.get("role") or "").strip() or ROLES.get(rid, "prediction")
         log = with_excerpt(log_from_row(row), directory / "excerpts" / f"{rid}.log")
         comparison = None
         failure = None
