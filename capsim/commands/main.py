@@ -183,7 +183,7 @@ def contexts_for(plan) -> tuple[int, ...]:  # type: ignore[no-untyped-def]
 
 
 def memory_json(plan) -> dict:  # type: ignore[no-untyped-def,type-arg]
-    d = asdict(plan)
+    d = plan.as_json()
     d["max_concurrency_at_context_tok"] = {
         str(ctx): plan.max_concurrency(ctx) for ctx in contexts_for(plan)
     }

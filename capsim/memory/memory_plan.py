@@ -79,7 +79,7 @@ request.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 
 from capsim.config import EngineConfig, SpecDecodeConfig
 from capsim.gpus import GpuSpec
@@ -201,6 +201,28 @@ class MemoryPlan:
     def term_sources(self) -> dict[str, str]:
         """Each term's label, for display only (read ``terms[name].source`` in code)."""
         return {name: t.label() for name, t in self.terms.items()}
+
+    def as_json(self) -> dict[str, object]:
+        """Every field, the terms as {bytes, source, detail} and their historic *_bytes names."""
+        out: dict[str, object] = {}
+        for f in fields(self):
+            value = getattr(self, f.name)
+            if f.name == "terms":
+                value = {
+                    k: {"bytes": t.bytes, "source": t.source.value, "detail": t.detail}
+                    for k, t in value.items()
+                }
+            elif f.name == "capture":
+                value = {"piecewise_tok": list(value.piecewise_tok), "full_tok": list(value.full_tok)}
+            out[f.name] = value
+        for name in (
+            "weights_bytes", "activation_peak_bytes", "runner_buffers_bytes", "non_torch_bytes",
+            "cudagraph_bytes", "cudagraph_capture_max", "cudagraph_piecewise_graphs",
+            "cudagraph_full_graphs", "term_sources",
+        ):
+            out[name] = getattr(self, name)
+        out["vllm_kv_cache_tokens"] = self.vllm_kv_cache_tokens()
+        return out
 
     def attn_blocks_for(self, num_tok: int) -> int:
         """Attention blocks (all attention groups) holding ``num_tok`` tokens."""
