@@ -83,10 +83,10 @@ RULES: tuple[VersionRule, ...] = (
         "default max_cudagraph_capture_size ceiling on SM100 (B200/B300); 512 elsewhere",
         512,
         1024,
-        (0, 27),
-        "vllm PR #49390 (opened 2026-07-22, 'Raise Blackwell CUDA graph capture default "
-        "to 1024'); config/vllm.py:_set_cudagraph_sizes in 0.33 (first release not "
-        "pinned down, taken as 0.27)",
+        (0, 28),
+        "vllm PR #49390 ('Raise Blackwell CUDA graph capture default to 1024'); "
+        "config/vllm.py:_set_cudagraph_sizes has it in the 0.28.0 wheel, not in 0.27.0 "
+        "(capsim/memory/release_rules.py)",
     ),
 )
 

@@ -15,10 +15,10 @@ from capsim.vllm_rules import RULES, parse_version, rules_for, rules_table
     ("key", "before", "since"),
     [
         ("default_gmu", "0.19", "0.20"),
-        ("charge_cudagraph_memory", "0.20", "0.21"),
+        ("charge_cudagraph_memory", "0.19", "0.20"),
         ("gdn_capture_transient", "0.25", "0.26"),
         ("large_gpu_batch_tier", "0.27", "0.28"),
-        ("sm100_capture_ceiling", "0.26", "0.27"),
+        ("sm100_capture_ceiling", "0.27", "0.28"),
     ],
 )
 def test_rule_flips_at_its_release(key: str, before: str, since: str) -> None:

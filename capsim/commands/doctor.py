@@ -11,7 +11,9 @@ CONTEXT_SETTINGS = {"help_option_names": ["-h", "--help"], "max_content_width": 
 
 
 @click.command("doctor", context_settings=CONTEXT_SETTINGS)
-@click.option("--command", "command", default=None, help="a 'vllm serve MODEL --flags' line (or a file)")
+@click.option(
+    "--command", "command", default=None, help="a 'vllm serve MODEL --flags' line (or a file)"
+)
 @click.option(
     "--from-log",
     "log_path",
@@ -59,7 +61,9 @@ def doctor(
         engine, k = doc.engine_from_command(text, base)
         from capsim.memory.log_fixes import serve_command
 
-        names = [serve_command(text if "vllm serve " in text else f"vllm serve {text}").get("model")]
+        names = [
+            serve_command(text if "vllm serve " in text else f"vllm serve {text}").get("model")
+        ]
     else:
         log = read_vllm_log(log_path)
         engine, k = doc.engine_from_log(log, base)

@@ -79,7 +79,7 @@ def _token_grid(cap: int) -> list[int]:
 def _request_counts(max_reqs: int) -> list[int]:
     counts = [n for n in (1, 2, 4) if n <= max_reqs]
     counts += list(range(8, min(max_reqs + 1, 256), 8)) + list(range(256, max_reqs + 1, 16))
-    return sorted(set(counts + [max_reqs]))
+    return sorted({*counts, max_reqs})
 
 
 def _round_up(x: int, m: int) -> int:
@@ -242,7 +242,9 @@ def modelled_samples(
         top = descs.full_tok[0]
         label = "modelled: FA split buffers (32 splits) at the largest size"
         if transient_bytes:
-            label += f" + GDN transient {transient_bytes / MiB:.0f} MiB ({GDN_TRANSIENT_FIT_SOURCE})"
+            label += (
+                f" + GDN transient {transient_bytes / MiB:.0f} MiB ({GDN_TRANSIENT_FIT_SOURCE})"
+            )
         first = max(activation_at(top) + FIRST_CAPTURE_OVERHEAD_BYTES, fa_split_at(top))
         first += transient_bytes
         out[FULL] = GraphSamples(first, second, label)

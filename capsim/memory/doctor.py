@@ -132,7 +132,9 @@ def _price(h: Hazard, plan: MemoryPlan, plan_args: tuple, contexts: tuple[int, .
         after = _with_kv(plan_args, plan.kv_budget_bytes + transient, contexts)
         return f"{transient / GiB:.2f} GiB of the pool; admitted {_gain(admitted, after)}"
     if h.key == "kv_cache_memory_suggestion_double_counts_graphs":
-        return f"{plan.cudagraph_estimate_bytes / GiB:.2f} GiB left unused if the suggestion is taken"
+        return (
+            f"{plan.cudagraph_estimate_bytes / GiB:.2f} GiB left unused if the suggestion is taken"
+        )
     if h.key == "align_mode_block_inflation":
         model, gpu, engine, spec = plan_args
         try:
@@ -152,7 +154,9 @@ def _price(h: Hazard, plan: MemoryPlan, plan_args: tuple, contexts: tuple[int, .
     if h.key == "align_mode_checkpoint_pages":
         return "up to ~20% of 'GPU KV cache size' (club-3090 PR #1170 measurement, not modelled)"
     if h.key == "gdn_prefill_scratch_unprofiled":
-        got = measured_term("gdn_prefill_transient", plan.model, plan.tp, plan.max_num_batched_tokens)
+        got = measured_term(
+            "gdn_prefill_transient", plan.model, plan.tp, plan.max_num_batched_tokens
+        )
         if got:
             return f"{got / GiB:.2f} GiB at serving time beyond the profiled peak (H200 table)"
         return "not sized for this shape (no measurement); lower --max-num-batched-tokens if OOM"

@@ -57,7 +57,11 @@ def _compressed_tensors(log: VllmLog) -> str | None:
     if log.quantization != "compressed-tensors":
         return None
     name = f"{log.model or ''} {log.served_model_name or ''}".lower()
-    for tags, fmt in ((("nvfp4", "fp4"), "nvfp4"), (("w4a16", "int4", "awq", "gptq"), "gptq"), (("fp8",), "fp8")):
+    for tags, fmt in (
+        (("nvfp4", "fp4"), "nvfp4"),
+        (("w4a16", "int4", "awq", "gptq"), "gptq"),
+        (("fp8",), "fp8"),
+    ):
         if any(t in name for t in tags):
             return fmt
     raise ValueError(
@@ -215,64 +219,56 @@ def _graph_row(log: VllmLog, plan: MemoryPlan | None, g, src: dict[str, str]) ->
     return row
 
 
-def compare(settings: Settings, log: VllmLog) -> Comparison:
-    """Plan with the log's settings and set every term beside the log's value."""
-    s = settings
+def _plan(s: Settings, log: VllmLog) -> tuple[Settings, MemoryPlan | None, str | None]:
+    """capsim's plan of the row; a refusal caused only by an unlogged max_num_seqs (vLLM's
+    default above the pool's blocks) is re-planned with the largest value vLLM accepts,
+    since the logged start-up ran."""
     try:
-        plan = plan_memory(s.model, s.gpu, s.engine, s.spec, lookup=measured_term)
+        return s, plan_memory(s.model, s.gpu, s.engine, s.spec, lookup=measured_term), None
     except ValueError as exc:
-        plan, failure = None, str(exc)
-        m = re.search(r"exceeds available Mamba cache blocks \((\d+)\)", failure)
-        if m and log.max_num_seqs is None:
-            # The row ran, so its (unlogged) max_num_seqs was within the pool: plan with it.
-            eng = replace(s.engine, max_num_seqs=int(m.group(1)))
-            s = replace(
-                s,
-                engine=eng,
-                notes=(
-                    *s.notes,
-                    f"max_num_seqs not in the log and vLLM's default would be refused: "
-                    f"planned with {m.group(1)}",
-                ),
-            )
-            plan = plan_memory(s.model, s.gpu, eng, s.spec, lookup=measured_term)
-            failure = None
-    else:
-        failure = None
-    pinned = None
-    if log.available_kv_gib is not None:
-        pin = replace(s.engine, kv_cache_memory_bytes=round(log.available_kv_gib * GiB))
-        try:
-            pinned = plan_memory(s.model, s.gpu, pin, s.spec, lookup=measured_term)
-        except ValueError:
-            pinned = None
-    notes = list(s.notes)
-    if plan is not None and s.model.quantization != "none" and s.model.quant_scope == "linear":
-        # The checkpoint's ignore list is rarely in a log: show the other common layout.
-        alt_model = replace(s.model, quant_scope="experts")
-        try:
-            alt = plan_memory(alt_model, s.gpu, s.engine, s.spec, lookup=measured_term)
-        except ValueError as exc:
-            alt = None
-            notes.append(
-                f"{s.model.quantization} weights assumed on attention, GDN and expert/MLP "
-                f"linears; with those projections in bf16 this deployment would not start "
-                f"({str(exc)[:80]}...)"
-            )
-        if alt is not None:
-            err = ""
-            if log.available_kv_gib:
-                rel = _rel(alt.kv_budget_bytes / GiB, log.available_kv_gib)
-                err = f", available KV {100 * rel:+.1f}%"
-            notes.append(
-                f"{s.model.quantization} weights assumed on attention, GDN and expert linears; "
-                f"experts-only would give weights {alt.weights_bytes / GiB:.2f} GiB{err} "
-                "(not chosen: the checkpoint's ignore list is not in the row)"
-            )
-    s = replace(s, notes=tuple(notes))
+        failure = str(exc)
+    m = re.search(r"exceeds available Mamba cache blocks \((\d+)\)", failure)
+    if not (m and log.max_num_seqs is None):
+        return s, None, failure
+    eng = replace(s.engine, max_num_seqs=int(m.group(1)))
+    note = (
+        "max_num_seqs not in the log and vLLM's default would be refused: planned with "
+        f"{m.group(1)}"
+    )
+    s = replace(s, engine=eng, notes=(*s.notes, note))
+    return s, plan_memory(s.model, s.gpu, eng, s.spec, lookup=measured_term), None
+
+
+def _quant_notes(s: Settings, log: VllmLog, plan: MemoryPlan | None) -> list[str]:
+    """The other common quantization layout (experts only), priced, when the log cannot
+    say which one the checkpoint uses."""
+    if plan is None or s.model.quantization == "none" or s.model.quant_scope != "linear":
+        return []
+    alt_model = replace(s.model, quant_scope="experts")
+    try:
+        alt = plan_memory(alt_model, s.gpu, s.engine, s.spec, lookup=measured_term)
+    except ValueError as exc:
+        return [
+            f"{s.model.quantization} weights assumed on attention, GDN and expert/MLP "
+            f"linears; with those projections in bf16 this deployment would not start "
+            f"({str(exc)[:80]}...)"
+        ]
+    err = ""
+    if log.available_kv_gib:
+        rel = _rel(alt.kv_budget_bytes / GiB, log.available_kv_gib)
+        err = f", available KV {100 * rel:+.1f}%"
+    return [
+        f"{s.model.quantization} weights assumed on the linears the checkpoint quantizes by "
+        f"default; experts-only would give weights {alt.weights_bytes / GiB:.2f} GiB{err} "
+        "(not chosen: the checkpoint's ignore list is not in the row)"
+    ]
+
+
+def _term_rows(log: VllmLog, plan: MemoryPlan | None, pinned: MemoryPlan | None) -> list[TermRow]:
+    """Every term capsim plans, beside the log's value and its tolerance."""
     g = (lambda b: round(b / GiB, 2)) if plan else (lambda b: None)
     src = plan.term_sources if plan else {}
-    rows = [
+    return [
         _row(
             "weights (GiB)",
             log.weights_gib,
@@ -347,6 +343,21 @@ def compare(settings: Settings, log: VllmLog) -> Comparison:
             "groups and pages",
         ),
     ]
+
+
+def compare(settings: Settings, log: VllmLog) -> Comparison:
+    """Plan with the log's settings and set every term beside the log's value."""
+    s, plan, failure = _plan(settings, log)
+    pinned = None
+    if log.available_kv_gib is not None:
+        pin = replace(s.engine, kv_cache_memory_bytes=round(log.available_kv_gib * GiB))
+        try:
+            pinned = plan_memory(s.model, s.gpu, pin, s.spec, lookup=measured_term)
+        except ValueError:
+            pinned = None
+    notes = list(s.notes) + _quant_notes(s, log, plan)
+    s = replace(s, notes=tuple(notes))
+    rows = _term_rows(log, plan, pinned)
     errors: dict[str, float] = {}
     if plan is not None:
         for key, logged, mine in (
@@ -356,7 +367,9 @@ def compare(settings: Settings, log: VllmLog) -> Comparison:
             if logged:
                 errors[key] = _rel(mine, logged)
     if plan is not None and log.cudagraph_estimate_gib:
-        errors["cudagraph_estimate"] = _rel(plan.cudagraph_estimate_bytes / GiB, log.cudagraph_estimate_gib)
+        errors["cudagraph_estimate"] = _rel(
+            plan.cudagraph_estimate_bytes / GiB, log.cudagraph_estimate_gib
+        )
     if pinned is not None and log.kv_cache_tokens:
         errors["kv_cache_tokens_pinned"] = _rel(pinned.vllm_kv_cache_tokens(), log.kv_cache_tokens)
     return Comparison(s, plan, pinned, tuple(rows), tuple(log.missing()), errors, failure)

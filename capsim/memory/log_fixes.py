@@ -10,6 +10,7 @@ expressions).
 
 from __future__ import annotations
 
+import contextlib
 import json
 import re
 import shlex
@@ -98,10 +99,8 @@ def serve_command(line: str) -> dict[str, Any]:
         if flag_us in _FLAG_FIELDS:
             value = inline or (words[i + 1] if i + 1 < len(words) else "")
             attr, conv = _FLAG_FIELDS[flag_us]
-            try:
+            with contextlib.suppress(ValueError):
                 out[attr] = conv(value.strip("'\""))
-            except ValueError:
-                pass
             i += 1 if inline else 2
             continue
         if flag_us == "--enable-prefix-caching":
@@ -111,7 +110,7 @@ def serve_command(line: str) -> dict[str, Any]:
         elif flag_us == "--enforce-eager":
             out["enforce_eager"] = True
         elif flag_us == "--speculative-config" and i + 1 < len(words):
-            spec = words[i + 1] if not inline else inline
+            spec = inline or words[i + 1]
             if len(spec) <= MAX_LITERAL_CHARS:
                 try:
                     cfg = json.loads(spec)
@@ -200,7 +199,11 @@ def apply_line_fixes(log: Any, line: str) -> None:
 
 def finish(log: Any) -> None:
     """Fixes that need the whole log."""
-    if log.cudagraph_piecewise is not None and log.cudagraph_full is None and log.full_graphs is None:
+    if (
+        log.cudagraph_piecewise is not None
+        and log.cudagraph_full is None
+        and log.full_graphs is None
+    ):
         log.full_graphs = False  # "Profiling CUDA graph memory: PIECEWISE=n" and no FULL
     if log.cudagraph_full is not None:
         log.full_graphs = True

@@ -22,8 +22,8 @@ from typing import Any
 
 from capsim.config import EngineConfig, SpecDecodeConfig
 from capsim.gpus import GpuSpec, get_gpu
-from capsim.memory.terms import Source
 from capsim.memory.log_compare import Comparison, compare, settings_from_log
+from capsim.memory.terms import Source
 from capsim.memory.vllm_log import VllmLog
 from capsim.models import PRESETS, ModelSpec, model_from_hf_config
 from capsim.units import GiB

@@ -1,6 +1,6 @@
 """gpu_memory_utilization -> KV/state pool -> blocks, as vLLM v1 sizes it (VLLM.md s1, s2, s7).
 
-What vLLM does at start-up (0.33 source, paths relative to the ``vllm/`` package):
+What vLLM does at start-up (0.26.0/0.33.0 source, paths relative to the ``vllm/`` package):
 
 - ``v1/worker/gpu_worker.py:Worker.init_device`` snapshots free memory *after* the CUDA
   context, NCCL and cuBLAS handles exist: they sit in the ``1 - gmu`` margin, uncharged.
@@ -20,39 +20,33 @@ What vLLM does at start-up (0.33 source, paths relative to the ``vllm/`` package
     ``multimodal/encoder_budget.py``, ``v1/core/encoder_cache_manager.py:
     compute_mm_encoder_budget``), then ``_dummy_run(max_num_tokens)`` (one forward over
     ``max_num_batched_tokens`` tokens: GDN chunked prefill, fused-MoE workspace,
-    attention), then ``_dummy_sampler_run`` (``compute_logits`` over ``max_num_seqs``
-    rows, fp32 [rows, vocab], top-k/top-p sampling twice). Peak = max(encoder forward,
-    encoder cache + forward, encoder cache + sampler); ``sampler_peak_bytes`` counts the
-    sampler's live [rows, vocab] tensors.
+    attention), then ``_dummy_sampler_run`` (``compute_logits`` over ``min(max_num_seqs,
+    mnbt)`` rows, fp32 [rows, vocab], top-k/top-p sampling) and, with drafts, the
+    rejection-sampler dummy run over the same rows (``activation.py``). Peak = max(encoder
+    forward, encoder cache + max(forward, sampler, rejection sampler)).
   * **runner buffers**: persistent input/position/hidden-state buffers sized by
     ``max_num_tokens`` (``GPUModelRunner.__init__``), part of ``total_consumed``.
-  * **non-torch memory** (``total_consumed`` minus torch's growth: NCCL/custom
-    all-reduce buffers, cuBLAS workspaces created after the snapshot). Not derivable
-    from vLLM's code (NCCL's buffers depend on the node): the GPU registry's
-    ``non_torch_bytes`` (vLLM 0.19 H100 logs) where known, else 0 ("not modelled").
-  * **CUDA graphs** (``GPUModelRunner.profile_cudagraph_memory``): captures the first two
-    graphs of each mode (FULL, PIECEWISE) into a scratch pool; per mode
-    ``first + (n - 1) * max(second, 1 MiB)``; FULL and PIECEWISE overlay one pool, so the
-    estimate is ``max(first over modes) + sum((n - 1) * per_graph)``. Charged only when
-    ``VLLM_MEMORY_PROFILER_ESTIMATE_CUDAGRAPHS`` is on (default since 0.20.0: release_rules.py). Capture sizes:
-    ``config/vllm.py:VllmConfig._set_cudagraph_sizes`` (1, 2, 4, steps of 8 to 256, then
-    16, up to ``min(max_num_seqs * (1 + k) * 2, ceiling)``, ceiling 1024 on SM100).
-    Since 0.26 the first FULL capture runs with ``profile_seq_lens = mnbt // size``
-    context per request, and on GDN hybrids that charges a transient growing with
-    ``max_num_batched_tokens`` as graph memory (vllm issue #50780).
+  * **non-torch memory** (NCCL buffers, cuBLAS workspaces created after the snapshot):
+    ``terms.non_torch_term`` (fit on two named H100 rows; TP>1 only on NVSwitch Hopper).
+  * **CUDA graphs** (``GPUModelRunner.profile_cudagraph_memory``): reproduced in
+    ``cudagraph.py`` (capture sizes per release, two-graph sampling and linear
+    extrapolation, FlashAttention split buffers, the GDN transient of #50780), charged
+    since 0.20.0 (``release_rules.py``).
 - ``kv_cache_memory_bytes`` (``--kv-cache-memory``) replaces the formula (gmu ignored);
   ``num_gpu_blocks_override`` replaces the block count (``v1/core/kv_cache_planning.py``).
 
-Each non-KV term carries a source label: "measured (H200)" (capsim/calibration/data/
-h200_memory_terms.csv, exact configuration), "from log" (a user's vLLM log), "pinned"
-or "modelled" (the shape estimates below). Version-dependent rules: ``vllm_versions.py``.
+Each non-KV term is a ``terms.Term(bytes, source, detail)``, one function per term in
+``terms.py``; ``source`` is a ``terms.Source`` (measured: the H200 table handed in as
+``lookup``; from log; pinned; modelled; not charged). Version rules: ``release_rules.py``
+(patch-exact, read from the wheels) and ``capsim/vllm_rules.py`` (batch tiers, gmu).
+vLLM's start-up refusals are raised from ``check_refusals`` (``refusals.py``).
 
 Per GPU (every rank sizes its own pool; the engine takes the minimum, and all ranks are
 alike under TP, so one rank is planned)::
 
     budget_bytes    = ceil(gmu * total_memory_bytes)                      (s1.2)
     kv_budget_bytes = budget - weights - activation_peak - runner_buffers
-                      - non_torch - cudagraph_bytes (vLLM >= 0.21)          (s1.5)
+                      - non_torch - cudagraph_bytes (vLLM >= 0.20.0)        (s1.5)
     num_blocks      = kv_budget_bytes // bytes_per_block                  (s1.6)
     usable_blocks   = num_blocks - 1   (block 0 is the null block)
 
@@ -213,12 +207,21 @@ class MemoryPlan:
                     for k, t in value.items()
                 }
             elif f.name == "capture":
-                value = {"piecewise_tok": list(value.piecewise_tok), "full_tok": list(value.full_tok)}
+                value = {
+                    "piecewise_tok": list(value.piecewise_tok),
+                    "full_tok": list(value.full_tok),
+                }
             out[f.name] = value
         for name in (
-            "weights_bytes", "activation_peak_bytes", "runner_buffers_bytes", "non_torch_bytes",
-            "cudagraph_bytes", "cudagraph_capture_max", "cudagraph_piecewise_graphs",
-            "cudagraph_full_graphs", "term_sources",
+            "weights_bytes",
+            "activation_peak_bytes",
+            "runner_buffers_bytes",
+            "non_torch_bytes",
+            "cudagraph_bytes",
+            "cudagraph_capture_max",
+            "cudagraph_piecewise_graphs",
+            "cudagraph_full_graphs",
+            "term_sources",
         ):
             out[name] = getattr(self, name)
         out["vllm_kv_cache_tokens"] = self.vllm_kv_cache_tokens()
@@ -351,7 +354,9 @@ def non_kv_terms(p: PlanInputs) -> NonKv:
     return NonKv(terms, w_parts, a_parts, descs, estimate)
 
 
-def _refuse_budget(p: PlanInputs, terms: dict[str, Term], kv: int, per_block: int, budget: int) -> None:
+def _refuse_budget(
+    p: PlanInputs, terms: dict[str, Term], kv: int, per_block: int, budget: int
+) -> None:
     if kv >= 2 * per_block:
         return
     parts = ", ".join(f"{k} {t.bytes / GiB:.2f} GiB" for k, t in terms.items())
@@ -363,30 +368,16 @@ def _refuse_budget(p: PlanInputs, terms: dict[str, Term], kv: int, per_block: in
     )
 
 
-def plan_memory(
-    model: ModelSpec,
-    gpu: GpuSpec,
-    engine: EngineConfig,
-    spec: SpecDecodeConfig,
-    *,
-    log_terms: dict[str, int] | None = None,
-    lookup: TermLookup | None = None,
-) -> MemoryPlan:
-    """Budget minus the non-KV terms, then the page/group layout; raises ValueError for
-    configurations vLLM refuses to start (with vLLM's reason).
+def bytes_per_block_of(model: ModelSpec, engine: EngineConfig, spec: SpecDecodeConfig) -> int:
+    """``group_size * page``: what one block id costs in the shared pool (VLLM.md s2.5)."""
+    _block, page, _a, _c, _s = block_size_and_page(model, engine, spec)
+    num_attn = model.num_attn_layers + (model.num_mtp_layers if spec.depth > 0 else 0)
+    return group_layout(num_attn, model.num_gdn_layers)[0] * page
 
-    ``log_terms`` (bytes by ``NON_KV_TERMS`` name) replace capsim's value of a term
-    ("from log"); ``lookup`` finds measured terms (the caller hands in the H200 table).
-    """
-    p = plan_inputs(model, gpu, engine, spec, log_terms=log_terms, lookup=lookup)
-    nk = non_kv_terms(p)
-    terms = nk.terms
-    budget = math.ceil(engine.gmu * gpu.total_memory_bytes)
-    if engine.kv_cache_memory_bytes is not None:
-        kv_budget = engine.kv_cache_memory_bytes
-        terms["kv_cache_memory"] = Term(kv_budget, Source.PINNED, "--kv-cache-memory")
-    else:
-        kv_budget = budget - sum(terms[k].bytes for k in NON_KV_TERMS)
+
+def _layout(p: PlanInputs, nk: NonKv, budget: int, kv_budget: int) -> MemoryPlan:
+    """The page/group layout of the pool and the plan that holds it."""
+    model, engine, spec = p.model, p.engine, p.spec
     block, page, attn_per_tok, conv_b, ssm_b = block_size_and_page(model, engine, spec)
     with_mtp = spec.depth > 0
     num_attn = model.num_attn_layers + (model.num_mtp_layers if with_mtp else 0)
@@ -395,22 +386,21 @@ def plan_memory(
     if engine.num_gpu_blocks_override is not None:
         num_blocks = engine.num_gpu_blocks_override
     else:
-        _refuse_budget(p, terms, kv_budget, bytes_per_block, budget)
         num_blocks = kv_budget // bytes_per_block
     gdn_slots = spec.state_slots_per_group if model.is_hybrid else 0
     pending = pending_bytes_per_request(model, engine.tp, spec)
     pending_blocks = cdiv(pending, bytes_per_block) if pending else 0
     mamba_unpadded = conv_b + ssm_b
     align_mode = engine.enable_prefix_caching and model.is_hybrid
-    plan = MemoryPlan(
+    return MemoryPlan(
         model=model.name,
-        gpu=gpu.name,
+        gpu=p.gpu.name,
         tp=engine.tp,
         gmu=engine.gmu,
         vllm_version=engine.vllm_version,
-        total_memory_bytes=gpu.total_memory_bytes,
+        total_memory_bytes=p.gpu.total_memory_bytes,
         budget_bytes=budget,
-        terms=terms,
+        terms=nk.terms,
         weights_breakdown_bytes=nk.weight_parts,
         activation_parts_bytes=nk.activation_parts,
         capture=nk.capture,
@@ -450,6 +440,36 @@ def plan_memory(
         multimodal=p.multimodal,
         prefix_caching=engine.enable_prefix_caching,
     )
+
+
+def plan_memory(
+    model: ModelSpec,
+    gpu: GpuSpec,
+    engine: EngineConfig,
+    spec: SpecDecodeConfig,
+    *,
+    log_terms: dict[str, int] | None = None,
+    lookup: TermLookup | None = None,
+) -> MemoryPlan:
+    """Budget minus the non-KV terms, then the page/group layout; raises ValueError for
+    configurations vLLM refuses to start (with vLLM's reason).
+
+    ``log_terms`` (bytes by ``NON_KV_TERMS`` name) replace capsim's value of a term
+    ("from log"); ``lookup`` finds measured terms (the caller hands in the H200 table).
+    """
+    p = plan_inputs(model, gpu, engine, spec, log_terms=log_terms, lookup=lookup)
+    nk = non_kv_terms(p)
+    terms = nk.terms
+    budget = math.ceil(engine.gmu * gpu.total_memory_bytes)
+    if engine.kv_cache_memory_bytes is not None:
+        kv_budget = engine.kv_cache_memory_bytes
+        terms["kv_cache_memory"] = Term(kv_budget, Source.PINNED, "--kv-cache-memory")
+    else:
+        kv_budget = budget - sum(terms[k].bytes for k in NON_KV_TERMS)
+    if engine.num_gpu_blocks_override is None:
+        per_block = bytes_per_block_of(model, engine, spec)
+        _refuse_budget(p, terms, kv_budget, per_block, budget)
+    plan = _layout(p, nk, budget, int(kv_budget))
     check_refusals(plan, model, engine)
     return plan
 
@@ -464,14 +484,18 @@ def check_refusals(plan: MemoryPlan, model: ModelSpec, engine: EngineConfig) -> 
         lo, hi = 0, plan.max_model_len
         while lo < hi:
             mid = (lo + hi + 1) // 2
-            lo, hi = (mid, hi) if plan.blocks_per_request(mid) <= plan.usable_blocks else (lo, mid - 1)
+            lo, hi = (
+                (mid, hi) if plan.blocks_per_request(mid) <= plan.usable_blocks else (lo, mid - 1)
+            )
         r = rf.max_model_len_too_long(
             max_model_len=plan.max_model_len,
             needed_bytes=need * plan.bytes_per_block,
             available_kv_bytes=plan.usable_blocks * plan.bytes_per_block,
             estimated_max_len=lo,
         )
-        raise ValueError(f"engine.max_model_len={plan.max_model_len}: {r.vllm_message} Fix: {r.fix}")
+        raise ValueError(
+            f"engine.max_model_len={plan.max_model_len}: {r.vllm_message} Fix: {r.fix}"
+        )
     full = bool(plan.capture.full_tok)
     if rule("mamba_blocks_refusal", engine.vllm_version):
         r = rf.mamba_blocks(
@@ -481,4 +505,6 @@ def check_refusals(plan: MemoryPlan, model: ModelSpec, engine: EngineConfig) -> 
             full_graphs=full,
         )
         if r is not None:
-            raise ValueError(f"engine.max_num_seqs={plan.max_num_seqs}: {r.vllm_message} Fix: {r.fix}")
+            raise ValueError(
+                f"engine.max_num_seqs={plan.max_num_seqs}: {r.vllm_message} Fix: {r.fix}"
+            )

@@ -88,9 +88,7 @@ def free_memory(*, free_bytes: int, requested_bytes: int, gmu: float) -> Refusal
     )
 
 
-def batched_tokens_below_seqs(
-    *, max_num_batched_tokens: int, max_num_seqs: int
-) -> Refusal | None:
+def batched_tokens_below_seqs(*, max_num_batched_tokens: int, max_num_seqs: int) -> Refusal | None:
     if max_num_batched_tokens >= max_num_seqs:
         return None
     return Refusal(

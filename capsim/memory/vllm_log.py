@@ -319,9 +319,7 @@ def parse_vllm_log(text: str) -> VllmLog:
             _apply_args(log, _non_default_args(line))
         if "Initializing a V1 LLM engine" in line or "SpeculativeConfig(" in line:
             _engine_config(log, line)
-        m = re.search(
-            r"(?:\bversion|API server version)\s+v?(\d+\.\d+\.(?:\d+|dev\d+)\S*)", line
-        )
+        m = re.search(r"(?:\bversion|API server version)\s+v?(\d+\.\d+\.(?:\d+|dev\d+)\S*)", line)
         if m and "Initializing" not in line:
             first("vllm_version", m.group(1))
         for pattern, attrs in _LINE_FIELDS:

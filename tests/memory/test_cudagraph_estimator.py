@@ -51,13 +51,13 @@ def test_club3090_piecewise_only_five_graphs() -> None:
 def test_mnbt_appended_only_from_0_20_1() -> None:
     # config/vllm.py:_set_cudagraph_sizes appends max_num_batched_tokens when it fits
     # (absent in the 0.20.0 wheel, present in 0.20.1).
-    kw = dict(max_num_seqs=256, num_spec_tok=0, max_num_batched_tokens=300)
+    kw = {"max_num_seqs": 256, "num_spec_tok": 0, "max_num_batched_tokens": 300}
     assert 300 not in capture_descs(vllm_version="0.20.0", **kw).piecewise_tok
     assert 300 in capture_descs(vllm_version="0.20.1", **kw).piecewise_tok
 
 
 def test_sm100_ceiling_from_0_28() -> None:
-    kw = dict(max_num_seqs=1024, num_spec_tok=0, max_num_batched_tokens=16384, sm100=True)
+    kw = {"max_num_seqs": 1024, "num_spec_tok": 0, "max_num_batched_tokens": 16384, "sm100": True}
     assert capture_descs(vllm_version="0.27.0", **kw).largest_tok == 512
     assert capture_descs(vllm_version="0.28.0", **kw).largest_tok == 1024
 
@@ -92,7 +92,9 @@ def test_mamba_refusal_reproduces_the_h200_gmu_06_start_up() -> None:
         "ValueError: max_num_seqs (1024) exceeds available Mamba cache blocks (339)."
     )
     assert mamba_blocks(max_num_seqs=339, num_blocks=339, has_mamba=True, full_graphs=True) is None
-    assert mamba_blocks(max_num_seqs=1024, num_blocks=339, has_mamba=True, full_graphs=False) is None
+    assert (
+        mamba_blocks(max_num_seqs=1024, num_blocks=339, has_mamba=True, full_graphs=False) is None
+    )
 
 
 @pytest.mark.parametrize(

@@ -14,7 +14,7 @@ from capsim.memory.doctor import diagnose, engine_from_command
 from capsim.models import get_model
 
 EXCERPTS = Path(__file__).resolve().parents[2] / "experiments" / "vllm_logs" / "excerpts"
-MTP3 = "--speculative-config '{\"method\": \"mtp\", \"num_speculative_tokens\": 3}'"
+MTP3 = '--speculative-config \'{"method": "mtp", "num_speculative_tokens": 3}\''
 
 
 def test_h200_gmu_06_is_refused_before_the_user_meets_it() -> None:
@@ -23,8 +23,14 @@ def test_h200_gmu_06_is_refused_before_the_user_meets_it() -> None:
     res = CliRunner().invoke(
         main,
         [
-            "doctor", "--vllm-version", "0.26.0", "--gpu", "H200", "--command",
-            f"vllm serve Qwen/Qwen3.5-35B-A3B --gpu-memory-utilization 0.6 {MTP3}", "--json",
+            "doctor",
+            "--vllm-version",
+            "0.26.0",
+            "--gpu",
+            "H200",
+            "--command",
+            f"vllm serve Qwen/Qwen3.5-35B-A3B --gpu-memory-utilization 0.6 {MTP3}",
+            "--json",
         ],
     )
     assert res.exit_code == 0, res.output
@@ -49,10 +55,12 @@ def test_h200_gmu_09_admits_and_prices_the_graph_transient() -> None:
 
 def test_align_mode_inflation_only_from_0_33() -> None:
     model, gpu, spec = get_model("qwen3.5-35b-a3b"), get_gpu("H200"), SpecDecodeConfig()
-    old = diagnose(model, gpu, EngineConfig(vllm_version="0.32.0", gmu=0.9,
-                                            enable_prefix_caching=True), spec)
-    new = diagnose(model, gpu, EngineConfig(vllm_version="0.33.0", gmu=0.9,
-                                            enable_prefix_caching=True), spec)
+    old = diagnose(
+        model, gpu, EngineConfig(vllm_version="0.32.0", gmu=0.9, enable_prefix_caching=True), spec
+    )
+    new = diagnose(
+        model, gpu, EngineConfig(vllm_version="0.33.0", gmu=0.9, enable_prefix_caching=True), spec
+    )
     assert "align_mode_block_inflation" not in {f.hazard.key for f in old.findings}
     cost = {f.hazard.key: f.cost for f in new.findings}["align_mode_block_inflation"]
     assert cost.startswith("block 1072 -> 1088")  # 16- vs 64-token alignment at k=3
@@ -64,8 +72,13 @@ def test_doctor_runs_on_every_plannable_validation_row() -> None:
     import csv
 
     from capsim.memory.doctor import engine_from_log
-    from capsim.memory.log_validate import gpu_from_text, log_from_row, model_configs
-    from capsim.memory.log_validate import resolve_model, with_excerpt
+    from capsim.memory.log_validate import (
+        gpu_from_text,
+        log_from_row,
+        model_configs,
+        resolve_model,
+        with_excerpt,
+    )
 
     root = EXCERPTS.parent
     configs = model_configs(root)
@@ -92,9 +105,17 @@ def test_doctor_cli_on_a_log() -> None:
     runner = CliRunner()
     res = runner.invoke(
         main,
-        ["doctor", "--vllm-version", "0.26.0", "--from-log",
-         str(EXCERPTS / "qwen35-35b-tp4-gh50722.log"), "-m", "qwen3.5-35b-a3b",
-         "--gpu-total-gib", "79.33"],
+        [
+            "doctor",
+            "--vllm-version",
+            "0.26.0",
+            "--from-log",
+            str(EXCERPTS / "qwen35-35b-tp4-gh50722.log"),
+            "-m",
+            "qwen3.5-35b-a3b",
+            "--gpu-total-gib",
+            "79.33",
+        ],
     )
     assert res.exit_code == 0, res.output
     assert "admitted at" in res.output and "cudagraph_gdn_transient" in res.output

@@ -20,12 +20,14 @@ EXCERPTS = Path(__file__).resolve().parents[2] / "experiments" / "vllm_logs" / "
 def test_profiling_override_is_not_a_user_pin() -> None:
     # 0.26.0 gpu_model_runner._init_minimal_kv_cache_for_profiling logs this with a budget of 0
     log = parse_vllm_log(
-        "INFO [kv_cache_utils.py:829] Overriding num_gpu_blocks=0 with num_gpu_blocks_override=512\n"
+        "INFO [kv_cache_utils.py:829] Overriding num_gpu_blocks=0 with "
+        "num_gpu_blocks_override=512\n"
     )
     assert log.num_gpu_blocks_override is None and log.num_gpu_blocks is None
     # a user's pin overrides a real block count
     pin = parse_vllm_log(
-        "INFO [kv_cache_utils.py:829] Overriding num_gpu_blocks=2208 with num_gpu_blocks_override=300\n"
+        "INFO [kv_cache_utils.py:829] Overriding num_gpu_blocks=2208 with "
+        "num_gpu_blocks_override=300\n"
     )
     assert pin.num_gpu_blocks_override == 300
 
@@ -47,9 +49,10 @@ def test_speculative_config_none_means_k0() -> None:
 def test_vllm_serve_command_line_gives_tp_gmu_and_more() -> None:
     # vllm#26646's command line (the excerpt's first line)
     got = serve_command(
-        "$ vllm serve /mnt/Qwen3-Next-80B-A3B-Instruct-int4-mixed-AutoRound/ --tensor-parallel-size 2 "
+        "$ vllm serve /mnt/Qwen3-Next-80B-A3B-Instruct-int4-mixed-AutoRound/ "
+        "--tensor-parallel-size 2 "
         "--max-model-len 215040 --gpu-memory-utilization 0.95 --max-num-seqs 2 "
-        "--speculative-config '{\"method\": \"mtp\", \"num_speculative_tokens\": 2}' "
+        '--speculative-config \'{"method": "mtp", "num_speculative_tokens": 2}\' '
         "--no-enable-prefix-caching"
     )
     assert got["tp"] == 2 and got["gmu"] == 0.95 and got["max_num_seqs"] == 2
@@ -145,8 +148,13 @@ def test_ignore_list_keeps_gdn_and_shared_expert_unquantized(tmp_path: Path) -> 
     q = {
         "quant_method": "compressed-tensors",
         "format": "float-quantized",
-        "ignore": ["re:.*lm_head", "re:visual.*", "re:.*mlp.gate$", "re:.*linear_attn.*",
-                   "re:.*mlp\\.shared_expert$"],
+        "ignore": [
+            "re:.*lm_head",
+            "re:visual.*",
+            "re:.*mlp.gate$",
+            "re:.*linear_attn.*",
+            "re:.*mlp\\.shared_expert$",
+        ],
     }
     assert quant_ignore({"quantization_config": q}) == ("gdn", "shared_expert")
 
@@ -158,8 +166,12 @@ def test_dense_hf_config_has_no_output_gate(tmp_path: Path) -> None:
     p.write_text(
         json.dumps(
             {
-                "num_hidden_layers": 32, "hidden_size": 4096, "num_attention_heads": 32,
-                "num_key_value_heads": 8, "vocab_size": 128256, "intermediate_size": 14336,
+                "num_hidden_layers": 32,
+                "hidden_size": 4096,
+                "num_attention_heads": 32,
+                "num_key_value_heads": 8,
+                "vocab_size": 128256,
+                "intermediate_size": 14336,
             }
         )
     )

@@ -8,9 +8,8 @@ from capsim.config import EngineConfig, SpecDecodeConfig
 from capsim.gpus import get_gpu
 from capsim.memory.measured_terms import COLUMNS, load_memory_terms
 from capsim.memory.memory_plan import plan_memory
-from capsim.memory.term_lookup import measured_term
+from capsim.memory.term_lookup import lookup_from_table, measured_term
 from capsim.memory.terms import Source
-from capsim.memory.term_lookup import lookup_from_table
 from capsim.models import get_model
 
 GIB = 1 << 30

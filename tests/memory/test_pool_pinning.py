@@ -11,8 +11,8 @@ from capsim.commands.main import main
 from capsim.config import EngineConfig, SpecDecodeConfig
 from capsim.gpus import get_gpu
 from capsim.memory.memory_plan import plan_memory
-from capsim.models import get_model
 from capsim.memory.terms import Source
+from capsim.models import get_model
 from capsim.units import GiB
 
 

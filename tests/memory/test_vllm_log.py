@@ -121,7 +121,10 @@ def test_capture_sizes_match_the_logged_graph_counts() -> None:
     assert (log.cudagraph_piecewise, log.cudagraph_largest) == (5, 16)
     assert log.full_graphs is False  # PIECEWISE only: the FlashInfer fallback
     d = capture_descs(
-        vllm_version="0.24", max_num_seqs=2, num_spec_tok=3, max_num_batched_tokens=8192,
+        vllm_version="0.24",
+        max_num_seqs=2,
+        num_spec_tok=3,
+        max_num_batched_tokens=8192,
         full_graphs=False,
     )
     assert (len(d.piecewise_tok), d.largest_tok) == (5, 16)
@@ -130,4 +133,9 @@ def test_capture_sizes_match_the_logged_graph_counts() -> None:
     d = capture_descs(
         vllm_version="0.21", max_num_seqs=256, num_spec_tok=0, max_num_batched_tokens=2048
     )
-    assert (len(d.piecewise_tok), len(d.full_tok), d.largest_tok, d.full_tok[0]) == (51, 35, 512, 256)
+    assert (len(d.piecewise_tok), len(d.full_tok), d.largest_tok, d.full_tok[0]) == (
+        51,
+        35,
+        512,
+        256,
+    )
