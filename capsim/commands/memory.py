@@ -73,7 +73,11 @@ def run_memory_mode(
 ) -> bool:
     """Run --version-rules / --validate / --from-log if one was given; True if it ran."""
     if params.get("version_rules"):
+        from capsim.memory.release_rules import rules_markdown
+
         click.echo(rules_table())
+        click.echo("")
+        click.echo(rules_markdown())
         return True
     if params.get("validate") is not None:
         _validate(Path(params["validate"]), params.get("validate_out"), as_json)
