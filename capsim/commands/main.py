@@ -219,9 +219,12 @@ def memory(ctx: click.Context, as_json: bool, **params: Any) -> None:
         gpu_given=given("gpu"),
     ):
         return
-    plan = plan_memory(
-        get_model(params["model"]), get_gpu(params["gpu"]), engine, spec, lookup=measured_term
-    )
+    gpu = get_gpu(params["gpu"])
+    if params.get("gpu_total_gib") is not None:
+        from capsim.gpus import with_total_memory
+
+        gpu = with_total_memory(gpu, round(float(params["gpu_total_gib"]) * GiB))
+    plan = plan_memory(get_model(params["model"]), gpu, engine, spec, lookup=measured_term)
     if as_json:
         click.echo(dumps_json(memory_json(plan)))
     else:

@@ -21,7 +21,13 @@ import click
 from capsim.config import EngineConfig, SpecDecodeConfig
 from capsim.vllm_rules import rules_table
 
-MODE_KEYS: tuple[str, ...] = ("from_log", "validate", "version_rules", "validate_out")
+MODE_KEYS: tuple[str, ...] = (
+    "from_log",
+    "validate",
+    "version_rules",
+    "validate_out",
+    "gpu_total_gib",
+)
 
 
 def _opts(options: list[Callable[[Any], Any]]) -> Callable[[Any], Any]:
@@ -55,6 +61,13 @@ memory_mode_options = _opts(
         ),
         click.option(
             "--version-rules", is_flag=True, help="print the vLLM version rules table and exit"
+        ),
+        click.option(
+            "--gpu-total-gib",
+            type=click.FloatRange(min=1.0, max=4096.0),
+            default=None,
+            help="the GPU's total memory as torch reports it (vLLM's 'Free memory on device "
+            "(F/T GiB)' T); default: the registry's",
         ),
     ]
 )

@@ -116,3 +116,23 @@ def test_release_rules_switch_at_the_wheel_they_were_read_in() -> None:
     assert rule("charge_cudagraph_estimate", "0.20.0") is True
     assert rule("align_mode_checkpoint_lcm", "0.32.0") is False
     assert rule("align_mode_checkpoint_lcm", "0.33.0") is True
+
+
+def test_gpu_totals_are_what_torch_reports_and_can_be_given() -> None:
+    # REAL_VLLM_H200.md: "Free memory on device (139.29/139.8 GiB)" (nvidia-smi says 140.40);
+    # llm-d-planner H100 logs: "(77.64/79.19 GiB)"
+    import json
+
+    from click.testing import CliRunner
+
+    from capsim.commands.main import main
+    from capsim.gpus import get_gpu
+
+    gib = 1024**3
+    assert round(get_gpu("H200").total_memory_bytes / gib, 2) == 139.80
+    assert round(get_gpu("H100").total_memory_bytes / gib, 2) == 79.19
+    args = ["memory", "-m", "qwen3.5-35b-a3b", "-g", "h200", "--gmu", "0.9", "--json"]
+    a = json.loads(CliRunner().invoke(main, args).output)
+    b = json.loads(CliRunner().invoke(main, [*args, "--gpu-total-gib", "140.40"]).output)
+    assert abs(b["total_memory_bytes"] - a["total_memory_bytes"] - 0.6 * gib) < 2
+    assert b["kv_budget_bytes"] > a["kv_budget_bytes"]
