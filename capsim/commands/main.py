@@ -11,7 +11,7 @@ from typing import Any
 
 import click
 
-from capsim.commands.memory import memory_mode_options, run_memory_mode
+from capsim.commands.memory import apply_pool_flags, memory_mode_options, run_memory_mode
 from capsim.commands.options import collect, options
 from capsim.config import (
     AcceptanceConfig,
@@ -224,7 +224,8 @@ def memory(ctx: click.Context, as_json: bool, **params: Any) -> None:
         from capsim.gpus import with_total_memory
 
         gpu = with_total_memory(gpu, round(float(params["gpu_total_gib"]) * GiB))
-    plan = plan_memory(get_model(params["model"]), gpu, engine, spec, lookup=measured_term)
+    model, engine = apply_pool_flags(params, get_model(params["model"]), engine)
+    plan = plan_memory(model, gpu, engine, spec, lookup=measured_term)
     if as_json:
         click.echo(dumps_json(memory_json(plan)))
     else:
@@ -427,7 +428,16 @@ def _register_commands() -> None:
     from capsim.commands.traces import traces
 
     for cmd in (
-        traces, sweep, knee, report, whatif, calibrate, live, crosscheck_cmd, stepcheck, doctor
+        traces,
+        sweep,
+        knee,
+        report,
+        whatif,
+        calibrate,
+        live,
+        crosscheck_cmd,
+        stepcheck,
+        doctor,
     ):
         main.add_command(cmd)
 

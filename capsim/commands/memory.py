@@ -27,6 +27,8 @@ MODE_KEYS: tuple[str, ...] = (
     "version_rules",
     "validate_out",
     "gpu_total_gib",
+    "kv_cache_dtype",
+    "quantization",
 )
 
 
@@ -63,6 +65,19 @@ memory_mode_options = _opts(
             "--version-rules", is_flag=True, help="print the vLLM version rules table and exit"
         ),
         click.option(
+            "--kv-cache-dtype",
+            type=click.Choice(["auto", "bfloat16", "float16", "fp8", "fp8_e4m3", "fp8_e5m2"]),
+            default=None,
+            help="vLLM --kv-cache-dtype (attention KV; auto = the model dtype)",
+        ),
+        click.option(
+            "--quantization",
+            "-q",
+            type=click.Choice(["fp8", "modelopt", "modelopt_fp4", "nvfp4", "awq", "gptq"]),
+            default=None,
+            help="vLLM --quantization: the checkpoint's weight format",
+        ),
+        click.option(
             "--gpu-total-gib",
             type=click.FloatRange(min=1.0, max=4096.0),
             default=None,
@@ -71,6 +86,21 @@ memory_mode_options = _opts(
         ),
     ]
 )
+
+
+def apply_pool_flags(
+    params: dict[str, Any], model: Any, engine: EngineConfig
+) -> tuple[Any, EngineConfig]:
+    """--kv-cache-dtype and --quantization, in vLLM's spelling, onto the model and engine."""
+    from dataclasses import replace
+
+    from capsim.memory.log_compare import KV_DTYPES, QUANT
+
+    if params.get("kv_cache_dtype"):
+        engine = replace(engine, kv_cache_dtype=KV_DTYPES[params["kv_cache_dtype"]])
+    if params.get("quantization"):
+        model = replace(model, quantization=QUANT[params["quantization"]])
+    return model, engine
 
 
 def run_memory_mode(

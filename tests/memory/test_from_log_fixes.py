@@ -181,3 +181,17 @@ def test_dense_hf_config_has_no_output_gate(tmp_path: Path) -> None:
 @pytest.mark.parametrize("name", ["qwen35-35b-tp4-gh50722.log", "qwen3-8b-a5000-lmcache3430.log"])
 def test_real_excerpts_parse(name: str) -> None:
     assert read_vllm_log(EXCERPTS / name).lines_read > 0
+
+
+def test_memory_takes_vllms_kv_cache_dtype_and_quantization_flags() -> None:
+    import json
+
+    args = ["memory", "-m", "qwen3.5-35b-a3b", "-g", "h200", "--gmu", "0.9", "--json"]
+    base = json.loads(CliRunner().invoke(main, args).output)
+    fp8 = json.loads(
+        CliRunner().invoke(main, [*args, "--kv-cache-dtype", "fp8", "--quantization", "fp8"]).output
+    )
+    assert fp8["attn_bytes_per_tok_per_layer"] * 2 == base["attn_bytes_per_tok_per_layer"]
+    assert fp8["weights_bytes"] < 0.6 * base["weights_bytes"]
+    res = CliRunner().invoke(main, [*args, "--kv-cache-dtype", "int4"])
+    assert res.exit_code != 0 and "--kv-cache-dtype" in res.output
