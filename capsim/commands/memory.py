@@ -169,9 +169,8 @@ def _from_log(
         guess_preset,
         settings_from_log,
     )
-    from capsim.memory.log_fixes import preset_for
+    from capsim.memory.log_fixes import missing_lines, preset_for
     from capsim.memory.log_validate import gpu_from_text
-    from capsim.memory.log_fixes import missing_lines
     from capsim.memory.vllm_log import read_vllm_log
     from capsim.models import get_model
 
