@@ -98,12 +98,15 @@ def rejection_row_vocab_elems(num_reqs: int, vocab: int) -> int:
 # Bytes per (request row x vocabulary entry) at the rejection sampler's peak. FIT (decided
 # before any comparison): the H200 vLLM 0.26.0 start-up, Qwen3.5-35B-A3B, k=3, mnbt 8192,
 # max_num_seqs 1024 (../shared/REAL_VLLM_H200.md: "8.05 GiB for peak activation"), minus
-# capsim's encoder cache held beside it (encoder_profile_bytes: 64 MiB for this shape), over
-# 1024 x 248320. Reading the source gives 22 B (2x bf16 randn logits, bf16 bonus copy,
+# what is held beside it (capsim's encoder cache, 64 MiB for this shape, and the fused-MoE
+# workspace vLLM keeps after the forward, 512.3 MiB measured at 8192 tokens in
+# kernels/MEMORY_TERMS.md), over 1024 x 248320. Reading the source gives 22 B (2x bf16 randn logits, bf16 bonus copy,
 # fp32 target + clone + probs + noise); the fit's extra ~10 B are allocations the reading
 # does not see (Triton top-k/top-p scratch, allocator rounding). Every other start-up with
 # drafts predicts with it.
-REJECTION_BYTES_PER_ROW_VOCAB: float = (8.05 * 1024**3 - 64 * 1024**2) / (1024 * 248320)
+REJECTION_BYTES_PER_ROW_VOCAB: float = (
+    8.05 * 1024**3 - 64 * 1024**2 - 512.3 * 1024**2
+) / (1024 * 248320)
 REJECTION_FIT_SOURCE: str = (
     "fit: H200 vLLM 0.26.0 start-up, Qwen3.5-35B-A3B TP1, k=3, mnbt 8192, 1024 seqs "
     "(REAL_VLLM_H200.md: 8.05 GiB peak activation)"

@@ -220,23 +220,23 @@ def _graph_row(log: VllmLog, plan: MemoryPlan | None, g, src: dict[str, str]) ->
 
 
 def _plan(s: Settings, log: VllmLog) -> tuple[Settings, MemoryPlan | None, str | None]:
-    """capsim's plan of the row; a refusal caused only by an unlogged max_num_seqs (vLLM's
-    default above the pool's blocks) is re-planned with the largest value vLLM accepts,
-    since the logged start-up ran."""
+    """capsim's plan of the row; past the Mamba-blocks refusal (which vLLM raises after it has
+    sized the pool) the pool is planned as vLLM sized it."""
     try:
         return s, plan_memory(s.model, s.gpu, s.engine, s.spec, lookup=measured_term), None
     except ValueError as exc:
         failure = str(exc)
     m = re.search(r"exceeds available Mamba cache blocks \((\d+)\)", failure)
-    if not (m and log.max_num_seqs is None):
+    if not m:
         return s, None, failure
-    eng = replace(s.engine, max_num_seqs=int(m.group(1)))
-    note = (
-        "max_num_seqs not in the log and vLLM's default would be refused: planned with "
-        f"{m.group(1)}"
+    # vLLM sizes the pool (profile run at its max_num_seqs) before this check refuses: plan
+    # that pool. If the log ran, its unlogged max_num_seqs was within the pool.
+    note = f"vLLM {'refuses' if log.max_num_seqs is not None else 'would refuse'} here " + (
+        f"({m.group(0)}); pool planned as vLLM sizes it before the check"
     )
-    s = replace(s, engine=eng, notes=(*s.notes, note))
-    return s, plan_memory(s.model, s.gpu, eng, s.spec, lookup=measured_term), None
+    s = replace(s, notes=(*s.notes, note))
+    plan = plan_memory(s.model, s.gpu, s.engine, s.spec, lookup=measured_term, refuse=False)
+    return s, plan, None
 
 
 def _quant_notes(s: Settings, log: VllmLog, plan: MemoryPlan | None) -> list[str]:
@@ -352,7 +352,9 @@ def compare(settings: Settings, log: VllmLog) -> Comparison:
     if log.available_kv_gib is not None:
         pin = replace(s.engine, kv_cache_memory_bytes=round(log.available_kv_gib * GiB))
         try:
-            pinned = plan_memory(s.model, s.gpu, pin, s.spec, lookup=measured_term)
+            pinned = plan_memory(
+                s.model, s.gpu, pin, s.spec, lookup=measured_term, refuse=False
+            )
         except ValueError:
             pinned = None
     notes = list(s.notes) + _quant_notes(s, log, plan)

@@ -450,9 +450,11 @@ def plan_memory(
     *,
     log_terms: dict[str, int] | None = None,
     lookup: TermLookup | None = None,
+    refuse: bool = True,
 ) -> MemoryPlan:
     """Budget minus the non-KV terms, then the page/group layout; raises ValueError for
-    configurations vLLM refuses to start (with vLLM's reason).
+    configurations vLLM refuses to start (with vLLM's reason) unless ``refuse`` is False
+    (the pool vLLM computed before refusing, e.g. to compare with a refused start-up's log).
 
     ``log_terms`` (bytes by ``NON_KV_TERMS`` name) replace capsim's value of a term
     ("from log"); ``lookup`` finds measured terms (the caller hands in the H200 table).
@@ -470,7 +472,8 @@ def plan_memory(
         per_block = bytes_per_block_of(model, engine, spec)
         _refuse_budget(p, terms, kv_budget, per_block, budget)
     plan = _layout(p, nk, budget, int(kv_budget))
-    check_refusals(plan, model, engine)
+    if refuse:
+        check_refusals(plan, model, engine)
     return plan
 
 

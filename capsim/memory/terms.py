@@ -106,7 +106,12 @@ def activation_term(p: PlanInputs) -> tuple[Term, dict[str, int]]:
     if moe is not None:
         fwd["moe"] = moe
         measured.append("moe")
-    forward = fwd["stream"] + max(fwd["gdn"], fwd["moe"], fwd["attention"])
+    # vLLM's fused-MoE workspace is allocated on the first MoE forward and kept (TritonExperts
+    # workspace13/workspace2, kernels/MEMORY_TERMS.md), so it sits under the sampler's peak
+    # too; a dense MLP's intermediates are transient.
+    kept = fwd["moe"] if m.num_experts else 0
+    transient_ffn = 0 if m.num_experts else fwd["moe"]
+    forward = fwd["stream"] + max(fwd["gdn"], transient_ffn, fwd["attention"])
     rows = min(p.max_num_seqs, mnbt)
     sampler = sampler_peak_bytes(m, rows)
     got = p.measured("sampler_dummy_run", rows)
@@ -118,6 +123,7 @@ def activation_term(p: PlanInputs) -> tuple[Term, dict[str, int]]:
         elems = rejection_row_vocab_elems(rows, padded_vocab(m))
         rejection = round(REJECTION_BYTES_PER_ROW_VOCAB * elems)
     parts = {
+        "moe_workspace_kept": kept,
         "forward": forward,
         **{f"forward.{k}": v for k, v in fwd.items()},
         "sampler": sampler,
@@ -128,7 +134,7 @@ def activation_term(p: PlanInputs) -> tuple[Term, dict[str, int]]:
     logged = _logged(p, "activation_peak", "'X GiB for peak activation'")
     if logged:
         return logged, parts
-    peak = max(enc_fwd, enc_cache + max(forward, sampler, rejection))
+    peak = max(enc_fwd, enc_cache + kept + max(forward, sampler, rejection))
     top = max(
         (("forward", forward), ("sampler", sampler), ("rejection_sampler", rejection)),
         key=lambda kv: kv[1],
@@ -138,8 +144,8 @@ def activation_term(p: PlanInputs) -> tuple[Term, dict[str, int]]:
         return Term(peak, Source.MODELLED, why), parts
     if top == "sampler" and "sampler" in measured:
         return Term(peak, Source.MEASURED, "H200 table: sampler_dummy_run"), parts
-    if top == "forward" and "moe" in measured and fwd["moe"] >= max(fwd["gdn"], fwd["attention"]):
-        return Term(peak, Source.MEASURED, "H200 table: moe_workspace"), parts
+    if top == "forward" and "moe" in measured and kept:
+        return Term(peak, Source.MEASURED, "H200 table: moe_workspace (kept) + forward"), parts
     return Term(peak, Source.MODELLED, f"shape estimate, peak in the {top}"), parts
 
 
