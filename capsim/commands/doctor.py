@@ -53,7 +53,13 @@ def doctor(
 
     if (command is None) == (log_path is None):
         raise click.UsageError("give exactly one of --command and --from-log")
-    base = EngineConfig(vllm_version=vllm_version, gmu=rules_for(vllm_version).default_gmu)
+    from capsim.memory.release_rules import rule
+
+    base = EngineConfig(
+        vllm_version=vllm_version,
+        gmu=rules_for(vllm_version).default_gmu,
+        enable_prefix_caching=bool(rule("hybrid_prefix_caching_default", vllm_version)),
+    )
     names: list[str | None] = []
     log = None
     if command is not None:

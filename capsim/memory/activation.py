@@ -104,9 +104,9 @@ def rejection_row_vocab_elems(num_reqs: int, vocab: int) -> int:
 # fp32 target + clone + probs + noise); the fit's extra ~10 B are allocations the reading
 # does not see (Triton top-k/top-p scratch, allocator rounding). Every other start-up with
 # drafts predicts with it.
-REJECTION_BYTES_PER_ROW_VOCAB: float = (
-    8.05 * 1024**3 - 64 * 1024**2 - 512.3 * 1024**2
-) / (1024 * 248320)
+REJECTION_BYTES_PER_ROW_VOCAB: float = (8.05 * 1024**3 - 64 * 1024**2 - 512.3 * 1024**2) / (
+    1024 * 248320
+)
 REJECTION_FIT_SOURCE: str = (
     "fit: H200 vLLM 0.26.0 start-up, Qwen3.5-35B-A3B TP1, k=3, mnbt 8192, 1024 seqs "
     "(REAL_VLLM_H200.md: 8.05 GiB peak activation)"

@@ -107,6 +107,15 @@ def settings_from_log(
         notes.append("vLLM's log says it disabled prefix caching: planned with it off")
     if log.vllm_version:
         upd["vllm_version"] = log.vllm_version
+    if log.enable_prefix_caching is None and model.is_hybrid and log.vllm_version:
+        from capsim.memory.release_rules import rule
+
+        default_on = bool(rule("hybrid_prefix_caching_default", log.vllm_version))
+        upd["enable_prefix_caching"] = default_on
+        notes.append(
+            f"prefix caching not in the log: vLLM {log.vllm_version}'s default for hybrids "
+            f"({'on' if default_on else 'off'})"
+        )
         from capsim.vllm_rules import rules_for
 
         if not rules_for(log.vllm_version).v1_engine:
@@ -352,9 +361,7 @@ def compare(settings: Settings, log: VllmLog) -> Comparison:
     if log.available_kv_gib is not None:
         pin = replace(s.engine, kv_cache_memory_bytes=round(log.available_kv_gib * GiB))
         try:
-            pinned = plan_memory(
-                s.model, s.gpu, pin, s.spec, lookup=measured_term, refuse=False
-            )
+            pinned = plan_memory(s.model, s.gpu, pin, s.spec, lookup=measured_term, refuse=False)
         except ValueError:
             pinned = None
     notes = list(s.notes) + _quant_notes(s, log, plan)

@@ -136,3 +136,44 @@ def test_gpu_totals_are_what_torch_reports_and_can_be_given() -> None:
     b = json.loads(CliRunner().invoke(main, [*args, "--gpu-total-gib", "140.40"]).output)
     assert abs(b["total_memory_bytes"] - a["total_memory_bytes"] - 0.6 * gib) < 2
     assert b["kv_budget_bytes"] > a["kv_budget_bytes"]
+
+
+def test_old_size_line_formula_reproduces_vllm_40691() -> None:
+    """vLLM 0.19.0 on an H20 (vllm#40691): "GPU KV cache size: 290,864 tokens" beside
+    "Maximum concurrency for 32,768 tokens per request: 33.04x". Up to 0.20.0 the size line
+    is num_blocks // len(groups) * block_size (v1/core/kv_cache_utils.py), since 0.20.1
+    concurrency x max_model_len. 1487 blocks of 784 tokens, 4 groups, 45 blocks per request
+    give both lines."""
+    from pathlib import Path
+
+    from capsim.config import EngineConfig, SpecDecodeConfig
+    from capsim.gpus import get_gpu
+    from capsim.memory.memory_plan import plan_memory
+    from capsim.models import model_from_hf_config
+
+    root = Path(__file__).resolve().parents[2] / "experiments" / "vllm_logs" / "models"
+    model = model_from_hf_config(root / "qwen3.5-27b.json")
+    kw = {"max_model_len": 32768, "num_gpu_blocks_override": 1487, "limit_mm_per_prompt": 0}
+    old = plan_memory(
+        model,
+        get_gpu("H20"),
+        EngineConfig(vllm_version="0.19.0", **kw),
+        SpecDecodeConfig(num_spec_tok=0),
+    )
+    assert old.block_size_tok == 784
+    assert old.vllm_kv_cache_tokens() == 290_864
+    assert round(old.num_blocks / old.blocks_per_request(32768), 2) == 33.04
+    new = plan_memory(
+        model,
+        get_gpu("H20"),
+        EngineConfig(vllm_version="0.20.1", **kw),
+        SpecDecodeConfig(num_spec_tok=0),
+    )
+    assert new.vllm_kv_cache_tokens() == int(1487 / 45 * 32768)
+
+
+def test_hybrid_prefix_caching_default_by_release() -> None:
+    # engine/arg_utils.py: hybrids unsupported (0.19-0.21), opt-in (0.26-0.27), default (0.28+)
+    assert rule("hybrid_prefix_caching_default", "0.19.0") is False
+    assert rule("hybrid_prefix_caching_default", "0.27.1") is False
+    assert rule("hybrid_prefix_caching_default", "0.28.0") is True
