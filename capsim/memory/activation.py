@@ -100,9 +100,10 @@ def rejection_row_vocab_elems(num_reqs: int, vocab: int) -> int:
 # max_num_seqs 1024 (../shared/REAL_VLLM_H200.md: "8.05 GiB for peak activation"), minus
 # what is held beside it (capsim's encoder cache, 64 MiB for this shape, and the fused-MoE
 # workspace vLLM keeps after the forward, 512.3 MiB measured at 8192 tokens in
-# kernels/MEMORY_TERMS.md), over 1024 x 248320. Reading the source gives 22 B (2x bf16 randn logits, bf16 bonus copy,
-# fp32 target + clone + probs + noise); the fit's extra ~10 B are allocations the reading
-# does not see (Triton top-k/top-p scratch, allocator rounding). Every other start-up with
+# kernels/MEMORY_TERMS.md), over 1024 x 248320: 31.6 B. Reading the source gives 22 B (2x
+# bf16 randn logits, bf16 bonus copy, fp32 target + clone + probs + noise); the fit's extra
+# ~10 B are allocations the reading does not see (Triton top-k/top-p scratch, the bonus
+# sampler's fp32 copies, allocator rounding). Every other start-up with
 # drafts predicts with it.
 REJECTION_BYTES_PER_ROW_VOCAB: float = (8.05 * 1024**3 - 64 * 1024**2 - 512.3 * 1024**2) / (
     1024 * 248320
