@@ -108,7 +108,13 @@ def skipped_gmu(spec: SweepSpec, gmu: tuple[float, ...] | None) -> list[str]:
     show_default=True,
     help="results directory; rerunning into it resumes",
 )
-@click.option("--executor", type=click.Choice(EXECUTORS), default="local", show_default=True)
+@click.option(
+    "--executor",
+    type=click.Choice(EXECUTORS),
+    default="local",
+    show_default=True,
+    help="where points run: serial, a local process pool (--jobs) or dask (--scheduler)",
+)
 @click.option("--scheduler", default=None, help="dask scheduler address (with --executor dask)")
 @options("jobs")
 @click.option("--steps/--no-steps", default=True, help="keep per-step time series in steps/")
@@ -134,7 +140,7 @@ def sweep_cmd(
     **pool: Any,
 ) -> None:
     """Simulate the experiment grid (store-all vs TreeWY at matched points); resumable."""
-    from capsim.sweep.runner import run_sweep, summary_table
+    from capsim.sweep.runner import format_summary, run_sweep, summary_table
 
     try:
         full = load_spec(grid_path or PUBLISHED_GRID)
@@ -172,9 +178,7 @@ def sweep_cmd(
         )
     except ValueError as exc:
         raise _value_error(exc) from None
-    table = summary_table(report.matched)
-    with pd.option_context("display.width", 200, "display.float_format", "{:.3f}".format):
-        click.echo(table.to_string(index=False) if not table.empty else "(no matched points)")
+    click.echo(format_summary(summary_table(report.matched)))
     per_pt = report.point_wall_s
     timing = (
         f"{sum(per_pt) / len(per_pt):.3f} s per simulated point on average"
@@ -203,13 +207,15 @@ def _read_results(result_dir: Path) -> tuple[pd.DataFrame, pd.DataFrame]:
 
 
 def memory_bound_grid(matched: pd.DataFrame) -> pd.DataFrame:
-    """Every matched point's class as a grid: rows (model, gmu, workload, tree), cols load."""
+    """Every matched point's class as a grid: rows (deployment, workload, tree, caching,
+    mode), columns the loads."""
     if matched.empty:
         return pd.DataFrame()
     m = matched.copy()
     m["class"] = m["memory_bound"].map({True: "MEM", False: "ok"})
+    index = ["model", "gpu", "tp", "gmu", "workload", "tree", "prefix_caching", "mode"]
     return m.pivot_table(
-        index=["model", "gmu", "workload", "tree", "mode"],
+        index=[c for c in index if c in m.columns],
         columns="load",
         values="class",
         aggfunc="first",
@@ -220,7 +226,8 @@ def memory_bound_grid(matched: pd.DataFrame) -> pd.DataFrame:
 @click.argument("result_dir", type=click.Path(exists=True, file_okay=False, path_type=Path))
 @click.option("--csv", "csv_out", is_flag=True, help="also write knee.csv and memory_bound.csv")
 def knee_cmd(result_dir: Path, csv_out: bool) -> None:
-    """Knee per (model, gpu, gmu, workload) and the memory-bound class of every matched point."""
+    """Knee per deployment, workload and setting, and the memory-bound class of every
+    matched point."""
     from capsim.sweep.knee import format_knee, knee_table
 
     points, matched = _read_results(result_dir)
@@ -250,7 +257,8 @@ def knee_cmd(result_dir: Path, csv_out: bool) -> None:
     help="where to write PNGs and report.html (default: RESULT_DIR/report)",
 )
 def report_cmd(result_dir: Path, out_dir: Path | None) -> None:
-    """Figures 1-4, Table 1 and the knee table as PNGs plus one self-contained HTML page."""
+    """Figures 1-5, Table 1 and the knee table as PNGs plus one self-contained, responsive
+    HTML page; every point of the grid is drawn in some figure."""
     from capsim.reports.build import build_report
 
     try:
@@ -271,7 +279,13 @@ def report_cmd(result_dir: Path, out_dir: Path | None) -> None:
 @click.option(
     "--tpot-ms", type=FiniteFloat(0.0, None, min_open=True), default=None, help="TPOT target (ms)"
 )
-@click.option("--tpot-stat", type=click.Choice(["mean", "p99"]), default="mean", show_default=True)
+@click.option(
+    "--tpot-stat",
+    type=click.Choice(["mean", "p99"]),
+    default="mean",
+    show_default=True,
+    help="which TPOT --tpot-ms bounds",
+)
 @options(
     "gmu_list",
     gmu_list={"help": "gmu candidates, e.g. 0.6,0.75,0.9 (default: --vllm-version's gmu)"},
@@ -291,6 +305,7 @@ def report_cmd(result_dir: Path, out_dir: Path | None) -> None:
     type=click.Choice(["concurrency", "rate"]),
     default="concurrency",
     show_default=True,
+    help="search concurrent clients (closed loop) or an arrival rate in req/s (open loop)",
 )
 @click.option(
     "--max-load",
