@@ -90,6 +90,10 @@ class EngineConfig:
         metadata={"help": "images per prompt (0: text only, no vision tower; None: model's)"},
     )
     enforce_eager: bool = field(default=False, metadata={"help": "no CUDA graphs"})
+    disable_custom_all_reduce: bool = field(
+        default=False,
+        metadata={"help": "vLLM --disable-custom-all-reduce (no custom all-reduce buffers)"},
+    )
     cudagraph_full_graphs: bool = field(
         default=True,
         metadata={

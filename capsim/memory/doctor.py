@@ -60,6 +60,7 @@ def engine_from_command(command: str, base: EngineConfig) -> tuple[EngineConfig,
             "max_num_batched_tokens",
             "enable_prefix_caching",
             "enforce_eager",
+            "disable_custom_all_reduce",
         )
         if k in got
     }

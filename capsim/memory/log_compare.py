@@ -89,6 +89,7 @@ def settings_from_log(
         ("max_num_batched_tokens", "max_num_batched_tokens"),
         ("enable_prefix_caching", "enable_prefix_caching"),
         ("enforce_eager", "enforce_eager"),
+        ("disable_custom_all_reduce", "disable_custom_all_reduce"),
         ("limit_mm_per_prompt", "limit_mm_per_prompt"),
         ("kv_cache_memory_bytes", "kv_cache_memory_bytes"),
         ("num_gpu_blocks_override", "num_gpu_blocks_override"),

@@ -109,6 +109,8 @@ def serve_command(line: str) -> dict[str, Any]:
             out["enable_prefix_caching"] = False
         elif flag_us == "--enforce-eager":
             out["enforce_eager"] = True
+        elif flag_us == "--disable-custom-all-reduce":
+            out["disable_custom_all_reduce"] = True
         elif flag_us == "--speculative-config" and i + 1 < len(words):
             spec = inline or words[i + 1]
             if len(spec) <= MAX_LITERAL_CHARS:

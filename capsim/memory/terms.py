@@ -173,7 +173,9 @@ def non_torch_term(p: PlanInputs) -> Term:
     tp = p.engine.tp
     if p.gpu.non_torch_bytes is not None:
         base, tp_extra = p.gpu.non_torch_bytes
-        extra = tp_extra if tp > 1 else 0
+        # the TP term goes with vLLM's custom all-reduce: the H100 rows that carry it run it
+        # (disable_custom_all_reduce=False), the #50722 TP4 row without it logs 0.13 GiB
+        extra = tp_extra if tp > 1 and not p.engine.disable_custom_all_reduce else 0
         return Term(
             base + extra,
             Source.MODELLED,

@@ -65,6 +65,7 @@ class VllmLog:
     kv_cache_dtype: str | None = None
     quantization: str | None = None
     enforce_eager: bool | None = None
+    disable_custom_all_reduce: bool | None = None
     enable_prefix_caching: bool | None = None
     num_speculative_tokens: int | None = None
     speculative_method: str | None = None
@@ -130,6 +131,7 @@ _ARG_KEYS: dict[str, str] = {
     "kv_cache_dtype": "kv_cache_dtype",
     "quantization": "quantization",
     "enforce_eager": "enforce_eager",
+    "disable_custom_all_reduce": "disable_custom_all_reduce",
     "enable_prefix_caching": "enable_prefix_caching",
     "kv_cache_memory_bytes": "kv_cache_memory_bytes",
     "num_gpu_blocks_override": "num_gpu_blocks_override",
@@ -212,6 +214,9 @@ def _engine_config(log: VllmLog, line: str) -> None:
     m = re.search(r"\bkv_cache_dtype=(\w+)", line)
     if m and log.kv_cache_dtype is None:
         log.kv_cache_dtype = m.group(1)
+    m = re.search(r"\bdisable_custom_all_reduce=(True|False)", line)
+    if m and log.disable_custom_all_reduce is None:
+        log.disable_custom_all_reduce = m.group(1) == "True"
     m = re.search(r"\benforce_eager=(True|False)", line)
     if m and log.enforce_eager is None:
         log.enforce_eager = m.group(1) == "True"

@@ -195,3 +195,20 @@ def test_memory_takes_vllms_kv_cache_dtype_and_quantization_flags() -> None:
     assert fp8["weights_bytes"] < 0.6 * base["weights_bytes"]
     res = CliRunner().invoke(main, [*args, "--kv-cache-dtype", "int4"])
     assert res.exit_code != 0 and "--kv-cache-dtype" in res.output
+
+
+def test_custom_all_reduce_off_drops_the_tp_non_torch_term() -> None:
+    # llm-d H100 rows (custom all-reduce on): 0.25 GiB at TP1, 2.07 at TP2; vllm#50722's TP4
+    # start-up with 'disable_custom_all_reduce': True logs 0.13 GiB
+    from capsim.config import EngineConfig, SpecDecodeConfig
+    from capsim.gpus import get_gpu
+    from capsim.memory.memory_plan import plan_memory
+    from capsim.models import get_model
+
+    m, g, s = get_model("qwen3.5-35b-a3b"), get_gpu("H100"), SpecDecodeConfig(num_spec_tok=0)
+    on = plan_memory(m, g, EngineConfig(tp=2, gmu=0.9), s)
+    off = plan_memory(m, g, EngineConfig(tp=2, gmu=0.9, disable_custom_all_reduce=True), s)
+    assert on.non_torch_bytes - off.non_torch_bytes == round(1.82 * 1024**3)
+    assert serve_command("vllm serve m --disable-custom-all-reduce")["disable_custom_all_reduce"]
+    log = read_vllm_log(EXCERPTS / "qwen35-35b-tp4-gh50722.log")
+    assert log.disable_custom_all_reduce is True
