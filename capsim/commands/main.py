@@ -423,6 +423,7 @@ def _register_commands() -> None:
     """Attach the commands that live in their own packages (imported lazily by click)."""
     from capsim.commands.calibrate import calibrate
     from capsim.commands.doctor import doctor
+    from capsim.commands.engine import engine
     from capsim.commands.live import crosscheck_cmd, live, stepcheck
     from capsim.commands.sweep import knee, report, sweep, whatif
     from capsim.commands.traces import traces
@@ -438,6 +439,7 @@ def _register_commands() -> None:
         crosscheck_cmd,
         stepcheck,
         doctor,
+        engine,
     ):
         main.add_command(cmd)
 
