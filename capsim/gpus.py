@@ -114,7 +114,7 @@ GPUS: dict[str, GpuSpec] = {
                 "non-torch memory: HOPPER_NVSWITCH_NON_TORCH (H100 logs, vLLM 0.19; assumed "
                 "the same on the H200: same NVSwitch generation)",
                 "143771 MiB: nvidia-smi on the lent H200 (device/KINDS.md, 2026-10-27)",
-                "132 SMs: the split-KV heuristic of kernels/bench/model_ops.py, H200 runs",
+                "132 SMs: the split-KV heuristic of kernels/bench/step/model_ops.py, H200 runs",
                 "4.8 TB/s HBM3e, 989 TFLOP/s dense BF16, NVLink4 900 GB/s bidirectional: "
                 "NVIDIA H200 datasheet",
             ),

@@ -2,7 +2,7 @@
 
 Inputs, in ``results_dir``::
 
-    model_step_run*.csv          operator points from kernels/bench/model_step.py; a later
+    model_step_run*.csv          operator points from kernels/bench/step/model_step.py; a later
                                  run's rows replace earlier rows of the same (op, key)
     model_step_validation.csv    whole steps (held back by construction)
     vllm_gdn_verify.csv (opt.)   vLLM's store-all GDN op (kernel vllm_storeall), joins

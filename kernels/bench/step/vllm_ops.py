@@ -14,10 +14,11 @@ from __future__ import annotations
 
 import math
 
-import model_ops as ops
 import torch
 import torch.nn.functional as F
-import vllm_loader as vl
+
+from .. import vllm_shim as vl
+from . import model_ops as ops
 
 MOE_IMPL = (
     "vllm.fused_experts_impl[fused_moe_kernel x2, try_get_optimal_moe_config]"

@@ -1,16 +1,17 @@
-"""vLLM 0.33's own Triton kernels, loaded unchanged from files extracted out of its wheel.
+"""The one vLLM shim: vLLM 0.33's own Triton kernels, loaded unchanged from files extracted
+out of its wheel (the GDN, step-operator and memory-term benchmarks all load vLLM here).
 
 vLLM code is never committed here. Set up once (``/.vllmwheel/`` is git-ignored; the
 device run carries ``.vllmwheel/src``)::
 
-    python3 kernels/bench/vllm_loader.py --extract .vllmwheel/dl/vllm-0.33.0-*.whl
+    python3 -m capsim_kernels.bench.vllm_shim --extract .vllmwheel/dl/vllm-0.33.0-*.whl
 
 ``install()`` builds a ``vllm`` package whose sub-packages point at the extracted
 folders without running their ``__init__.py`` (those import all of vLLM), plus stub
 modules for what the loaded files import but cannot have here. Stubs carry no kernel
 code except the *stand-ins* below, each a re-statement of a compiled CUDA op of vLLM
 (vLLM's ``_C`` library needs torch 2.14; the H200 image has 2.11): a few-launch Triton
-kernel of ``vllm_standins.py`` where one exists, the torch version here as its reference
+kernel of ``step/standins.py`` where one exists, the torch version here as its reference
 (and on the CPU):
 
     STANDIN["moe_align_block_size"]  vllm._custom_ops.moe_align_block_size (CUDA)
@@ -57,9 +58,16 @@ FILES: tuple[str, ...] = (
         for name in (
             "chunk", "chunk_delta_h", "chunk_o", "chunk_scaled_dot_kkt", "cumsum", "l2norm",
             "solve_tril", "utils", "wy_fast", "index", "op", "fused_sigmoid_gating",
+            "fused_recurrent", "fused_gdn_decode_post_conv_mtp",
         )
     ),
 )  # fmt: skip
+# extracted when the wheel has them (the memory-term benchmark's kernels)
+OPTIONAL_FILES: tuple[str, ...] = (
+    FLA + "fused_gdn_prefill_post_conv.py",
+    "vllm/v1/sample/ops/topk_topp_triton.py",
+    "vllm/model_executor/layers/quantization/utils/fp8_utils.py",
+)
 CONFIG_GLOB = MOE + "configs/"
 KERNEL_FILES = {
     "fused_moe": MOE + "fused_moe.py",
@@ -69,11 +77,11 @@ KERNEL_FILES = {
     "fused_sigmoid_gating": FLA + "fused_sigmoid_gating.py",
 }
 STANDIN = {
-    "moe_align_block_size": "triton stand-in (vllm_standins.py) for "
+    "moe_align_block_size": "triton stand-in (step/standins.py) for "
     "vllm._custom_ops.moe_align_block_size",
     "moe_sum": "torch.sum stand-in for vllm._custom_ops.moe_sum",
-    "silu_and_mul": "triton stand-in (vllm_standins.py) for torch.ops._C.silu_and_mul",
-    "topk_softmax": "triton stand-in (vllm_standins.py) for vllm's fused topk_softmax "
+    "silu_and_mul": "triton stand-in (step/standins.py) for torch.ops._C.silu_and_mul",
+    "topk_softmax": "triton stand-in (step/standins.py) for vllm's fused topk_softmax "
     "(softmax, top-k, renorm)",
 }
 
@@ -83,7 +91,7 @@ def extract(wheel: Path, dest: Path = DEFAULT_SRC) -> list[str]:
     out = []
     with zipfile.ZipFile(wheel) as zf:
         names = set(zf.namelist())
-        want = [f for f in FILES if f in names] + [
+        want = [f for f in (*FILES, *OPTIONAL_FILES) if f in names] + [
             n for n in names if n.startswith(CONFIG_GLOB) and n.endswith(".json")
         ]
         missing = [f for f in FILES if f not in names]
@@ -145,6 +153,8 @@ class _Capability(tuple):
 class _Platform:
     """vLLM's CudaPlatform answers for the GPU present (RuntimeError-free on CPU)."""
 
+    device_type = "cuda"
+
     @staticmethod
     def _cuda() -> bool:
         import torch
@@ -196,6 +206,8 @@ class _Platform:
     def num_compute_units(self, device_id: int = 0) -> int:
         import torch
 
+        if not self._cuda():  # CPU dry runs under TRITON_INTERPRET=1
+            return 8
         return torch.cuda.get_device_properties(device_id).multi_processor_count
 
 
@@ -233,11 +245,9 @@ def _moe_align_block_size_standin(
 
 
 def _standins():
-    try:
-        from . import vllm_standins  # as capsim_kernels.bench
-    except ImportError:
-        import vllm_standins  # kernels/bench on sys.path (model_step.py)
-    return vllm_standins
+    from .step import standins
+
+    return standins
 
 
 def _moe_align_block_size(topk_ids, *args, **kwargs) -> None:
@@ -322,9 +332,9 @@ def install(src: Path = DEFAULT_SRC) -> None:
     src = Path(src).resolve()
     if getattr(sys.modules.get("vllm"), "_capsim_shim", None) == str(src):
         return
-    if not (src / KERNEL_FILES["fused_moe"]).is_file():
+    if not (src / "vllm").is_dir():
         raise FileNotFoundError(
-            f"{src}: no vLLM files; run kernels/bench/vllm_loader.py --extract <wheel>"
+            f"{src}: no vLLM files; run python3 -m capsim_kernels.bench.vllm_shim --extract <wheel>"
         )
     for name in [n for n in sys.modules if n == "vllm" or n.startswith("vllm.")]:
         del sys.modules[name]
@@ -339,7 +349,7 @@ def install(src: Path = DEFAULT_SRC) -> None:
         "model_executor/layers/mamba", "model_executor/layers/mamba/ops", "v1",
         "v1/attention", "v1/attention/ops", "v1/attention/backends", "third_party",
         "third_party/flash_linear_attention", "third_party/flash_linear_attention/ops",
-        "utils",
+        "utils", "v1/sample", "v1/sample/ops", "model_executor/warmup",
     ):  # fmt: skip
         _package("vllm." + pkg.replace("/", "."), src / "vllm" / pkg)
     _module(
@@ -347,6 +357,7 @@ def install(src: Path = DEFAULT_SRC) -> None:
         VLLM_BATCH_INVARIANT=False,  # vLLM's defaults (envs.py)
         VLLM_TUNED_CONFIG_FOLDER=None,
         VLLM_TRITON_FORCE_FIRST_CONFIG=False,
+        VLLM_TRITON_JIT_WARMUP_NUM_THREADS=1,
         is_set=lambda name: False,
     )
     _module("vllm.logger", init_logger=_Logger)
