@@ -83,6 +83,8 @@ STANDIN = {
     "silu_and_mul": "triton stand-in (step/standins.py) for torch.ops._C.silu_and_mul",
     "topk_softmax": "triton stand-in (step/standins.py) for vllm's fused topk_softmax "
     "(softmax, top-k, renorm)",
+    "per_token_group_fp8_quant": "torch stand-in (vllm_shim._Fp8Standins) for "
+    "torch.ops._C.per_token_group_fp8_quant (fp8 MoE activations, 1 x 128 groups)",
 }
 
 
@@ -266,6 +268,27 @@ def topk_softmax(logits, topk: int):
     return topk_softmax_standin(logits, topk)
 
 
+class _Fp8Standins:
+    """STANDIN for vLLM's compiled ``per_token_group_fp8_quant`` (fp8_utils.py prefers the
+    CUDA op on CUDA): dynamic e4m3 quantisation in groups of ``group`` columns, scales
+    amax / 448 (vLLM's eps 1e-10), row-major fp32 scales [M, K / group]."""
+
+    @staticmethod
+    def per_token_group_quant_fp8(x, group: int, eps: float = 1e-10):
+        import torch
+
+        fp8 = torch.float8_e4m3fn
+        fmax = torch.finfo(fp8).max
+        m, k = x.shape[0], x.shape[-1]
+        g = x.reshape(m, k // group, group).float()
+        scale = g.abs().amax(-1).clamp_min(eps) / fmax
+        q = (g / scale[..., None]).clamp(-fmax, fmax).to(fp8).reshape(x.shape)
+        return q, scale
+
+
+STANDINS_FP8 = _Fp8Standins()
+
+
 def _moe_sum_standin(input, output, topk_ids=None, expert_map=None) -> None:
     """STANDIN: sum over the top-k axis."""
     import torch
@@ -402,17 +425,20 @@ def install(src: Path = DEFAULT_SRC) -> None:
     _module("vllm.v1.kv_cache_interface", KVQuantMode=KVQuantMode)
     _module("vllm.v1.attention.backends.utils", PAD_SLOT_ID=-1, NULL_BLOCK_ID=0)
 
-    class FusedMoEQuantConfig:  # only the unquantized path is loaded
+    class FusedMoEQuantConfig:  # the functional fused_experts_impl path takes flags
         pass
 
     def _get_config_dtype_str(dtype, use_fp8_w8a8=False, use_fp8_w8a16=False,
                               use_int8_w8a16=False, use_int4_w4a16=False,
                               ocp_mx_scheme=None):  # fmt: skip
-        """vLLM's rule (config.py): None for bf16/fp16 unquantized, 'float32' for fp32."""
+        """vLLM's rule (config.py): 'fp8_w8a8' for fp8 w8a8, None for bf16/fp16
+        unquantized, 'float32' for fp32."""
         import torch
 
-        if use_fp8_w8a8 or use_fp8_w8a16 or use_int8_w8a16 or use_int4_w4a16:
-            raise NotImplementedError("stub: quantized MoE is not loaded")
+        if use_fp8_w8a8:
+            return "fp8_w8a8"
+        if use_fp8_w8a16 or use_int8_w8a16 or use_int4_w4a16:
+            raise NotImplementedError("stub: only unquantized and fp8 w8a8 MoE are loaded")
         return "float32" if dtype == torch.float else None
 
     _module(
@@ -424,13 +450,16 @@ def install(src: Path = DEFAULT_SRC) -> None:
 
     def moe_kernel_quantize_input(A, A_scale, quant_dtype, per_act_token_quant,
                                   block_shape=None, **_kw):  # fmt: skip
-        if quant_dtype is not None:
-            raise NotImplementedError("stub: quantized MoE is not loaded")
-        return A, A_scale  # vLLM: unquantized input passes through
+        if quant_dtype is None:
+            return A, A_scale  # vLLM: unquantized input passes through
+        if block_shape is None or per_act_token_quant or A_scale is not None:
+            raise NotImplementedError("stub: only dynamic 1 x block_k fp8 groups are loaded")
+        return STANDINS_FP8.per_token_group_quant_fp8(A, block_shape[1])
 
     _module(
         MOE.replace("/", ".") + "utils",
-        enable_swap_ab=lambda *a: False,  # fp8 only
+        # vLLM's rule (fused_moe/utils.py): Hopper, BLOCK_SIZE_M < 64, BLOCK_SIZE_N >= 64
+        enable_swap_ab=lambda bm, bn: _Platform().is_device_capability(90) and bm < 64 and bn >= 64,
         moe_kernel_quantize_input=moe_kernel_quantize_input,
         resolve_moe_use_td=lambda: False,  # VLLM_TRITON_USE_TD unset (default)
         warn_if_moe_use_td_ineffective=lambda *a, **kw: None,
@@ -447,6 +476,21 @@ def install(src: Path = DEFAULT_SRC) -> None:
 
     _module(MOE.replace("/", ".") + "modular_kernel", FusedMoEExpertsModular=FusedMoEExpertsModular)
     assert act.MoEActivation.SILU.is_gated
+
+
+def interpreter_aliases() -> None:
+    """CPU dry runs only (TRITON_INTERPRET=1): make fla's ``exp = tl.exp`` style aliases
+    (``ops/op.py``) callable in the interpreter; call after install(), before the modules
+    that import them."""
+    import triton
+    import triton.language as tl
+
+    op = importlib.import_module("vllm.third_party.flash_linear_attention.ops.op")
+    scope: dict = {"triton": triton, "tl": tl}
+    for name in ("exp", "exp2", "log", "log2"):  # jit wrappers need tl among their globals
+        exec(f"@triton.jit\ndef _{name}(x):\n    return tl.{name}(x)\n", scope)
+    for name in ("exp", "exp2", "log", "log2"):
+        setattr(op, name, scope[f"_{name}"])
 
 
 def _import(rel: str, src: Path):

@@ -75,6 +75,7 @@ from typing import Any
 import torch
 
 from ..vllm_shim import install as install_vllm_shim
+from ..vllm_shim import interpreter_aliases as _interpreter_aliases
 from .cudagraphs import term_cudagraphs
 from .probe import Probe, Writer, _step, _versions, _write_json
 from .shapes import (
@@ -88,7 +89,7 @@ from .shapes import (
     tiny_shape,
     vllm_capture_sizes,
 )
-from .terms_gdn import _interpreter_aliases, term_gdn_core_path, term_gdn_fla060, term_gdn_vllm
+from .terms_gdn import term_gdn_core_path, term_gdn_fla060, term_gdn_vllm
 from .terms_moe import (
     load_topk_topp,
     moe_weights,

@@ -11,20 +11,6 @@ from .probe import Probe, measure_call
 from .probe import randn as _randn
 from .shapes import GpuShape
 
-
-def _interpreter_aliases() -> None:
-    """CPU dry run only: make FLA's ``exp = tl.exp`` style aliases callable in TRITON_INTERPRET."""
-    import triton
-    import triton.language as tl
-
-    op = __import__("vllm.third_party.flash_linear_attention.ops.op", fromlist=["op"])
-    scope: dict[str, Any] = {"triton": triton, "tl": tl}
-    for name in ("exp", "exp2", "log", "log2"):  # jit wrappers need tl among their globals
-        exec(f"@triton.jit\ndef _{name}(x):\n    return tl.{name}(x)\n", scope)
-    _exp, _exp2, _log, _log2 = (scope[f"_{n}"] for n in ("exp", "exp2", "log", "log2"))
-    op.exp, op.exp2, op.log, op.log2 = _exp, _exp2, _log, _log2
-
-
 # ----------------------------------------------------------------------------- measuring
 
 
