@@ -69,7 +69,9 @@ MOE_FP8_IMPL = (
     "+standin(triton):topk_softmax,moe_align_block_size,silu_and_mul+torch:router,"
     "shared_expert(bf16)"
 )
-GEMM_FP8_IMPL = "standin:torch._scaled_mm(e4m3, rowwise scales)+torch rowwise act quant"
+GEMM_FP8_IMPL = (
+    "standin:torch._scaled_mm(e4m3, rowwise scales, M padded to 16)+torch rowwise act quant"
+)
 
 
 def fp8_block_quant(w: torch.Tensor, block: int = FP8_BLOCK) -> tuple[torch.Tensor, torch.Tensor]:
@@ -162,9 +164,11 @@ def moe_fp8_check(shp: StepShapes, dev: str, gen, m: int = 64) -> float:
 
 
 def make_gemm_fp8(m: int, n: int, k: int, dev: str, gen):
-    """``y = x @ w^T`` with e4m3 weights (per-row scales) and per-token e4m3 activations."""
+    """``y = x @ w^T`` with e4m3 weights (per-row scales) and per-token e4m3 activations;
+    ``torch._scaled_mm`` needs a multiple of 16 rows, so M is padded up to one (vLLM's
+    CUTLASS kernel takes any M: at M < 16 this row is an upper bound)."""
     fmax = torch.finfo(torch.float8_e4m3fn).max
-    x = ops._randn((m, k), dev, gen)
+    x = ops._randn((-(-m // 16) * 16, k), dev, gen)
     wbytes = n * k
     ncopy = ops.copies_for(wbytes)
     fns = []
