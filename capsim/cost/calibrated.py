@@ -372,7 +372,8 @@ class CalibratedStepTime:
         if lo is None or hi is None:
             raise ValueError(
                 f"GDN verify table has no window T={w} (tree={tree!r}, state={state}) and "
-                f"cannot interpolate: measured windows are {measured}"
+                f"cannot interpolate: measured windows are {measured} "
+                "(or price with --step-time roofline)"
             )
 
         def one_shape(t: int) -> tuple[str, list[dict]]:  # type: ignore[type-arg]
