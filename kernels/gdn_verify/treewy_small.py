@@ -43,7 +43,15 @@ import torch
 import triton
 import triton.language as tl
 
-from ._jit import DotPrecision, grid_chunks, pad_window, path_scale, pick_block_v, xdot
+from ._jit import (
+    DotPrecision,
+    grid_chunks,
+    pad_window,
+    path_scale,
+    pick_block_v,
+    segment_log_decay,
+    xdot,
+)
 from .policy import DEFAULT_POLICY, LaunchPolicy
 
 __all__ = ["KERNEL_MAX_W", "launch_small"]
@@ -151,7 +159,9 @@ def treewy_small_kernel(
         b_anc = (b_anc.to(tl.float32) + tl.dot(b_pw, b_anc)).to(tl.float16)
     m_anc = b_anc > 0.5  # [r, c]: k node c is an ancestor of (or is) node(r)
     b_lg = tl.sum(tl.where(m_anc, tl.where(is_k, b_g, 0.0)[None, :], 0.0), 1)  # L of node(r)
-    b_dec = tl.where(m_anc, tl.exp(tl.where(m_anc, b_lg[:, None] - b_lg[None, :], 0.0)), 0.0)
+    # exp(L_t - L_i) from the segment sums (i, t] (_jit.segment_log_decay), not L_t - L_i
+    b_seg = segment_log_decay(m_anc, tl.where(is_k, b_g, 0.0), NATIVE_DOT)
+    b_dec = tl.where(m_anc, tl.exp(tl.where(m_anc, b_seg, 0.0)), 0.0)
     b_c = b_dec * b_gram * b_rn[:, None] * b_rn[None, :]
     m_strict = m_anc & (node[:, None] != o_p[None, :])
     b_n = tl.where(is_k[:, None] & m_strict, b_beta[:, None] * b_c, 0.0)
@@ -236,7 +246,8 @@ def treewy_small_kernel(
         m_row_a = (o_p == i_a) & (i_a < W)
         b_onpath = tl.sum(tl.where(m_row_a[:, None] & m_anc, 1.0, 0.0), 0)  # [P] over k nodes
         b_la = tl.sum(tl.where(m_row_a, b_lg, 0.0), 0)
-        b_coef = tl.where(b_onpath > 0.5, tl.exp(tl.where(b_onpath > 0.5, b_la - b_lg, 0.0)), 0.0)
+        b_sega = tl.sum(tl.where(m_row_a[:, None], b_seg, 0.0), 0)  # L_a - L_c per column
+        b_coef = tl.where(b_onpath > 0.5, tl.exp(tl.where(b_onpath > 0.5, b_sega, 0.0)), 0.0)
         b_vta = b_vt * (b_coef * b_rn)[:, None]
         # keys again from L1/L2 rather than keeping the packed tile live this long
         b_kc = tl.load(p_xk, mask=(is_k & m_node)[:, None] & m_k[None, :], other=0.0)
