@@ -183,6 +183,39 @@ def path_scale(p_parent, p_g, i_a, W: tl.constexpr, BW: tl.constexpr, STRIDE_G):
 
 
 @triton.jit
+def chain_scale(p_g, i_a, W: tl.constexpr, BW: tl.constexpr, STRIDE_G):
+    """``path_scale`` for a chain (entries 0..i_a, e.g. a replay ring): no parent walk.
+
+    coef_i = exp(sum of the gates after i up to i_a) for i <= min(i_a, W - 1), 0
+    elsewhere; i_a = -1 (empty ring) gives coef = 0 and L_a = 0.
+    """
+    o_w = tl.arange(0, BW)
+    m_path = (o_w <= i_a) & (o_w < W)
+    b_g = tl.load(p_g + o_w * STRIDE_G, mask=m_path, other=0.0).to(tl.float32)
+    b_la = tl.sum(b_g, 0)
+    b_seg = tl.sum(tl.where(o_w[None, :] > o_w[:, None], b_g[None, :], 0.0), 1)
+    b_coef = tl.where(m_path, tl.exp(b_seg), 0.0)
+    return b_coef, b_la
+
+
+@triton.jit
+def path_mask(p_parent, i_a, W: tl.constexpr, BW: tl.constexpr):
+    """Bool [BW]: node i is on the root-to-``i_a`` path (none if i_a is outside [0, W)).
+    At most W - 1 parent loads, each to a smaller index (a malformed array cannot loop)."""
+    o_w = tl.arange(0, BW)
+    ok = (i_a >= 0) & (i_a < W)
+    i_cur = tl.where(ok, i_a, -1)
+    n_path = tl.where(o_w == i_cur, 1, 0)
+    n_step = 0
+    while (i_cur > 0) & (n_step < W):
+        i_nxt = tl.load(p_parent + i_cur)
+        i_cur = tl.where((i_nxt >= 0) & (i_nxt < i_cur), i_nxt, -1)
+        n_path += tl.where(o_w == i_cur, 1, 0)
+        n_step += 1
+    return n_path > 0
+
+
+@triton.jit
 def segment_log_decay(m_anc, b_g, NATIVE: tl.constexpr):
     """D[t, i] = L_t - L_i, summed over the path (i, t] only, for ancestor-or-self pairs.
 

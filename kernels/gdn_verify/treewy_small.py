@@ -45,6 +45,7 @@ import triton.language as tl
 
 from ._jit import (
     DotPrecision,
+    chain_scale,
     grid_chunks,
     pad_window,
     path_scale,
@@ -88,6 +89,7 @@ def treewy_small_kernel(
     paccepted,
     k_out,
     g_out,
+    pflush,
     scale,
     H: tl.constexpr,
     HV: tl.constexpr,
@@ -104,6 +106,7 @@ def treewy_small_kernel(
     STORE_VT: tl.constexpr,
     COMMIT: tl.constexpr,
     PENDING: tl.constexpr,
+    REPLAY: tl.constexpr,
     STATE_PREC: tl.constexpr,
     SMALL_PREC: tl.constexpr,
     SOLVE_PREC: tl.constexpr,
@@ -188,7 +191,10 @@ def treewy_small_kernel(
         # the previous window's accepted path, applied before this window reads the state
         o_pw = tl.arange(0, BWP)
         i_pa = tl.load(paccepted + i_b)  # -1: nothing pending
-        b_pcoef, b_pla = path_scale(pparent, pg + i_b * WP * HV + i_h, i_pa, WP, BWP, HV)
+        if REPLAY:  # the ring is a chain: entries 0..i_pa
+            b_pcoef, b_pla = chain_scale(pg + i_b * WP * HV + i_h, i_pa, WP, BWP, HV)
+        else:
+            b_pcoef, b_pla = path_scale(pparent, pg + i_b * WP * HV + i_h, i_pa, WP, BWP, HV)
         m_ppath = b_pcoef != 0.0
         o_prow = ((i_b * WP + o_pw).to(tl.int64) * H + i_hk) * K
         b_pk = tl.load(
@@ -205,17 +211,22 @@ def treewy_small_kernel(
             tl.trans(b_pvt), b_pk, tl.exp(b_pla) * b_s.to(tl.float32), STATE_PREC, False,
             NATIVE_DOT,
         )  # fmt: skip
-        b_s = b_s.to(p_s.dtype.element_ty)
-        tl.store(p_s, b_s, mask=m_vk)
+        if REPLAY:  # checkpoint + ring stay in registers (fp32); stored only when flushed
+            m_flush = tl.load(pflush + i_b + 0 * o_v) != 0  # [BV], one value per request
+            tl.store(p_s, b_s.to(p_s.dtype.element_ty), mask=m_vk & m_flush[:, None])
+        else:
+            b_s = b_s.to(p_s.dtype.element_ty)
+            tl.store(p_s, b_s, mask=m_vk)
         # hand this window's keys (one writer per key head) and gates to the next step
-        if i_v == 0:
-            tl.store(g_out + o_gr, b_g, mask=is_k & m_node)
-            if i_h % (HV // H) == 0:
-                tl.store(
-                    k_out + o_xrow[:, None] + o_k[None, :],
-                    b_xk,
-                    mask=(is_k & m_node)[:, None] & m_k[None, :],
-                )
+        if not REPLAY:  # noqa: SIM102 (constexpr branch: Triton cannot mix it with `and`)
+            if i_v == 0:
+                tl.store(g_out + o_gr, b_g, mask=is_k & m_node)
+                if i_h % (HV // H) == 0:
+                    tl.store(
+                        k_out + o_xrow[:, None] + o_k[None, :],
+                        b_xk,
+                        mask=(is_k & m_node)[:, None] & m_k[None, :],
+                    )
 
     # 4. the state-sized products
     if NATIVE_DOT and b_s.dtype == b_x.dtype:  # bf16 state, bf16 q/k: exact products
@@ -276,6 +287,7 @@ def launch_small(
     pending: tuple | None = None,
     k_out: torch.Tensor | None = None,
     g_out: torch.Tensor | None = None,
+    replay_flush: torch.Tensor | None = None,
     config: dict | None = None,
     prec: DotPrecision,
     policy: LaunchPolicy | None = None,
@@ -321,6 +333,7 @@ def launch_small(
             paccepted,
             k_out if k_out is not None else k,
             g_out if g_out is not None else log_gate,
+            replay_flush if replay_flush is not None else state_slot,
             scale,
             H=hk,
             HV=hv,
@@ -337,6 +350,7 @@ def launch_small(
             STORE_VT=vt is not None,
             COMMIT=accepted is not None,
             PENDING=has_pending,
+            REPLAY=replay_flush is not None,
             STATE_PREC=prec.state,
             SMALL_PREC=prec.small,
             SOLVE_PREC=SOLVE_PRECISION,

@@ -24,7 +24,7 @@ import torch
 import triton
 import triton.language as tl
 
-from ._jit import dot_precision, pad_window, path_scale, pick_block_v, xdot
+from ._jit import chain_scale, dot_precision, pad_window, path_scale, pick_block_v, xdot
 from .policy import DEFAULT_POLICY, LaunchPolicy
 from .treewy_inputs import check_inputs, check_parent, launch_split
 from .treewy_prep import launch_prep
@@ -64,6 +64,7 @@ def treewy_stream_kernel(
     paccepted,
     k_out,
     g_out,
+    pflush,
     H: tl.constexpr,
     HV: tl.constexpr,
     W: tl.constexpr,
@@ -78,6 +79,7 @@ def treewy_stream_kernel(
     STORE_VT: tl.constexpr,
     COMMIT: tl.constexpr,
     PENDING: tl.constexpr,
+    REPLAY: tl.constexpr,
     STATE_PREC: tl.constexpr,
     SMALL_PREC: tl.constexpr,
     NATIVE: tl.constexpr,
@@ -111,7 +113,12 @@ def treewy_stream_kernel(
             other=0.0,
         )
         i_pa = tl.load(paccepted + i_b)  # -1: nothing pending
-        b_pcoef, b_pla = path_scale(pparent, pg + i_b * WP * HV + i_h, i_pa, WP, BWP, HV)
+        if REPLAY:  # the ring is a chain: entries 0..i_pa, no parent walk
+            b_pcoef, b_pla = chain_scale(pg + i_b * WP * HV + i_h, i_pa, WP, BWP, HV)
+            # != 0: write the state back (ring flushed); [BV], one value per request
+            m_flush = tl.load(pflush + i_b + 0 * o_v) != 0
+        else:
+            b_pcoef, b_pla = path_scale(pparent, pg + i_b * WP * HV + i_h, i_pa, WP, BWP, HV)
         m_ppath = b_pcoef != 0.0
         b_pk2 = tl.zeros([BWP], dtype=tl.float32)
         for i_kc in tl.static_range(0, BK, BKC):
@@ -121,12 +128,13 @@ def treewy_stream_kernel(
             ).to(tl.float32)
             b_pk2 += tl.sum(b_pk * b_pk, 1)
         b_pvt = b_pvt * (b_pcoef * tl.rsqrt(b_pk2 + 1e-6))[:, None]
-        # hand this window's keys and gates to the next step (one writer per element):
-        # the first dv tile of the first value head of a group writes k, tile 0 the gates
-        i_writer = i_v + i_h % (HV // H)
-        o_wh = (i_b * W + o_w).to(tl.int64) * HV + i_h
-        b_g = tl.load(g + o_wh, mask=m_w, other=0.0)
-        tl.store(g_out + o_wh, b_g, mask=(o_w + i_v * BW) < W)
+        if not REPLAY:
+            # hand this window's keys and gates to the next step (one writer per element):
+            # the first dv tile of the first value head of a group writes k, tile 0 gates
+            i_writer = i_v + i_h % (HV // H)
+            o_wh = (i_b * W + o_w).to(tl.int64) * HV + i_h
+            b_g = tl.load(g + o_wh, mask=m_w, other=0.0)
+            tl.store(g_out + o_wh, b_g, mask=(o_w + i_v * BW) < W)
 
     b_sk = tl.zeros([BW, BV], dtype=tl.float32)
     b_sq = tl.zeros([BW, BV], dtype=tl.float32)
@@ -142,11 +150,16 @@ def treewy_stream_kernel(
                 pk + o_prow + o_k[None, :], mask=m_ppath[:, None] & m_k[None, :], other=0.0
             )
             b_s = xdot(tl.trans(b_pvt), b_pk, tl.exp(b_pla) * b_s, STATE_PREC, False, NATIVE)
-            b_s_st = b_s.to(p_s.dtype.element_ty)
-            tl.store(p_s + o_k[None, :], b_s_st, mask=m_vk)
-            b_s = b_s_st.to(tl.float32)
-            m_kout = ((o_w + i_writer * BW) < W)[:, None] & m_k[None, :]
-            tl.store(k_out + o_row + o_k[None, :], b_kraw, mask=m_kout)
+            if REPLAY:  # checkpoint + ring in registers; stored only when flushed
+                tl.store(
+                    p_s + o_k[None, :], b_s.to(p_s.dtype.element_ty), mask=m_vk & m_flush[:, None]
+                )
+            else:
+                b_s_st = b_s.to(p_s.dtype.element_ty)
+                tl.store(p_s + o_k[None, :], b_s_st, mask=m_vk)
+                b_s = b_s_st.to(tl.float32)
+                m_kout = ((o_w + i_writer * BW) < W)[:, None] & m_k[None, :]
+                tl.store(k_out + o_row + o_k[None, :], b_kraw, mask=m_kout)
         b_q = tl.load(q + o_row + o_k[None, :], mask=m_w[:, None] & m_k[None, :], other=0.0)
         if COMMIT:
             b_kf = b_kraw.to(tl.float32)
@@ -200,13 +213,15 @@ def launch_window(
     pending=None,
     k_out=None,
     g_out=None,
+    replay_flush=None,
     vt=None,
     out=None,
     state_math=None,
     policy: LaunchPolicy | None = None,
 ):
     """Launch the per-head window kernel, then the streaming kernel; returns (o, vt or
-    None). Shared by all variants."""
+    None). Shared by all variants. ``replay_flush`` [B] int32 (with ``pending`` = the
+    ring as a chain): the replay mode (replay.py), the state written only where != 0."""
     policy = DEFAULT_POLICY if policy is None else policy
     bsz, w, hk, hv, dv = check_inputs(q, k, v, log_gate, beta, state_pool, parent)
     if pending is not None:
@@ -226,8 +241,8 @@ def launch_window(
         launch_small(
             q, k, v, log_gate, beta, state_pool, state_slot, parent,
             num_heads=(hk, hv), scale=scale, o=o, vt=vt if store_vt else None,
-            accepted=accepted, pending=pending, k_out=k_out, g_out=g_out, prec=prec,
-            policy=policy,
+            accepted=accepted, pending=pending, k_out=k_out, g_out=g_out,
+            replay_flush=replay_flush, prec=prec, policy=policy,
         )  # fmt: skip
         return o, vt
     if pending is not None:
@@ -266,6 +281,7 @@ def launch_window(
         paccepted,
         k_out if k_out is not None else k,
         g_out if g_out is not None else log_gate,
+        replay_flush if replay_flush is not None else state_slot,
         H=hk,
         HV=hv,
         W=w,
@@ -280,6 +296,7 @@ def launch_window(
         STORE_VT=store_vt,
         COMMIT=accepted is not None,
         PENDING=pending is not None,
+        REPLAY=replay_flush is not None,
         STATE_PREC=prec.state,
         SMALL_PREC=prec.small,
         NATIVE=prec.native,
