@@ -73,7 +73,9 @@ class LaunchPolicy:
     single-launch kernel, always for the fused variant and for verify / deferred while
     B * Hv < small_max_heads (round 4, T = 4: 1.54x faster at B * Hv = 32, 0.95x at 1024;
     at W = 15 it lost at every B, 0.35-0.69x). prep_blocked: the blocked (I + N)^-1 for
-    32 < BW <= 64 (round 2).
+    32 < BW <= 64 (round 2). persistent_ctas_per_sm > 0: the verify stream (no pending
+    path, no commit) runs treewy_persistent.py's kernel on that many programs per SM
+    (round 6 candidate, not yet measured; 0 keeps the round-5 kernel).
     """
 
     stream: Mapping = field(default_factory=lambda: _frozen(_STREAM))
@@ -87,6 +89,7 @@ class LaunchPolicy:
     single_launch: bool = True
     small_max_w: int = 8
     small_max_heads: int = 512
+    persistent_ctas_per_sm: int = 0
 
     def with_entry(self, table: str, key, value) -> LaunchPolicy:
         """A copy with ``table[key] = value`` (table: stream, commit, small,
@@ -135,6 +138,7 @@ class LaunchPolicy:
             "prep_warps_few_heads_by_bw": table(self.prep_warps_few_heads_by_bw),
             "prep_blocked": self.prep_blocked, "single_launch": self.single_launch,
             "small_max_w": self.small_max_w, "small_max_heads": self.small_max_heads,
+            "persistent_ctas_per_sm": self.persistent_ctas_per_sm,
         }  # fmt: skip
 
 

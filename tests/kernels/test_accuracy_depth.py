@@ -18,6 +18,7 @@ import os
 import pytest
 import torch
 from capsim_kernels import (
+    LaunchPolicy,
     PendingCommit,
     recurrence_reference,
     treewy_commit,
@@ -37,7 +38,7 @@ FP32_CONTRACT = 1e-6
 
 def per_request_error(
     tree: TreeSpec, variant: str, gate_range: tuple[float, float], *, num_v_heads: int = 2,
-    dim: int = 32, seed: int = 5,
+    dim: int = 32, seed: int = 5, policy: LaunchPolicy | None = None,
 ) -> torch.Tensor:  # fmt: skip
     """[W] largest per-head relative error of request b, which accepts node b."""
     w = tree.num_nodes
@@ -53,7 +54,7 @@ def per_request_error(
     args = (win.q, win.k, win.v, win.log_gate, win.beta, win.pool, win.slot, win.parent)
     with emulate_tf32():
         if variant == "verify+commit":
-            _, vt = treewy_verify(*args)
+            _, vt = treewy_verify(*args, policy=policy)
             treewy_commit(win.pool, win.slot, win.k, vt, win.log_gate, win.parent, accepted)
         elif variant == "fused":
             treewy_fused_verify_commit(*args, accepted)
@@ -97,3 +98,14 @@ def test_contract_at_every_depth(tree, variant, gates):
         f"{depths(tree.parent)[worst]}) error {float(err.max()):.2e} > {FP32_CONTRACT}; "
         f"per node {[f'{e:.1e}' for e in err.tolist()]}"
     )
+
+
+# the opt-in persistent verify stream (treewy_persistent.py), 2 programs per "SM" (4 off
+# the GPU): several tiles per program, each prefetched behind the previous one's math
+PERSISTENT = LaunchPolicy(single_launch=False, persistent_ctas_per_sm=2)
+
+
+@pytest.mark.parametrize("tree", [TreeSpec.chain(4), TreeSpec.chain(15)], ids=lambda t: t.label)
+def test_persistent_stream_contract_at_every_depth(tree):
+    err = per_request_error(tree, "verify+commit", FAST, policy=PERSISTENT)
+    assert float(err.max()) <= FP32_CONTRACT, f"persistent W={tree.num_nodes}: {err.tolist()}"

@@ -108,7 +108,7 @@ def test_memory_bytes_match_the_allocation():
 
 
 def test_step_bytes_flush_rate_and_35b_numbers():
-    kw = dict(num_v_heads=32, num_k_heads=16, dk=128, dv=128, state_bytes=4)
+    kw = {"num_v_heads": 32, "num_k_heads": 16, "dk": 128, "dv": 128, "state_bytes": 4}
     mem = replay_memory_bytes(capacity=16, **kw)
     assert mem["ring_bytes"] == 329_732 and mem["checkpoint_bytes"] == 2_097_152
     step = replay_step_bytes(window_tok=4, capacity=16, max_path=4, accepted_path_tok=3, **kw)
