@@ -10,7 +10,14 @@ from .reference import (
     replay_state_reference,
     treewy_reference,
 )
-from .replay import ReplayRing, replay_append, replay_memory_bytes, replay_step_bytes, replay_verify
+from .replay import (
+    ReplayRing,
+    replay_append,
+    replay_memory_bytes,
+    replay_step,
+    replay_step_bytes,
+    replay_verify,
+)
 from .store_all import storeall_verify
 from .tree import TreeSpec, chain_parent, parent_from_widths, validate_parent
 from .treewy import treewy_commit, treewy_verify
@@ -33,6 +40,7 @@ __all__ = [
     "replay_append",
     "replay_memory_bytes",
     "replay_state_reference",
+    "replay_step",
     "replay_step_bytes",
     "replay_verify",
     "storeall_verify",

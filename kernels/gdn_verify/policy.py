@@ -125,6 +125,16 @@ class LaunchPolicy:
             return False
         return fused or num_heads_total < self.small_max_heads
 
+    def reconstruct_kernels(self, num_nodes: int, num_heads_total: int) -> str:
+        """Which TreeWY kernels a reconstruct step takes when the accepted node is known at
+        launch (a chain once the accepted length is fixed, a replayed window): "fused"
+        (one launch, S read once: round 5 B = 1 T = 4 fp32 11.3 us vs verify+commit 16.1,
+        tuned store-all 13.4) while the window takes the single-launch kernel and
+        B * Hv < small_max_heads; "verify+commit" otherwise (at B = 256 the fused
+        kernel was no faster: 574.6 vs 568.6 us)."""
+        small = self.use_single_launch(num_nodes, num_heads_total, fused=True)
+        return "fused" if small and num_heads_total < self.small_max_heads else "verify+commit"
+
     def as_dict(self) -> dict:
         """JSON-friendly form (for meta.json)."""
 

@@ -44,6 +44,7 @@ __all__ = [
     "replay_append",
     "replay_append_kernel",
     "replay_memory_bytes",
+    "replay_step",
     "replay_step_bytes",
     "replay_verify",
 ]
@@ -258,6 +259,36 @@ def replay_append(
         BK=triton.next_power_of_2(dk), BV=triton.next_power_of_2(dv), num_warps=4,
     )  # fmt: skip
     ring.length.copy_(length_out)
+
+
+def replay_step(
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    log_gate: torch.Tensor,
+    beta: torch.Tensor,
+    state_pool: torch.Tensor,
+    state_slot: torch.Tensor,
+    parent: torch.Tensor,
+    ring: ReplayRing,
+    accepted: torch.Tensor,
+    scale: float | None = None,
+    *,
+    out: torch.Tensor | None = None,
+    vt: torch.Tensor | None = None,
+    state_math: str | None = None,
+    policy: LaunchPolicy | None = None,
+) -> torch.Tensor:
+    """One whole replay step with ``accepted`` known (benchmarks, replayed windows):
+    ``replay_verify`` then ``replay_append``; returns the outputs. Timed over many
+    CUDA-graph replays with a fixed ``accepted`` it averages the flush steps in at their
+    real rate (one per ``replay_step_bytes(...)["steps_per_flush"]`` steps)."""
+    o, vt = replay_verify(
+        q, k, v, log_gate, beta, state_pool, state_slot, parent, ring, scale,
+        out=out, vt=vt, state_math=state_math, policy=policy,
+    )  # fmt: skip
+    replay_append(ring, k, vt, log_gate, parent, accepted)
+    return o
 
 
 def replay_memory_bytes(

@@ -101,3 +101,11 @@ def test_tp_head_counts(variant, hk, hv):
 @pytest.mark.parametrize("variant", VARIANTS)
 def test_shipped_trees_every_variant(variant, tree):
     check(variant, tree, hk=2, hv=4)
+
+
+def test_b1_picks_the_fused_kernel():
+    from capsim_kernels.gdn_verify import DEFAULT_POLICY as pol
+
+    assert pol.reconstruct_kernels(4, 1 * 32) == "fused"  # 35B TP1, B = 1, T = 4
+    assert pol.reconstruct_kernels(4, 256 * 32) == "verify+commit"
+    assert pol.reconstruct_kernels(15, 1 * 32) == "verify+commit"  # two-launch window
