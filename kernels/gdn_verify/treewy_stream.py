@@ -108,11 +108,6 @@ def treewy_stream_kernel(
         o_p = tl.arange(0, BWP)
         m_p = o_p < WP
         o_prow = ((i_b * WP + o_p[:, None]).to(tl.int64) * H + i_hk) * K
-        b_pvt = tl.load(
-            pvt + ((i_b * WP + o_p[:, None]).to(tl.int64) * HV + i_h) * V + o_v[None, :],
-            mask=m_p[:, None] & m_v[None, :],
-            other=0.0,
-        )
         i_pa = tl.load(paccepted + i_b)  # -1: nothing pending
         if REPLAY:  # the ring is a chain: entries 0..i_pa, no parent walk
             b_pcoef, b_pla = chain_scale(pg + i_b * WP * HV + i_h, i_pa, WP, BWP, HV)
@@ -120,7 +115,13 @@ def treewy_stream_kernel(
             m_flush = tl.load(pflush + i_b + 0 * o_v) != 0
         else:
             b_pcoef, b_pla = path_scale(pparent, pg + i_b * WP * HV + i_h, i_pa, WP, BWP, HV)
-        m_ppath = b_pcoef != 0.0
+        m_ppath = (b_pcoef != 0.0) & m_p
+        # only the path's rows are read (a replay ring: its filled entries, not all R)
+        b_pvt = tl.load(
+            pvt + ((i_b * WP + o_p[:, None]).to(tl.int64) * HV + i_h) * V + o_v[None, :],
+            mask=m_ppath[:, None] & m_v[None, :],
+            other=0.0,
+        )
         b_pk2 = tl.zeros([BWP], dtype=tl.float32)
         for i_kc in tl.static_range(0, BK, BKC):
             o_k = i_kc + tl.arange(0, BKC)
