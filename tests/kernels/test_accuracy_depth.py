@@ -8,7 +8,7 @@ fast (log gamma passes -15 at depth 40); [0.9, 1) is long memory.
 Before the segment-sum decay (_jit.segment_log_decay, path_scale; this round) the
 kernels formed exp(L_t - L_i) from a difference of two fp32 path sums, losing
 eps * |L_t| in the exponent: measured here (interpreter, gates 0.3-1) max 1.0e-6 at
-W = 15 and 3.0e-6 at W = 40 (depth 39); after it 1.6e-7 and 2.2e-7, flat in depth.
+W = 15 and 3.0e-6 at W = 40 (depth 38); after it 1.6e-7 and 2.2e-7, flat in depth.
 """
 
 from __future__ import annotations
