@@ -317,6 +317,80 @@ def build_vllm_decode(case: Case, ctx: dict) -> Prepared:
     return Prepared(call, check, "fp32", "vLLM 0.33.0 as shipped (packed decode)")
 
 
+def replay_capacity(max_path: int) -> int:
+    """Ring entries R (kcode's choice, kernels/gdn_verify/NOTES.md): 16 for paths <= 4,
+    32 up to 16, 64 beyond (R >= the longest path)."""
+    return 16 if max_path <= 4 else 32 if max_path <= 16 else 64
+
+
+def _max_path(parent) -> int:
+    from ...gdn_verify.tree import depths
+
+    return max(depths(list(parent))) + 1
+
+
+def _replay_committed(case: Case, pool, ring) -> torch.Tensor:
+    """float64 committed state of every request after one replay step from an empty ring:
+    its checkpoint with its ring entries applied as a chain (requests grouped by length)."""
+    from ...gdn_verify.reference import commit_reference
+
+    ck_state = pool[case.slot.long()]
+    lens = ring.length.long()
+    out = torch.empty(ck_state.shape, dtype=torch.float64, device=ck_state.device)
+    for n in sorted(set(lens.tolist())):
+        idx = (lens == n).nonzero().flatten()
+        if n == 0:
+            out[idx] = ck_state[idx].double()
+            continue
+        out[idx] = commit_reference(
+            ck_state[idx], ring.k[idx, :n], ring.vt[idx, :n], ring.log_gate[idx, :n],
+            tuple(range(-1, n - 1)), [n - 1] * len(idx),
+        )  # fmt: skip
+    return out
+
+
+def build_replay(case: Case, ctx: dict) -> Prepared:
+    """Replay (ReplaySSM's checkpoint + ring of accepted inputs): one whole step (verify
+    from checkpoint + ring, append the accepted path, checkpoint written on flush)."""
+    from ... import gdn_verify as ck
+
+    tr: Truth = ctx["truth"]
+    cap = replay_capacity(_max_path(case.tree.parent))
+    pool = case.pool.clone()
+    ring = ck.ReplayRing.empty(case.k, case.v, case.parent, capacity=cap)
+    o = ck.replay_step(*_args(case), pool, case.slot, case.parent, ring, case.accepted)
+    check = {"o_err": out_error(tr.o, o)}
+    if not ctx.get("warm"):
+        check |= head_errors(tr.accepted_state, _replay_committed(case, pool, ring))
+    else:
+        check |= {"err_max_req_head": 0.0, "state_err": 0.0}
+    del pool, ring
+    tpool = case.pool.clone()
+    tring = ck.ReplayRing.empty(case.k, case.v, case.parent, capacity=cap)
+
+    def fn():
+        ck.replay_step(*_args(case), tpool, case.slot, case.parent, tring, case.accepted)
+
+    return Prepared(fn, check, _treewy_math(case), f"R={cap}")
+
+
+def _replay_bytes(shape: ModelShape, state_dtype: str, w: int, b: int, tree=None) -> int:
+    """kcode's replay_step_bytes at the mean accepted path of a uniform accepted node."""
+    from ...gdn_verify import replay_step_bytes
+    from ...gdn_verify.tree import TreeSpec, depths
+
+    parent = (tree or TreeSpec.chain(w)).parent
+    dep = depths(list(parent))
+    max_path = max(dep) + 1
+    per = replay_step_bytes(
+        num_v_heads=shape.num_v_heads, num_k_heads=shape.num_k_heads, dk=shape.dk,
+        dv=shape.dv, window_tok=w, capacity=replay_capacity(max_path), max_path=max_path,
+        accepted_path_tok=sum(d + 1 for d in dep) / len(dep),
+        state_bytes=4 if state_dtype == "float32" else 2,
+    )  # fmt: skip
+    return int(per["total_bytes"] * b)
+
+
 @dataclass(frozen=True)
 class Kernel:
     """One registry entry: ``windows`` is "any", "chain" (chains only) or "t1" (T = 1)."""
@@ -325,7 +399,7 @@ class Kernel:
     label: str
     build: Callable[[Case, dict], Prepared]
     windows: str = "any"
-    bytes_fn: Callable[[ModelShape, str, int, int], int] | None = None
+    bytes_fn: Callable[..., int] | None = None
     state_check: bool = True  # False: the kernel commits no state (verify alone)
     extra: dict = field(default_factory=dict)
 
@@ -337,18 +411,18 @@ class Kernel:
             return case.tree.is_chain
         return True
 
-    def bytes_moved(self, shape: ModelShape, state_dtype: str, w: int, b: int) -> int:
+    def bytes_moved(self, shape: ModelShape, state_dtype: str, w: int, b: int, tree=None) -> int:
         if self.bytes_fn is not None:
-            return self.bytes_fn(shape, state_dtype, w, b)
+            return self.bytes_fn(shape, state_dtype, w, b, tree)
         return bytes_moved(self.name, shape, state_dtype, w, b)
 
 
-def _decode_bytes(shape: ModelShape, state_dtype: str, w: int, b: int) -> int:
+def _decode_bytes(shape: ModelShape, state_dtype: str, w: int, b: int, tree=None) -> int:
     """Read S0 once, write one state, q/k/v/a/b in, o out: the fused-chain count at W = 1."""
     return bytes_moved("fused_chain", shape, state_dtype, w, b)
 
 
-def _vllm_storeall_bytes(shape: ModelShape, state_dtype: str, w: int, b: int) -> int:
+def _vllm_storeall_bytes(shape: ModelShape, state_dtype: str, w: int, b: int, tree=None) -> int:
     return bytes_moved("storeall", shape, state_dtype, w, b)
 
 
@@ -358,6 +432,7 @@ KERNELS: tuple[Kernel, ...] = (
     Kernel("treewy_verify_commit", "TreeWY verify+commit", build_verify_commit),
     Kernel("fused_chain", "TreeWY fused", build_fused),
     Kernel("deferred", "TreeWY deferred", build_deferred),
+    Kernel("replay", "replay (checkpoint + ring)", build_replay, bytes_fn=_replay_bytes),
     Kernel("storeall", "capsim store-all (tuned)", build_storeall),
     Kernel("vllm_storeall", "vLLM store-all (Triton)", build_vllm_storeall, "chain",
            _vllm_storeall_bytes),

@@ -223,7 +223,7 @@ def _row(cell: Cell, kern, prep, copy_gbps: float) -> dict:
         "kernel": kern.name, "label": kern.label, "model_shape": sh.name, "state_dtype": sd,
         "math": prep.math, "T": cell.tree.num_nodes, "tree": cell.tree.label, "B": cell.batch,
         "Hv": sh.num_v_heads, "Hk": sh.num_k_heads, "dk": sh.dk, "dv": sh.dv,
-        "bytes_moved": kern.bytes_moved(sh, sd, cell.tree.num_nodes, cell.batch),
+        "bytes_moved": kern.bytes_moved(sh, sd, cell.tree.num_nodes, cell.batch, cell.tree),
         "copy_gbps": round(copy_gbps, 1),
         "err_max_req_head": f"{c['err_max_req_head']:.3g}",
         "state_err": f"{c['state_err']:.3g}",
