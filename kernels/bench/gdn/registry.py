@@ -128,21 +128,28 @@ def _committed(case: Case, pool: torch.Tensor) -> torch.Tensor:
     return pool[case.slot.long()]
 
 
-def build_verify(case: Case, ctx: dict) -> Prepared:
+def _persistent():
+    """kcode's opt-in persistent verify stream: 2 CTAs per SM (gdn_verify/NOTES.md)."""
+    from ...gdn_verify import LaunchPolicy
+
+    return LaunchPolicy(persistent_ctas_per_sm=2)
+
+
+def build_verify(case: Case, ctx: dict, policy=None) -> Prepared:
     from ... import gdn_verify as ck
 
     tr: Truth = ctx["truth"]
     pool = case.pool.clone()
-    o, vt = ck.treewy_verify(*_args(case), pool, case.slot, case.parent)
+    o, vt = ck.treewy_verify(*_args(case), pool, case.slot, case.parent, policy=policy)
     check = {"err_max_req_head": float("nan"), "state_err": float("nan"),
              "o_err": out_error(tr.o, o)}  # fmt: skip
     if tr.vt is not None:
         check["vt_err"] = out_error(tr.vt, vt)
 
     def fn():
-        ck.treewy_verify(*_args(case), pool, case.slot, case.parent)
+        ck.treewy_verify(*_args(case), pool, case.slot, case.parent, policy=policy)
 
-    return Prepared(fn, check, _treewy_math(case))
+    return Prepared(fn, check, _treewy_math(case), "persistent x2" if policy else "")
 
 
 def build_commit(case: Case, ctx: dict) -> Prepared:
@@ -162,14 +169,15 @@ def build_commit(case: Case, ctx: dict) -> Prepared:
     return Prepared(fn, check, _treewy_math(case))
 
 
-def build_verify_commit(case: Case, ctx: dict) -> Prepared:
+def build_verify_commit(case: Case, ctx: dict, policy=None) -> Prepared:
     from ... import gdn_verify as ck
 
     tr: Truth = ctx["truth"]
 
     def run(pool):
-        o, vt = ck.treewy_verify(*_args(case), pool, case.slot, case.parent)
-        ck.treewy_commit(pool, case.slot, case.k, vt, case.log_gate, case.parent, case.accepted)
+        o, vt = ck.treewy_verify(*_args(case), pool, case.slot, case.parent, policy=policy)
+        ck.treewy_commit(pool, case.slot, case.k, vt, case.log_gate, case.parent, case.accepted,
+                         policy=policy)  # fmt: skip
         return o
 
     pool = case.pool.clone()
@@ -177,7 +185,9 @@ def build_verify_commit(case: Case, ctx: dict) -> Prepared:
     check = head_errors(tr.accepted_state, _committed(case, pool)) | {"o_err": out_error(tr.o, o)}
     del pool
     tpool = case.pool.clone()
-    return Prepared(lambda: run(tpool), check, _treewy_math(case))
+    return Prepared(
+        lambda: run(tpool), check, _treewy_math(case), "persistent x2" if policy else ""
+    )
 
 
 def build_fused(case: Case, ctx: dict) -> Prepared:
@@ -405,6 +415,9 @@ class Kernel:
 
     def applies(self, case: Case) -> bool:
         w = case.num_nodes
+        if self.windows == "persistent":  # the two-launch path (B Hv >= 512 or W > 8), at
+            # the benchmark's largest batch only (kcode: next to the default at B = 256)
+            return case.batch >= 128 and (case.batch * case.shape.num_v_heads >= 512 or w > 8)
         if self.windows == "t1":
             return w == 1
         if self.windows == "chain":
@@ -433,6 +446,12 @@ KERNELS: tuple[Kernel, ...] = (
     Kernel("fused_chain", "TreeWY fused", build_fused),
     Kernel("deferred", "TreeWY deferred", build_deferred),
     Kernel("replay", "replay (checkpoint + ring)", build_replay, bytes_fn=_replay_bytes),
+    Kernel("treewy_verify_p2", "TreeWY verify, persistent x2", lambda c, x: build_verify(
+        c, x, _persistent()), "persistent", lambda s, d, w, b, t=None: bytes_moved(
+        "treewy_verify", s, d, w, b), state_check=False),
+    Kernel("treewy_verify_commit_p2", "TreeWY v+c, persistent x2", lambda c, x:
+        build_verify_commit(c, x, _persistent()), "persistent", lambda s, d, w, b, t=None:
+        bytes_moved("treewy_verify_commit", s, d, w, b)),
     Kernel("storeall", "capsim store-all (tuned)", build_storeall),
     Kernel("vllm_storeall", "vLLM store-all (Triton)", build_vllm_storeall, "chain",
            _vllm_storeall_bytes),

@@ -120,6 +120,8 @@ def main(argv: list[str] | None = None) -> int:
     rows = read(args.results / "round6_gdn.csv")
     meta = json.loads((args.results / "round6_meta.json").read_text())
     shapes = sorted({r["model_shape"] for r in rows if r["phase"] == "gdn_main"})
+    extra = [r for r in rows if r["phase"] not in ("gdn_main",)]
+    rows = [r for r in rows if r["phase"] == "gdn_main"]
     for shape in shapes:
         for b in sorted({int(r["B"]) for r in rows if r["model_shape"] == shape}):
             print(f"\n### {shape}, B = {b}\n")
@@ -127,8 +129,15 @@ def main(argv: list[str] | None = None) -> int:
         top = max(int(r["B"]) for r in rows if r["model_shape"] == shape)
         print(f"\n### Targets, {shape}, B = {top}\n")
         print(target_table(rows, shape, top))
+    gates = [r for r in extra if r["phase"] == "gdn_main_gates09"]
+    if gates:
+        print("\n### Slow gates (a in [0.9, 1)), worst per-(request, head) error\n")
+        for r in gates:
+            print(f"- {r['kernel']} {r['model_shape']} T={r['T']} B={r['B']}: "
+                  f"{r['err_max_req_head']} (p50 {r.get('p50_us') or '-'} us)")  # fmt: skip
     if args.calibration:
-        n = to_calibration(rows, meta, args.results)
+        n = to_calibration(rows + [r for r in extra if r["phase"] == "gdn_tp"], meta,
+                           args.results)  # fmt: skip
         print(f"\n{n} timed rows -> {args.results / 'gdn_verify.csv'}")
     return 0
 

@@ -41,7 +41,8 @@ GDN_COLUMNS = (
     "kernel", "label", "model_shape", "state_dtype", "math", "T", "tree", "B", "Hv", "Hk",
     "dk", "dv", "p20_us", "p50_us", "p80_us", "bytes_moved", "floor_us", "floor_ratio",
     "achieved_gbps", "copy_gbps", "err_max_req_head", "state_err", "o_err", "vt_err",
-    "check_ok", "contract_ok", "worst_req", "worst_head", "requests_checked", "config", "phase",
+    "check_ok", "contract_ok", "worst_req", "worst_head", "requests_checked", "gate_floor",
+    "config", "phase",
 )  # fmt: skip
 # committed-state tolerance (norm-wise, all requests) gating the timing, by state dtype;
 # the per-(request, head) contract of issue 19 (1e-6, fp32) is reported as contract_ok
@@ -57,6 +58,7 @@ BATCHES = (256, 1, 64, 8, 32, 128)
 TP_BATCHES = (256, 1, 64)
 TP_KERNELS = ("vllm_storeall", "vllm_decode", "treewy_verify", "treewy_commit", "deferred",
               "replay")  # fmt: skip
+GATE_KERNELS = ("treewy_verify_commit", "fused_chain", "deferred", "replay", "vllm_storeall")
 # the tuned capsim store-all (round 5's sweep, BENCHMARKS.md)
 STOREALL_CONFIG = {"float32": {"block_v": 8, "num_warps": 1, "num_stages": 3},
                    "bfloat16": {"block_v": 16, "num_warps": 1, "num_stages": 3}}  # fmt: skip
@@ -77,6 +79,7 @@ class Cell:
     batch: int
     kernels: tuple[str, ...] | None  # None: every registry kernel that applies
     phase: str
+    gate_floor: float = 0.3  # gates a = floor + (1 - floor) U(0, 1)
 
 
 def main_shapes(dry: bool) -> tuple[ModelShape, ...]:
@@ -114,8 +117,13 @@ def tp_cells(dry: bool) -> list[Cell]:
 def main_cells(dry: bool) -> list[Cell]:
     windows = [TreeSpec.chain(t) for t in (4, 1, 2)] + [TreeSpec((2, 2))] if dry else WINDOWS
     batches = (3, 1) if dry else BATCHES
-    return [Cell(s, "float32", t, b, None, "gdn_main") for b in batches
-            for s in main_shapes(dry) for t in windows]  # fmt: skip
+    cells = [Cell(s, "float32", t, b, None, "gdn_main") for b in batches
+             for s in main_shapes(dry) for t in windows]  # fmt: skip
+    # the accuracy contract with slow-decaying gates too (kcode: 0.9-1 at the T = 40 chain)
+    slow = TreeSpec.chain(4 if dry else 40)
+    cells.append(Cell(main_shapes(dry)[0], "float32", slow, batches[0], GATE_KERNELS,
+                      "gdn_main_gates09", gate_floor=0.9))  # fmt: skip
+    return cells
 
 
 # ------------------------------------------------------------------------------ GDN cells
@@ -155,7 +163,8 @@ def measure_cell(cell: Cell, ctx: dict, copy_gbps: float, device: str, notes: li
     from .registry import truth_all
 
     w, b = cell.tree.num_nodes, cell.batch
-    case = make_case(cell.shape, cell.state_dtype, b, cell.tree, seed=1000 * b + w, device=device)
+    case = make_case(cell.shape, cell.state_dtype, b, cell.tree, seed=1000 * b + w,
+                     device=device, gate_floor=cell.gate_floor)  # fmt: skip
     ctx["truth"] = truth_all(case, with_vt=True) if time_it else _no_truth(case)
     rows = []
     for kern in _kernels(cell):
@@ -231,7 +240,7 @@ def _row(cell: Cell, kern, prep, copy_gbps: float) -> dict:
         "vt_err": f"{c.get('vt_err', float('nan')):.3g}",
         "check_ok": bool(state_ok and o_ok), "contract_ok": bool(contract),
         "worst_req": worst[0], "worst_head": worst[1], "requests_checked": cell.batch,
-        "config": prep.config, "phase": cell.phase,
+        "gate_floor": cell.gate_floor, "config": prep.config, "phase": cell.phase,
     }  # fmt: skip
 
 
