@@ -1,4 +1,4 @@
-"""Round 6 tables from round6_gdn.csv, and its rows in the calibration schema.
+"""Round 6 tables from round6_gdn_<phase>.csv, and their rows in the calibration schema.
 
     python -m capsim_kernels.bench.gdn.report6 --results kernels/results/h200 [--calibration]
 
@@ -117,7 +117,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--results", type=Path, required=True)
     ap.add_argument("--calibration", action="store_true")
     args = ap.parse_args(argv)
-    rows = read(args.results / "round6_gdn.csv")
+    rows = [r for p in sorted(args.results.glob("round6_gdn_*.csv")) for r in read(p)]
     meta = json.loads((args.results / "round6_meta.json").read_text())
     shapes = sorted({r["model_shape"] for r in rows if r["phase"] == "gdn_main"})
     extra = [r for r in rows if r["phase"] not in ("gdn_main",)]
