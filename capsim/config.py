@@ -11,12 +11,12 @@ import math
 from dataclasses import asdict, dataclass, field
 from typing import Any, Literal
 
-from capsim.core.draft_rank import TREE_MODELS, temperature_factor
-from capsim.cost.base import COMMIT_MODES
+from capsim.commit_modes import COMMIT_MODES, CommitModeName, get_mode
+from capsim.draft_rank import TREE_MODELS, temperature_factor
 from capsim.gpus import GpuSpec
 from capsim.units import dtype_bytes
 
-CommitMode = Literal["storeall", "reconstruct", "deferred"]
+CommitMode = CommitModeName
 
 
 MAX_NUM_REQUESTS = 10_000_000
@@ -113,7 +113,7 @@ class EngineConfig:
             _fail(o, "kv_cache_memory_bytes", self.kv_cache_memory_bytes, "must be an int >= 1")
         if self.limit_mm_per_prompt is not None and self.limit_mm_per_prompt < 0:
             _fail(o, "limit_mm_per_prompt", self.limit_mm_per_prompt, "must be >= 0")
-        from capsim.core.vllm_versions import parse_version
+        from capsim.vllm_rules import parse_version
 
         parse_version(self.vllm_version)
         if not 0.0 <= self.watermark < 1.0:
@@ -130,7 +130,7 @@ class EngineConfig:
     def resolved_batch_defaults(self, gpu: GpuSpec) -> tuple[int, int]:
         """(max_num_seqs, max_num_batched_tokens): given values, else vLLM's online-serving
         tier for ``gpu`` under ``vllm_version`` (``VllmRules.batch_defaults``)."""
-        from capsim.core.vllm_versions import rules_for
+        from capsim.vllm_rules import rules_for
 
         seqs, tokens = rules_for(self.vllm_version).batch_defaults(gpu)
         seqs = self.max_num_seqs if self.max_num_seqs is not None else seqs
@@ -182,7 +182,7 @@ class AcceptanceConfig:
     width w at a depth is accepted when the target's token is among the top w candidates:
     ``tree_model="rank"`` (default) uses the rank model calibrated on published top-k draft
     accuracies, ``"independent"`` the upper bound ``1 - (1 - p)**w``
-    (``capsim/core/draft_rank.py`` has both, with sources). ``temperature`` > 0 (sampling
+    (``capsim/draft_rank.py`` has both, with sources). ``temperature`` > 0 (sampling
     instead of greedy verification) lowers every depth's acceptance by a cited linear
     factor. A list shorter than the draft depth repeats its last value.
 
@@ -227,9 +227,7 @@ class SpecDecodeConfig:
     tree_widths: tuple[int, ...] | None = field(
         default=None, metadata={"help": "per-depth branching widths, e.g. (2,2,2)"}
     )
-    commit: CommitMode = field(
-        default="storeall", metadata={"help": "storeall | reconstruct | deferred"}
-    )
+    commit: CommitMode = field(default="storeall", metadata={"help": " | ".join(COMMIT_MODES)})
     acceptance: AcceptanceConfig = field(default_factory=AcceptanceConfig)
 
     def __post_init__(self) -> None:
@@ -280,9 +278,7 @@ class SpecDecodeConfig:
     @property
     def state_slots_per_group(self) -> int:
         """GDN state slots (blocks) each GDN group holds per request."""
-        if self.commit == "storeall":
-            return self.window_tok
-        return 1
+        return get_mode(self.commit).slots_per_group(self.window_tok)
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

@@ -351,7 +351,7 @@ def _model_from_dict(cfg: dict[str, Any], path: Path, raw: dict[str, Any]) -> Mo
 
 
 # Quantization method names that HF configs and vLLM's --quantization share -> capsim's weight
-# format (core/weights.py QUANT_BYTES_PER_PARAM).
+# format (memory/weights.py QUANT_BYTES_PER_PARAM).
 QUANT_METHOD_FORMATS: dict[str, str] = {
     "fp8": "fp8",
     "modelopt": "fp8",

@@ -14,7 +14,6 @@ import pandas as pd
 from capsim.config import SimConfig
 from capsim.core.acceptance import AcceptanceDraws
 from capsim.core.kv_manager import KVCacheManager, PoolLayout
-from capsim.core.memory_plan import MemoryPlan, plan_memory
 from capsim.core.request import Request
 from capsim.core.scheduler import Scheduler, SchedulerConfig
 from capsim.cost.base import StepTimeModel
@@ -22,9 +21,11 @@ from capsim.cost.factory import build_step_time_model
 from capsim.engine import EngineSim
 from capsim.gpus import get_gpu
 from capsim.loadgen import release_times_s
+from capsim.memory.memory_plan import MemoryPlan, plan_memory
+from capsim.memory.term_lookup import measured_term
 from capsim.metrics import summarize
 from capsim.models import get_model
-from capsim.result import SimResult
+from capsim.sim_result import SimResult
 from capsim.traces.table import RequestTable
 
 
@@ -64,6 +65,60 @@ def load_requests(cfg: SimConfig) -> RequestTable:
     )
 
 
+def _check_lengths(name: str, prompt: np.ndarray, output: np.ndarray, limit: int) -> None:
+    """Refuse a workload row whose prompt + output exceeds max_model_len (names the row)."""
+    # compared without adding first: prompt + output can overflow int64 on a bad file
+    too_long = np.nonzero((prompt > limit) | (output > limit - np.minimum(prompt, limit)))[0]
+    if too_long.size:
+        i = int(too_long[0])
+        raise ValueError(
+            f"workload {name!r} row {i}: prompt+output={int(prompt[i]) + int(output[i])} "
+            f"tokens exceeds max_model_len={limit}"
+        )
+
+
+def _request_frame(
+    requests: list[Request],
+    table: RequestTable,
+    prompt: np.ndarray,
+    release: np.ndarray,
+    sim: EngineSim,
+    scheduler: Scheduler,
+) -> tuple[pd.DataFrame, dict[str, np.ndarray], np.ndarray]:
+    """One row per request (vLLM's per-request metrics), the store's columns, their slots."""
+    n = len(requests)
+    send = np.array([r.arrival_s for r in requests])
+    # counters straight from the scheduler's store (every request was added to it)
+    cols = scheduler.store.cols
+    slots = np.fromiter((r.slot for r in requests), dtype=np.int64, count=n)
+    first = sim.first_token_s
+    finish = np.array([r.finish_s for r in requests], dtype=np.float64)
+    out_tok = cols["max_output_tok"][slots]
+    ttft = first - send
+    e2el = finish - send
+    with np.errstate(divide="ignore", invalid="ignore"):
+        tpot = np.where(out_tok > 1, (e2el - ttft) / (out_tok - 1), np.nan)
+    req_df = pd.DataFrame(
+        {
+            "req_id": [r.req_id for r in requests],
+            "source_id": list(table.source_id[:n]),
+            "prompt_tok": prompt.astype(np.int64),
+            "output_tok": out_tok,
+            "release_s": release,
+            "send_s": send,
+            "first_scheduled_s": np.array([r.first_scheduled_s for r in requests], dtype=float),
+            "first_token_s": first,
+            "finish_s": finish,
+            "ttft_s": ttft,
+            "tpot_s": tpot,
+            "e2el_s": e2el,
+            "num_preemptions": cols["num_preemptions"][slots],
+            "cached_tok": cols["num_cached_tok"][slots],
+        }
+    )
+    return req_df, cols, slots
+
+
 def simulate(
     cfg: SimConfig,
     *,
@@ -73,20 +128,12 @@ def simulate(
     """Run one point to completion. ``workload``/``cost`` override the configured ones."""
     model = get_model(cfg.model)
     gpu = get_gpu(cfg.gpu)
-    plan = plan_memory(model, gpu, cfg.engine, cfg.spec)
+    plan = plan_memory(model, gpu, cfg.engine, cfg.spec, lookup=measured_term)
     table = workload if workload is not None else load_requests(cfg)
     n = min(cfg.load.num_requests, table.num_requests)
     prompt = table.prompt_tok[:n]
     output = table.output_tok[:n]
-    # compared without adding first: prompt + output can overflow int64 on a bad file
-    limit = plan.max_model_len
-    too_long = np.nonzero((prompt > limit) | (output > limit - np.minimum(prompt, limit)))[0]
-    if too_long.size:
-        i = int(too_long[0])
-        raise ValueError(
-            f"workload {table.name!r} row {i}: prompt+output={int(prompt[i]) + int(output[i])} "
-            f"tokens exceeds max_model_len={plan.max_model_len}"
-        )
+    _check_lengths(table.name, prompt, output, plan.max_model_len)
     arrivals_ss, accept_ss = np.random.SeedSequence(cfg.seed).spawn(2)
     release = release_times_s(
         cfg.load,
@@ -121,35 +168,7 @@ def simulate(
     )
     sim.run()
 
-    send = np.array([r.arrival_s for r in requests])
-    # counters straight from the scheduler's store (every request was added to it)
-    cols = scheduler.store.cols
-    slots = np.fromiter((r.slot for r in requests), dtype=np.int64, count=n)
-    first = sim.first_token_s
-    finish = np.array([r.finish_s for r in requests], dtype=np.float64)
-    out_tok = cols["max_output_tok"][slots]
-    ttft = first - send
-    e2el = finish - send
-    with np.errstate(divide="ignore", invalid="ignore"):
-        tpot = np.where(out_tok > 1, (e2el - ttft) / (out_tok - 1), np.nan)
-    req_df = pd.DataFrame(
-        {
-            "req_id": [r.req_id for r in requests],
-            "source_id": list(table.source_id[:n]),
-            "prompt_tok": prompt.astype(np.int64),
-            "output_tok": out_tok,
-            "release_s": release,
-            "send_s": send,
-            "first_scheduled_s": np.array([r.first_scheduled_s for r in requests], dtype=float),
-            "first_token_s": first,
-            "finish_s": finish,
-            "ttft_s": ttft,
-            "tpot_s": tpot,
-            "e2el_s": e2el,
-            "num_preemptions": cols["num_preemptions"][slots],
-            "cached_tok": cols["num_cached_tok"][slots],
-        }
-    )
+    req_df, cols, slots = _request_frame(requests, table, prompt, release, sim, scheduler)
     steps_df = sim.recorder.frame()
     summary = summarize(req_df, steps_df, np.asarray(sim.recorder.itl_s))
     used = cols["num_accept_draws_used"][slots]

@@ -17,7 +17,7 @@ from __future__ import annotations
 import numpy as np
 
 from capsim.config import SpecDecodeConfig
-from capsim.core.draft_rank import temperature_factor, width_acceptance
+from capsim.draft_rank import temperature_factor, width_acceptance
 
 
 def depth_acceptance(spec: SpecDecodeConfig) -> np.ndarray:

@@ -33,7 +33,7 @@ would preempt nobody; otherwise the sequential loop runs. Both give identical re
 (tested). With caching on (named blocks) the sequential loop always runs. When nobody
 waits and every running request is decoding, ``plan_decode_run`` computes the next steps
 up to the first finish or pool shortfall at once (``capsim.core.decode_run``), and
-``apply_decode_run`` commits them; identical results again (tests/capsim/test_fast_paths.py).
+``apply_decode_run`` commits them; identical results again (tests/core/test_fast_paths.py).
 
 NOTE(lookahead): every allocation, a newly admitted request's first chunk included,
 reserves the drafter's lookahead slots (vLLM 0.32 ``effective_lookahead_tokens`` is the

@@ -19,16 +19,6 @@ from typing import Protocol
 
 import numpy as np
 
-COMMIT_MODES: tuple[str, ...] = ("storeall", "reconstruct", "deferred")
-"""GDN state handling during verification.
-
-- ``storeall``: vLLM's default, W full states written per request per GDN layer;
-- ``reconstruct``: TreeWY verify (pseudo-values) plus a separate commit of one state;
-- ``deferred``: TreeWY with the commit folded into the next verify (state read once,
-  written once per step).
-``reconstruct`` and ``deferred`` hold the same pool slots (one state per GDN group).
-"""
-
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class BatchShape:

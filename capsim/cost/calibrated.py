@@ -34,6 +34,7 @@ import numpy as np
 from capsim.calibration.interp import Curve, Sheet, curve_sum
 from capsim.calibration.shapes import StepShapes, step_shapes
 from capsim.calibration.tables import CalibrationTables, load_tables, op_series
+from capsim.commit_modes import MODES
 from capsim.config import SpecDecodeConfig
 from capsim.cost.base import BatchShape
 from capsim.cost.projection import HardwareProjection, class_fixed_us
@@ -44,12 +45,7 @@ _add = np.add.reduce  # what ndarray.sum() calls, without its Python wrapper
 
 MEASURED_GPU = measured_gpu().name  # the registry entry with step_times="measured"
 COMMIT_KERNELS: dict[str, tuple[tuple[str, ...], ...]] = {
-    # preferred kernel set first; the next is used when the table lacks the first
-    # vLLM's own store-all op first (what vLLM runs: chains only); capsim's store-all
-    # kernel where vLLM's was not measured (tree windows, other shapes)
-    "storeall": (("vllm_storeall",), ("storeall",)),
-    "reconstruct": (("treewy_verify", "treewy_commit"), ("treewy_verify_commit",)),
-    "deferred": (("deferred",),),
+    name: mode.kernel_series for name, mode in MODES.items()
 }
 BEYOND_GRID_RULES: tuple[str, ...] = (
     "below any grid: time of the smallest measured point (clamp)",

@@ -27,8 +27,11 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from capsim.commit_modes import get_mode
 from capsim.config import SpecDecodeConfig
-from capsim.core.weights import (
+from capsim.cost.base import BatchShape
+from capsim.gpus import GpuSpec
+from capsim.memory.weights import (
     attention_layer_params,
     expert_params,
     ffn_layer_params,
@@ -36,8 +39,6 @@ from capsim.core.weights import (
     kv_heads_per_rank,
     padded_vocab,
 )
-from capsim.cost.base import BatchShape
-from capsim.gpus import GpuSpec
 from capsim.models import ModelSpec
 from capsim.units import dtype_bytes
 
@@ -121,7 +122,7 @@ class RooflineStepTime:
             * dtype_bytes(sdt)
         )
         w = spec.window_tok
-        reads, writes = {"storeall": (1, w), "reconstruct": (2, 1), "deferred": (1, 1)}[spec.commit]
+        reads, writes = get_mode(spec.commit).decode_state_rw(w)
         self._decode_state_bytes = model.num_gdn_layers * self._state_bytes * (reads + writes)
         self._prefill_state_bytes = model.num_gdn_layers * self._state_bytes * 2
         self._gdn_window_flops = (

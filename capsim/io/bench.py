@@ -13,7 +13,7 @@ from typing import Any
 
 import numpy as np
 
-from capsim.result import SimResult
+from capsim.sim_result import SimResult
 
 _METRICS = ("ttft", "tpot", "itl", "e2el")
 

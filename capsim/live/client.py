@@ -11,7 +11,7 @@ are client-side, as in ``vllm bench serve`` (``benchmarks/serve.py``): TTFT = se
 first streamed chunk, ITL = gaps between chunks, E2EL = send -> last chunk,
 TPOT = (E2EL - TTFT) / (output - 1).
 
-The result has the schema of ``capsim simulate`` (``capsim.result.SimResult``); the
+The result has the schema of ``capsim simulate`` (``capsim.sim_result.SimResult``); the
 ``steps`` table comes from the engine's own per-step log when the server was started with
 one (``capsim.live.server``), else from ``/metrics`` samples.
 """
@@ -35,7 +35,7 @@ from capsim.config import LoadConfig
 from capsim.live.prom import MetricsSampler, fetch_metrics
 from capsim.loadgen import release_times_s
 from capsim.metrics import STEP_COLUMNS, summarize
-from capsim.result import SimResult
+from capsim.sim_result import SimResult
 from capsim.traces.table import RequestTable
 
 _PER_POS = "vllm:spec_decode_num_accepted_tokens_per_pos_total"

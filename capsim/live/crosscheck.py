@@ -26,7 +26,7 @@ from capsim.config import EngineConfig, LoadConfig, SimConfig, SpecDecodeConfig
 from capsim.live.client import read_step_log
 from capsim.live.stepcheck import CPU_KERNEL_BLOCK_ALIGN_TOK, VLLM_AUTO_SSM_DTYPE
 from capsim.live.steptime import FittedStepTime, fit_step_time
-from capsim.result import SimResult
+from capsim.sim_result import SimResult
 from capsim.traces.table import RequestTable
 
 COMPARED_METRICS: tuple[str, ...] = (

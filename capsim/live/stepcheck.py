@@ -14,7 +14,7 @@ Inputs taken from vLLM, because they are model outputs rather than scheduler dec
   (``v1/spec_decode/ngram_proposer.py``), while capsim's scheduler assumes the MTP case
   (always k). The replay sets ``num_spec_tok`` from vLLM's scheduled drafts.
 
-The pool layout is derived by capsim (``capsim.core.memory_plan``) from the tiny model's
+The pool layout is derived by capsim (``capsim.memory.memory_plan``) from the tiny model's
 ``config.json``; ``derive_layout`` also reports vLLM's own derivation next to it.
 """
 
@@ -29,9 +29,9 @@ import pandas as pd
 
 from capsim.config import EngineConfig, SpecDecodeConfig
 from capsim.core.kv_manager import KVCacheManager, PoolLayout
-from capsim.core.memory_plan import block_size_and_page, group_layout
 from capsim.core.request import Request
 from capsim.core.scheduler import Scheduler, SchedulerConfig
+from capsim.memory.memory_plan import block_size_and_page, group_layout
 from capsim.models import model_from_hf_config
 
 COMPARED: tuple[str, ...] = (

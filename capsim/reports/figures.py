@@ -20,18 +20,11 @@ from matplotlib.axes import Axes
 from matplotlib.figure import Figure
 from matplotlib.ticker import FuncFormatter, LogLocator, NullFormatter
 
+from capsim.commit_modes import MODES
 from capsim.sweep.matched import geomean
 
-MODE_COLOUR: dict[str, str] = {
-    "storeall": "#d62728",
-    "reconstruct": "#1f77b4",
-    "deferred": "#2ca02c",
-}
-MODE_LABEL: dict[str, str] = {
-    "storeall": "store-all (vLLM)",
-    "reconstruct": "TreeWY (reconstruct)",
-    "deferred": "TreeWY (deferred commit)",
-}
+MODE_COLOUR: dict[str, str] = {name: m.colour for name, m in MODES.items()}
+MODE_LABEL: dict[str, str] = {name: m.label for name, m in MODES.items()}
 GIB = 1024**3
 
 

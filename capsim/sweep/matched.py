@@ -27,7 +27,9 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-BASELINE = "storeall"
+from capsim.commit_modes import BASELINE_MODE
+
+BASELINE = BASELINE_MODE
 
 RATIOS: dict[str, tuple[str, str]] = {
     # name: (column, orientation) where "up" = TW / SA, "down" = SA / TW

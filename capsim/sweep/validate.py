@@ -25,7 +25,7 @@ def known_workloads() -> frozenset[str]:
 
 
 def default_plan_fn() -> PlanFn:
-    from capsim.core.memory_plan import plan_memory
+    from capsim.memory.memory_plan import plan_memory
 
     return plan_memory
 

@@ -9,12 +9,13 @@ Token counts and arrival offsets only (no text), one Parquet file per source:
   ``qwen35_prompt_tok`` (``*_prompt_tok``: inside the chat template, what vLLM sends);
 - ``sharegpt_multiturn.parquet``: per turn of the first multi-turn conversations:
   ``entry_index``, ``turn``, ``qwen3_user_tok``, ``qwen3_asst_tok``, ``qwen35_user_tok``,
-  ``qwen35_asst_tok`` (``capsim.traces.multiturn``; written by ``traces/derive_multiturn.py``);
+  ``qwen35_asst_tok`` (``capsim.traces.multiturn``; written by
+  ``scripts/derive_traces/derive_multiturn.py``);
 - ``azure_conv.parquet``, ``azure_code.parquet``: every request, in time order:
   ``arrival_s``, ``prompt_tok``, ``output_tok``.
 
 They are package data under ``capsim/traces/data/`` (so an installed capsim finds them) and are
-written by ``traces/derive.py`` from ``shared/traces``.
+written by ``scripts/derive_traces/derive.py`` from ``shared/traces``.
 """
 
 from __future__ import annotations
@@ -81,7 +82,8 @@ def read_compact(stem: str, root: Path | None = None) -> pd.DataFrame:
     if not path.is_file():
         raise FileNotFoundError(
             f"compact workload file {path} is missing; run "
-            "'python traces/derive.py --shared <shared/traces> --out <dir>' to create it"
+            "'python scripts/derive_traces/derive.py --shared <shared/traces> --out <dir>' "
+            "to create it"
         )
     frame = pd.read_parquet(path)
     if "category" in frame.columns:

@@ -1,4 +1,5 @@
-"""Build the compact workload files from ``shared/traces`` (used by ``traces/derive.py``).
+"""Build the compact workload files from ``shared/traces`` (run by
+``scripts/derive_traces/derive.py``).
 
 Inputs (``shared/traces``): the raw ShareGPT subset, Spec-Bench questions and Azure traces, and
 the upstream per-entry token counts in ``derived/*.csv``. Each raw file is parsed with capsim's

@@ -1,10 +1,10 @@
 """Multi-turn ShareGPT conversations, replayed turn by turn, with token-block identity.
 
-Derivation (``derive_multiturn``, run by ``traces/derive_multiturn.py``): the raw ShareGPT
-file's conversations are walked in file order; a conversation contributes its leading run
-of alternating ``human``/``gpt`` messages, cut into (user, assistant) turns; entries with
-fewer than 2 such turns are skipped. Per turn it stores the token counts, Qwen3 and
-Qwen3.5 tokenizers:
+Derivation (``derive_multiturn``, run by ``scripts/derive_traces/derive_multiturn.py``): the
+raw ShareGPT file's conversations are walked in file order; a conversation contributes its
+leading run of alternating ``human``/``gpt`` messages, cut into (user, assistant) turns;
+entries with fewer than 2 such turns are skipped. Per turn it stores the token counts,
+Qwen3 and Qwen3.5 tokenizers:
 
 - ``*_user_tok``: the user message in the chat template with the generation prompt
   (``tokenize.templated``, 8 template tokens for Qwen3);

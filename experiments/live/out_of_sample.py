@@ -174,7 +174,7 @@ class LoadSampler(threading.Thread):
 
 
 def record(name: str, max_load: float, wait_s: float) -> None:
-    from capsim.io.results import write_result
+    from capsim.io.result_files import write_result
     from capsim.live.client import LiveRun, run_live
     from capsim.live.server import LiveServer, ServerArgs
     from capsim.live.venv import ensure_models, live_dir

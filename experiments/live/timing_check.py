@@ -16,7 +16,7 @@ import json
 from dataclasses import asdict
 from pathlib import Path
 
-from capsim.io.results import write_result
+from capsim.io.result_files import write_result
 from capsim.live.client import LiveRun, run_live
 from capsim.live.crosscheck import crosscheck
 from capsim.live.server import LiveServer, ServerArgs

@@ -32,7 +32,8 @@ from dataclasses import replace
 import pandas as pd
 
 from capsim.simulate import simulate
-from capsim.sweep.grid import PUBLISHED_GRID, expand, load_spec, restrict
+from capsim.sweep.grid import PUBLISHED_GRID, expand, restrict
+from capsim.sweep.grid_toml import load_spec
 
 SUMMARY_KEYS = (
     "output_throughput_tok_per_s",

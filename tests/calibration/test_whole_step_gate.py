@@ -15,8 +15,8 @@ from pathlib import Path
 import numpy as np
 
 from capsim.calibration.build import build
-from capsim.calibration.check import STEP_MEDIAN_LIMIT, step_errors, whole_step_gate
 from capsim.calibration.tables import load_tables
+from capsim.cost.calibration_check import STEP_MEDIAN_LIMIT, step_errors, whole_step_gate
 
 RESULTS = Path(__file__).resolve().parents[2] / "kernels" / "results" / "h200"
 

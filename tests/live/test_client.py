@@ -106,7 +106,7 @@ def test_parse_metrics_sums_label_sets() -> None:
 def test_live_cli_writes_the_simulate_files(fake_url: str, tmp_path) -> None:
     from click.testing import CliRunner
 
-    from capsim.live.cli import live
+    from capsim.commands.live import live
 
     out = tmp_path / "run"
     args = ["--url", fake_url, "--workload", "burstgpt-standin", "--concurrency", "2",
@@ -174,7 +174,7 @@ def test_server_speculative_config_is_checked() -> None:
 def test_live_cli_open_loop(fake_url: str, tmp_path) -> None:
     from click.testing import CliRunner
 
-    from capsim.live.cli import live
+    from capsim.commands.live import live
 
     out = tmp_path / "run"
     base = ["--url", fake_url, "--workload", "burstgpt-standin", "--num-requests", "3",

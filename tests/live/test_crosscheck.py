@@ -9,7 +9,7 @@ import numpy as np
 import pandas as pd
 from click.testing import CliRunner
 
-from capsim.live.cli import crosscheck_cmd
+from capsim.commands.live import crosscheck_cmd
 from capsim.live.crosscheck import engine_order
 
 DATA = Path(__file__).parent / "data"

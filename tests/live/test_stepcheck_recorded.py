@@ -114,7 +114,7 @@ def test_mtp_differs_only_by_admission_lookahead() -> None:
 def test_stepcheck_cli_on_recorded_traces(tmp_path: Path) -> None:
     from click.testing import CliRunner
 
-    from capsim.live.cli import stepcheck
+    from capsim.commands.live import stepcheck
 
     for name in ("llama_preempt", "qwen3next_mtp"):
         model_dir = tmp_path / "models" / CONFIG[name]

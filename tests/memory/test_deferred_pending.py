@@ -3,18 +3,18 @@
 from __future__ import annotations
 
 import pytest
-import torch
 
 from capsim.config import EngineConfig, SpecDecodeConfig
-from capsim.core.memory_plan import plan_memory
-from capsim.core.treewy_pending import PENDING_SETS, pending_bytes_per_layer
 from capsim.gpus import get_gpu
+from capsim.memory.memory_plan import plan_memory
+from capsim.memory.treewy_pending import PENDING_SETS, pending_bytes_per_layer
 from capsim.models import get_model
 from capsim.units import cdiv
 
 
 def _kernel_pending_bytes_per_request(model, tp: int, w: int, batch: int = 3) -> float:  # type: ignore[no-untyped-def]
     """Bytes of the kernel's own PendingCommit buffers, per request (one layer)."""
+    torch = pytest.importorskip("torch")  # only this helper needs it (not at collection)
     from capsim_kernels.gdn_verify.treewy_fused import PendingCommit
 
     hk, hv = model.linear_num_key_heads // tp, model.linear_num_value_heads // tp

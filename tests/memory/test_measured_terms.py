@@ -4,11 +4,11 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from capsim.calibration.memory_terms import COLUMNS, load_memory_terms
 from capsim.config import EngineConfig, SpecDecodeConfig
-from capsim.core.memory_plan import plan_memory
-from capsim.core.term_lookup import lookup_from_table
 from capsim.gpus import get_gpu
+from capsim.memory.measured_terms import COLUMNS, load_memory_terms
+from capsim.memory.memory_plan import plan_memory
+from capsim.memory.term_lookup import lookup_from_table
 from capsim.models import get_model
 
 GIB = 1 << 30

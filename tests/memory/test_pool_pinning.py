@@ -7,10 +7,10 @@ import json
 import pytest
 from click.testing import CliRunner
 
-from capsim.cli import main
+from capsim.commands.main import main
 from capsim.config import EngineConfig, SpecDecodeConfig
-from capsim.core.memory_plan import plan_memory
 from capsim.gpus import get_gpu
+from capsim.memory.memory_plan import plan_memory
 from capsim.models import get_model
 from capsim.units import GiB
 
@@ -74,7 +74,7 @@ def test_default_gmu_follows_the_version() -> None:
 
 
 def _grid(**dep_extra):  # type: ignore[no-untyped-def]
-    from capsim.sweep.grid import spec_from_dict
+    from capsim.sweep.grid_toml import spec_from_dict
 
     dep = {"model": "qwen3.5-35b-a3b", "gpu": "B200", "gmu": [0.9], **dep_extra}
     return spec_from_dict(

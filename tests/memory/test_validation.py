@@ -8,8 +8,8 @@ from pathlib import Path
 
 from click.testing import CliRunner
 
-from capsim.cli import main
-from capsim.core.log_validate import ROLES, validate_dir
+from capsim.commands.main import main
+from capsim.memory.log_validate import ROLES, validate_dir
 from capsim.models import model_from_hf_config
 
 LOGS = Path(__file__).resolve().parents[2] / "experiments" / "vllm_logs"

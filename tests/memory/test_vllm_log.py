@@ -8,8 +8,8 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
-from capsim.cli import main
-from capsim.io.vllm_log import parse_vllm_log, read_vllm_log
+from capsim.commands.main import main
+from capsim.memory.vllm_log import parse_vllm_log, read_vllm_log
 
 EXCERPTS = Path(__file__).resolve().parents[2] / "experiments" / "vllm_logs" / "excerpts"
 
@@ -115,7 +115,7 @@ def test_capture_sizes_match_the_logged_graph_counts() -> None:
     """'Profiling CUDA graph memory: PIECEWISE=5 (largest=16)' (club-3090 #104: max_num_seqs
     2, MTP k=3) and 'PIECEWISE=51 (largest=512), FULL=35 (largest=256)' (LMCache #3430:
     max_num_seqs 256, no drafts, A5000 tier) against capsim's graph_descs."""
-    from capsim.core.memory_plan import graph_descs
+    from capsim.memory.memory_plan import graph_descs
 
     log = read_vllm_log(EXCERPTS / "qwen36-27b-ar4-2x3090-c3090i104.log")
     assert (log.cudagraph_piecewise, log.cudagraph_largest) == (5, 16)

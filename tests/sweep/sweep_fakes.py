@@ -11,10 +11,10 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from capsim.core.memory_plan import plan_memory
 from capsim.gpus import get_gpu
+from capsim.memory.memory_plan import plan_memory
 from capsim.models import get_model
-from capsim.result import SimResult
+from capsim.sim_result import SimResult
 from capsim.sweep.grid import Block, Deployment, SweepSpec, WorkloadLoads
 
 

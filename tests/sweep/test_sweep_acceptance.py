@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from capsim.sweep.grid import expand, spec_from_dict
+from capsim.sweep.grid import expand
+from capsim.sweep.grid_toml import spec_from_dict
 
 
 def _raw(acceptance=None):  # type: ignore[no-untyped-def]

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 from click.testing import CliRunner
 
-from capsim.sweep.cli import knee_cmd, report_cmd, sweep_cmd, whatif_cmd
+from capsim.commands.sweep import knee_cmd, report_cmd, sweep_cmd, whatif_cmd
 
 GRID = """
 [sweep]

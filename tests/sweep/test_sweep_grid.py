@@ -4,13 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from capsim.sweep.grid import (
-    PUBLISHED_GRID,
-    expand,
-    load_spec,
-    restrict,
-    spec_from_dict,
-)
+from capsim.sweep.grid import PUBLISHED_GRID, expand, restrict
+from capsim.sweep.grid_toml import load_spec, spec_from_dict
 
 
 def _matched_per(points, model, gmu, block="main"):

@@ -15,8 +15,8 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
-from capsim.cli import main
-from capsim.sweep.grid import load_spec
+from capsim.commands.main import main
+from capsim.sweep.grid_toml import load_spec
 from capsim.sweep.store import SweepStore
 
 GRID = """

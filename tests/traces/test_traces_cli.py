@@ -4,8 +4,8 @@ import re
 
 from click.testing import CliRunner
 
+from capsim.commands.traces import traces
 from capsim.traces import WORKLOADS
-from capsim.traces.cli import traces
 
 
 def test_list():

@@ -35,7 +35,7 @@ def test_shipped_defaults_match_derive_output(tmp_path):
 @needs_shared
 def test_derive_script_writes_the_shipped_files(tmp_path):
     """The committed script itself, run as a user would, reproduces every shipped file."""
-    script = REPO / "traces" / "derive.py"
+    script = REPO / "scripts" / "derive_traces" / "derive.py"
     cmd = [sys.executable, str(script), "--shared", str(SHARED_TRACES), "--out", str(tmp_path)]
     done = subprocess.run([*cmd, "--verify-sample", "0"], capture_output=True, text=True)
     assert done.returncode == 0, done.stderr
@@ -51,7 +51,7 @@ def test_derive_script_writes_the_shipped_files(tmp_path):
     not HAVE_TOKENIZERS, reason="needs 'tokenizers' and 'tiktoken' (capsim[traces])"
 )
 def test_multiturn_script_writes_the_shipped_file(tmp_path):
-    script = REPO / "traces" / "derive_multiturn.py"
+    script = REPO / "scripts" / "derive_traces" / "derive_multiturn.py"
     cmd = [sys.executable, str(script), "--shared", str(SHARED_TRACES), "--out", str(tmp_path)]
     done = subprocess.run(cmd, capture_output=True, text=True)
     assert done.returncode == 0, done.stderr
@@ -85,6 +85,6 @@ def test_derive_rejects_counts_that_do_not_match_the_text(tmp_path):
 
 
 def test_derive_script_has_help():
-    script = REPO / "traces" / "derive.py"
+    script = REPO / "scripts" / "derive_traces" / "derive.py"
     done = subprocess.run([sys.executable, str(script), "--help"], capture_output=True, text=True)
     assert done.returncode == 0 and "--counts" in done.stdout and "--verify-sample" in done.stdout

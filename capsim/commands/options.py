@@ -1,0 +1,513 @@
+"""Shared click parameter types and option definitions: one entry per option.
+
+Every command builds its options from ``OPTIONS`` (``@options("model", "gpu", ...)``), so a
+flag is spelled, bounded, defaulted and documented once. Defaults and help come from the
+config dataclasses (``capsim.config``), so ``--help`` and the config cannot disagree.
+Options with a ``target`` (``engine``, ``spec``, ``acceptance``, ``load``) are collected
+into that config by ``collect``; adding an ``EngineConfig`` flag is one entry here plus the
+dataclass field.
+
+Flag names follow ``vllm bench serve`` where it has one (``--num-prompts``,
+``--max-concurrency``, ``--request-rate``, ``--burstiness``, ``--dataset-name``,
+``--seed``); capsim's earlier spellings stay as aliases.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Iterable
+from dataclasses import MISSING, dataclass, fields
+from pathlib import Path
+from typing import Any
+
+import click
+
+from capsim.commit_modes import COMMIT_MODES
+from capsim.config import (
+    MAX_CONCURRENCY,
+    MAX_NUM_REQUESTS,
+    MAX_TOKENS,
+    AcceptanceConfig,
+    EngineConfig,
+    LoadConfig,
+    SimConfig,
+    SpecDecodeConfig,
+)
+from capsim.draft_rank import MAX_TEMPERATURE, TREE_MODELS
+from capsim.gpus import GPUS
+from capsim.models import PRESETS
+from capsim.treeshape import format_tree, parse_tree, parse_trees
+from capsim.units import GiB
+from capsim.vllm_rules import DEFAULT_VLLM_VERSION, rules_for
+
+# ------------------------------------------------------------------------ parameter types
+
+
+class FiniteFloat(click.FloatRange):
+    """A ``FloatRange`` that also refuses inf and nan (``> 0`` alone lets inf through)."""
+
+    name = "float"
+
+    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> Any:
+        if isinstance(value, str) and not value.strip():
+            self.fail("an empty value is not a number", param, ctx)
+        rv = super().convert(value, param, ctx)
+        if not math.isfinite(rv):
+            self.fail(f"{value!r} is not a finite number", param, ctx)
+        return rv
+
+
+class ListOf(click.ParamType):
+    """A comma-separated list whose items are converted (and bounded) by ``item``."""
+
+    def __init__(self, item: click.ParamType, *, max_len: int = 64) -> None:
+        self.item = item
+        self.max_len = max_len
+        label = "|".join(map(str, item.choices)) if isinstance(item, click.Choice) else item.name
+        self.name = f"{label}[,...]"
+
+    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> Any:
+        if isinstance(value, tuple | list):
+            parts = list(value)
+        else:
+            parts = [p.strip() for p in str(value).split(",")]
+            if any(p == "" for p in parts):
+                self.fail(f"{value!r} has an empty item; write e.g. 0.6,0.9", param, ctx)
+        if not parts:
+            self.fail("the list is empty", param, ctx)
+        if len(parts) > self.max_len:
+            self.fail(f"{len(parts)} items; at most {self.max_len}", param, ctx)
+        return tuple(self.item.convert(p, param, ctx) for p in parts)
+
+
+class TreeShape(click.ParamType):
+    """One draft-tree shape: ``2x2x1`` (printed form), ``2,2,1`` or ``chain``."""
+
+    name = "tree"
+
+    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> Any:
+        if value is None or isinstance(value, tuple):
+            return value
+        try:
+            return parse_tree(value)
+        except ValueError as exc:
+            self.fail(str(exc), param, ctx)
+
+
+class TreeShapes(click.ParamType):
+    """Several shapes separated by ``;`` or ``,``: ``chain,2x2x1;3x3x3``."""
+
+    name = "trees"
+
+    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> Any:
+        if isinstance(value, tuple):
+            return value
+        try:
+            return parse_trees(value)
+        except ValueError as exc:
+            self.fail(str(exc), param, ctx)
+
+
+class NameOrFile(click.Choice):
+    """A registry name (listed in ``--help``) or a path to an existing file."""
+
+    def __init__(self, choices: Iterable[str], what: str) -> None:
+        super().__init__(sorted(choices))
+        self.what = what
+
+    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> Any:
+        text = str(value)
+        if text in self.choices:
+            return text
+        if text and Path(text).is_file():
+            return text
+        self.fail(
+            f"{text!r} is neither a {self.what} ({', '.join(map(str, self.choices))}) "
+            "nor an existing file",
+            param,
+            ctx,
+        )
+
+    def get_metavar(self, param: click.Parameter, ctx: click.Context | None = None) -> str:  # type: ignore[override]
+        return f"[{'|'.join(map(str, self.choices))}|FILE]"
+
+
+class WorkloadName(NameOrFile):
+    """A workload name, optionally with shared system prompts (``sharegpt+sys=16,2048``,
+    ``capsim.traces.sharing``), or a path to an existing trace file."""
+
+    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> Any:
+        text = str(value)
+        if "+sys=" in text and not Path(text).is_file():
+            from capsim.traces.sharing import parse_sys_suffix
+
+            try:
+                base, _ = parse_sys_suffix(text)
+            except ValueError as exc:
+                self.fail(str(exc), param, ctx)
+            super().convert(base, param, ctx)
+            return text
+        return super().convert(value, param, ctx)
+
+    def get_metavar(self, param: click.Parameter, ctx: click.Context | None = None) -> str:  # type: ignore[override]
+        return f"[{'|'.join(map(str, self.choices))}][+sys=N,TOK[,A]]|FILE"
+
+
+class OutDir(click.Path):
+    """A directory to write into; the empty string is refused (it would mean '.')."""
+
+    def __init__(self) -> None:
+        super().__init__(file_okay=False, path_type=Path)
+
+    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> Any:
+        if isinstance(value, str) and not value.strip():
+            self.fail("an empty path; name a directory", param, ctx)
+        return super().convert(value, param, ctx)
+
+
+class VllmVersion(click.ParamType):
+    """A vLLM release ``MAJOR.MINOR`` (``0.26``, ``v0.26.0``, ``0.10.2rc1``) whose memory
+    accounting to follow; ``capsim memory --version-rules`` lists what changes when."""
+
+    name = "version"
+
+    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> Any:
+        from capsim.vllm_rules import parse_version
+
+        text = str(value).strip()
+        try:
+            parse_version(text)
+        except ValueError as exc:
+            self.fail(str(exc), param, ctx)
+        return text
+
+
+def _workload_names() -> list[str]:
+    from capsim.traces import WORKLOADS
+
+    return list(WORKLOADS)
+
+
+def positive_int(high: int) -> click.IntRange:
+    return click.IntRange(1, high)
+
+
+# ------------------------------------------------------------------------ option registry
+
+MAX_KV_CACHE_BYTES = 1024 * 1024 * GiB
+"""Largest --kv-cache-memory accepted (1 PiB: more than any GPU node holds)."""
+MAX_MM_PER_PROMPT = 1024
+"""Most images per prompt accepted by --limit-mm-per-prompt."""
+
+
+def _field(cls: type, name: str) -> Any:
+    for f in fields(cls):
+        if f.name == name:
+            return f
+    raise KeyError(f"{cls.__name__} has no field {name!r}")
+
+
+def dc_default(cls: type, name: str) -> Any:
+    """The dataclass default of ``cls.name`` (``default_factory`` called)."""
+    f = _field(cls, name)
+    if f.default is not MISSING:
+        return f.default
+    if f.default_factory is not MISSING:  # type: ignore[misc]
+        return f.default_factory()  # type: ignore[misc]
+    return None
+
+
+def dc_help(cls: type, name: str) -> str:
+    return str(_field(cls, name).metadata.get("help", ""))
+
+
+@dataclass(frozen=True, slots=True)
+class Opt:
+    """One option: its flags, type, default/help (or the dataclass field they come from)."""
+
+    decls: tuple[str, ...]
+    type: Any = None
+    default: Any = None
+    help: str = ""
+    source: tuple[type, str] | None = None  # (dataclass, field) giving default and help
+    target: str | None = None  # "engine" | "spec" | "acceptance" | "load": collected there
+    dest: str | None = None  # parameter / config field name (default: from the flag)
+    extra: tuple[tuple[str, Any], ...] = ()
+
+    def decorator(self, **override: Any) -> Callable[[Any], Any]:
+        kw: dict[str, Any] = {"type": self.type, "help": self.help, "show_default": True}
+        if self.source is not None:
+            cls, name = self.source
+            kw["default"] = dc_default(cls, name)
+            kw["help"] = self.help or dc_help(cls, name)
+        else:
+            kw["default"] = self.default
+        kw.update(dict(self.extra))
+        kw.update(override)
+        if kw["default"] is None:
+            kw["show_default"] = False
+        decls = self.decls + ((self.dest,) if self.dest else ())
+        return click.option(*decls, **kw)
+
+
+_ENG, _SPEC, _LOAD = EngineConfig, SpecDecodeConfig, LoadConfig
+
+OPTIONS: dict[str, Opt] = {
+    # deployment
+    "model": Opt(
+        ("--model", "-m"),
+        type=NameOrFile(PRESETS, "model preset"),
+        source=(SimConfig, "model"),
+        help="model preset or path to an HF config.json",
+    ),
+    "gpu": Opt(
+        ("--gpu", "-g"),
+        type=click.Choice(sorted(GPUS), case_sensitive=False),
+        source=(SimConfig, "gpu"),
+        help="GPU",
+    ),
+    "tp": Opt(("--tp",), type=click.IntRange(1, 64), source=(_ENG, "tp"), target="engine"),
+    "gmu": Opt(
+        ("--gmu",),
+        type=FiniteFloat(0.0, 1.0, min_open=True),
+        default=None,  # the --vllm-version's default (resolve_gmu), not the dataclass's
+        help="gpu_memory_utilization (default: the vLLM version's rule, "
+        f"{rules_for(DEFAULT_VLLM_VERSION).default_gmu} for {DEFAULT_VLLM_VERSION})",
+        target="engine",
+    ),
+    "gmu_list": Opt(
+        ("--gmu",),
+        type=ListOf(FiniteFloat(0.0, 1.0, min_open=True)),
+        help="gpu_memory_utilization values, e.g. 0.6,0.75,0.9",
+        dest="gmu",
+    ),
+    "max_num_seqs": Opt(
+        ("--max-num-seqs",),
+        type=positive_int(MAX_CONCURRENCY),
+        source=(_ENG, "max_num_seqs"),
+        target="engine",
+    ),
+    "max_num_batched_tokens": Opt(
+        ("--max-num-batched-tokens",),
+        type=positive_int(MAX_TOKENS),
+        source=(_ENG, "max_num_batched_tokens"),
+        target="engine",
+    ),
+    "max_model_len": Opt(
+        ("--max-model-len",),
+        type=positive_int(MAX_TOKENS),
+        source=(_ENG, "max_model_len"),
+        target="engine",
+    ),
+    "ssm_state_dtype": Opt(
+        ("--ssm-state-dtype",),
+        type=click.Choice(["float32", "bfloat16"]),
+        source=(_ENG, "ssm_state_dtype"),
+        target="engine",
+    ),
+    # vLLM's pool-shaping flags (issue 11): pin or shape the KV/state pool
+    "vllm_version": Opt(
+        ("--vllm-version",),
+        type=VllmVersion(),
+        source=(_ENG, "vllm_version"),
+        help="vLLM release whose memory accounting to follow "
+        "(capsim memory --version-rules lists the rules)",
+        target="engine",
+    ),
+    "kv_cache_memory": Opt(
+        ("--kv-cache-memory",),
+        type=click.IntRange(1, MAX_KV_CACHE_BYTES),
+        default=None,
+        help="vLLM --kv-cache-memory BYTES: pin the KV pool (gmu then ignored)",
+        dest="kv_cache_memory_bytes",
+        target="engine",
+    ),
+    "num_gpu_blocks_override": Opt(
+        ("--num-gpu-blocks-override",),
+        type=click.IntRange(2, MAX_TOKENS),
+        default=None,
+        help="vLLM --num-gpu-blocks-override N: pin the number of blocks",
+        target="engine",
+    ),
+    "limit_mm_per_prompt": Opt(
+        ("--limit-mm-per-prompt",),
+        type=click.IntRange(0, MAX_MM_PER_PROMPT),
+        default=None,
+        help="images per prompt; 0 = text only (no vision tower, no encoder profiling); "
+        "default: the model's multimodal default",
+        target="engine",
+    ),
+    "enforce_eager": Opt(
+        ("--enforce-eager/--no-enforce-eager",),
+        source=(_ENG, "enforce_eager"),
+        help="vLLM --enforce-eager: no CUDA graphs",
+        target="engine",
+    ),
+    "prefix_caching": Opt(
+        ("--enable-prefix-caching/--no-enable-prefix-caching",),
+        source=(_ENG, "enable_prefix_caching"),
+        help="vLLM prefix caching (GDN state in 'align' mode); vLLM 0.33 turns it on by "
+        "default, the published runs had it off",
+        target="engine",
+    ),
+    # speculation
+    "spec_tokens": Opt(
+        ("--num-speculative-tokens", "--spec-tokens", "-k"),
+        type=click.IntRange(0, 64),
+        source=(_SPEC, "num_spec_tok"),
+        help="MTP chain depth k (0 = no speculation); a --tree sets its own depth",
+        dest="num_spec_tok",
+        target="spec",
+    ),
+    "tree": Opt(
+        ("--tree", "--tree-widths"),
+        type=TreeShape(),
+        default=None,
+        help="draft tree widths per depth, 2x2x2 (also 2,2,2; N = 2+4+8 = 14 nodes) or chain",
+        dest="tree_widths",
+        target="spec",
+    ),
+    "commit": Opt(
+        ("--commit",),
+        type=click.Choice(COMMIT_MODES),
+        source=(_SPEC, "commit"),
+        help="GDN state handling during verification",
+        target="spec",
+    ),
+    "acceptance": Opt(
+        ("--acceptance",),
+        type=ListOf(FiniteFloat(0.0, 1.0)),
+        default=None,
+        help="per-depth conditional acceptance, e.g. 0.9,0.8,0.7 "
+        "(default: 0.8522 at every depth = 3.2 tok/step for k=3)",
+    ),
+    "tree_model": Opt(
+        ("--tree-model",),
+        type=click.Choice(TREE_MODELS),
+        source=(AcceptanceConfig, "tree_model"),
+        help="draft-tree acceptance: rank (calibrated on top-k draft data) | independent "
+        "(upper bound)",
+        target="acceptance",
+    ),
+    "temperature": Opt(
+        ("--temperature",),
+        type=FiniteFloat(0.0, MAX_TEMPERATURE),
+        source=(AcceptanceConfig, "temperature"),
+        help="sampling temperature of verification (0 = greedy; > 0 lowers acceptance)",
+        target="acceptance",
+    ),
+    # load, named as in `vllm bench serve`
+    "dataset": Opt(
+        ("--dataset-name", "--workload", "-w"),
+        type=NameOrFile([], "workload"),  # choices filled lazily by _workload_type()
+        source=(SimConfig, "workload"),
+        help="workload name (see 'capsim traces list') or a CSV/Parquet/JSONL file",
+        dest="workload",
+    ),
+    "max_concurrency": Opt(
+        ("--max-concurrency", "--concurrency", "-c"),
+        type=positive_int(MAX_CONCURRENCY),
+        default=None,
+        help="closed loop: max requests in flight",
+        dest="concurrency",
+    ),
+    "request_rate": Opt(
+        ("--request-rate", "--rate"),
+        type=FiniteFloat(0.0, 1e9, min_open=True),
+        default=None,
+        help="open loop: requests per second (finite; for all-at-once use --max-concurrency)",
+        dest="rate",
+    ),
+    "burstiness": Opt(
+        ("--burstiness",),
+        type=FiniteFloat(1e-3, 1e3),
+        source=(_LOAD, "burstiness"),
+        target="load",
+    ),
+    "num_prompts": Opt(
+        ("--num-prompts", "--num-requests", "-n"),
+        type=positive_int(MAX_NUM_REQUESTS),
+        source=(_LOAD, "num_requests"),
+        help="requests to send",
+        dest="num_requests",
+        target="load",
+    ),
+    "seed": Opt(
+        ("--seed",),
+        type=click.IntRange(0, 2**63 - 1),
+        source=(SimConfig, "seed"),
+    ),
+    "step_time": Opt(
+        ("--step-time",),
+        type=click.Choice(["roofline", "calibrated"]),
+        source=(SimConfig, "step_time"),
+    ),
+    "out": Opt(("--out", "-o"), type=OutDir(), default=None),
+    "jobs": Opt(
+        ("--jobs",),
+        type=click.IntRange(1, 256),
+        default=None,
+        help="worker processes (default: cores; never more than there are tasks)",
+    ),
+}
+
+
+def _resolved(name: str) -> Opt:
+    opt = OPTIONS[name]
+    if name == "dataset":
+        from dataclasses import replace
+
+        return replace(opt, type=WorkloadName(_workload_names(), "workload"))
+    return opt
+
+
+def options(*names: str, **overrides: dict[str, Any]) -> Callable[[Any], Any]:
+    """Decorate a command with the named options, in the given order.
+
+    ``overrides`` maps an option name to keyword arguments for its ``click.option``.
+    """
+
+    def wrap(fn: Any) -> Any:
+        for name in reversed(names):
+            fn = _resolved(name).decorator(**overrides.get(name, {}))(fn)
+        return fn
+
+    return wrap
+
+
+def dest_of(opt: Opt) -> str:
+    """The parameter name of ``opt`` (its ``dest``, else its first flag in snake case)."""
+    return opt.dest or opt.decls[0].split("/")[0].lstrip("-").replace("-", "_")
+
+
+def collect(target: str, params: dict[str, Any], *, given_only: bool = False) -> dict[str, Any]:
+    """The parameters of options with ``target`` as config field -> value.
+
+    ``given_only`` leaves out parameters that are None (flags left at a ``None`` default,
+    e.g. overrides of a grid TOML's values)."""
+    out = {}
+    for opt in OPTIONS.values():
+        if opt.target != target:
+            continue
+        dest = dest_of(opt)
+        if dest in params and not (given_only and params[dest] is None):
+            out[dest] = params[dest]
+    return out
+
+
+__all__ = [
+    "OPTIONS",
+    "FiniteFloat",
+    "ListOf",
+    "NameOrFile",
+    "Opt",
+    "OutDir",
+    "TreeShape",
+    "TreeShapes",
+    "VllmVersion",
+    "WorkloadName",
+    "collect",
+    "dc_default",
+    "format_tree",
+    "options",
+]

@@ -1,0 +1,369 @@
+"""capsim's memory plan beside what a vLLM start-up log says, term by term.
+
+``settings_from_log`` turns a parsed log (or a validation-table row) into capsim's configs:
+every setting the log states wins over the command line, and ``notes`` names the ones it
+does not state. ``compare`` plans twice: capsim's own plan (every term capsim's) and the
+pool pinned to the log's available KV memory (which checks page, block and group math
+independently of the non-KV terms).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field, replace
+
+from capsim.config import EngineConfig, SpecDecodeConfig
+from capsim.gpus import GpuSpec, with_total_memory
+from capsim.memory.memory_plan import MemoryPlan, plan_memory
+from capsim.memory.vllm_log import VllmLog
+from capsim.models import QUANT_METHOD_FORMATS, ModelSpec
+from capsim.units import GiB
+
+# vLLM --kv-cache-dtype -> capsim dtype (bytes per element are what the page needs).
+KV_DTYPES: dict[str, str] = {
+    "auto": "bfloat16",
+    "bfloat16": "bfloat16",
+    "float16": "float16",
+    "fp8": "fp8",
+    "fp8_e4m3": "fp8",
+    "fp8_e5m2": "fp8",
+    "int8_per_token_head": "fp8",
+}
+# vLLM --quantization -> capsim's weight format (memory/weights.py QUANT_BYTES_PER_PARAM).
+QUANT: dict[str, str] = {**QUANT_METHOD_FORMATS, "auto_round": "gptq", "inc": "gptq"}
+
+# Tolerances of the validation (issue 11): weights 2 %, available KV 5 % median / 10 % max;
+# block size and mamba padding exact.
+WEIGHTS_TOL = 0.02
+KV_TOL = 0.05
+
+
+@dataclass(frozen=True, slots=True)
+class Settings:
+    model: ModelSpec
+    gpu: GpuSpec
+    engine: EngineConfig
+    spec: SpecDecodeConfig
+    notes: tuple[str, ...] = ()
+
+
+def settings_from_log(
+    log: VllmLog,
+    *,
+    model: ModelSpec,
+    gpu: GpuSpec,
+    engine: EngineConfig,
+    spec: SpecDecodeConfig,
+) -> Settings:
+    """The log's settings over the given defaults; notes name what came from elsewhere."""
+    notes: list[str] = []
+    upd: dict[str, object] = {}
+    for attr, field_name in (
+        ("tp", "tp"),
+        ("gmu", "gmu"),
+        ("max_model_len", "max_model_len"),
+        ("max_num_seqs", "max_num_seqs"),
+        ("max_num_batched_tokens", "max_num_batched_tokens"),
+        ("enable_prefix_caching", "enable_prefix_caching"),
+        ("enforce_eager", "enforce_eager"),
+        ("limit_mm_per_prompt", "limit_mm_per_prompt"),
+        ("kv_cache_memory_bytes", "kv_cache_memory_bytes"),
+        ("num_gpu_blocks_override", "num_gpu_blocks_override"),
+    ):
+        value = getattr(log, attr)
+        if value is not None:
+            upd[field_name] = value
+    if log.vllm_version:
+        upd["vllm_version"] = log.vllm_version
+        from capsim.vllm_rules import rules_for
+
+        if not rules_for(log.vllm_version).v1_engine:
+            notes.append(
+                f"vLLM {log.vllm_version} runs the V0 engine: its profile run and budget "
+                "differ from the V1 accounting capsim follows"
+            )
+    else:
+        notes.append(f"vLLM version not in the log: rules of {engine.vllm_version}")
+    if log.gmu is None:
+        notes.append(f"gmu not in the log: {engine.gmu}")
+    if log.max_num_batched_tokens is None:
+        notes.append("max_num_batched_tokens not in the log: vLLM's default for the GPU")
+    if log.kv_cache_dtype:
+        if log.kv_cache_dtype not in KV_DTYPES:
+            raise ValueError(f"kv_cache_dtype={log.kv_cache_dtype!r} is not supported")
+        upd["kv_cache_dtype"] = KV_DTYPES[log.kv_cache_dtype]
+        if log.kv_cache_dtype == "int8_per_token_head":
+            notes.append("int8_per_token_head KV: 1 byte/element, its per-head scales not counted")
+    if log.enable_prefix_caching and model.is_hybrid:
+        notes.append(
+            "prefix caching on (mamba_cache_mode 'align'): per-request mamba blocks and "
+            "the logged token count follow align-mode accounting (issue 14), not modelled here"
+        )
+    if log.gpu_total_gib:
+        gpu = with_total_memory(gpu, round(log.gpu_total_gib * GiB))
+    else:
+        notes.append(f"GPU total memory not in the log: {gpu.name} registry value")
+    if log.quantization and model.quantization == "none":
+        q = QUANT.get(log.quantization)
+        if q is None:
+            raise ValueError(f"quantization={log.quantization!r} is not supported")
+        if log.quantization == "modelopt" and "fp4" in (log.model or "").lower():
+            q = "nvfp4"
+        model = replace(model, quantization=q)
+    if log.num_speculative_tokens is not None:
+        method = log.speculative_method or "mtp"
+        if method in ("mtp", "qwen3_next_mtp", "qwen3_5_mtp"):
+            spec = replace(spec, num_spec_tok=int(log.num_speculative_tokens), tree_widths=None)
+        else:
+            spec = replace(spec, num_spec_tok=int(log.num_speculative_tokens), tree_widths=None)
+            notes.append(
+                f"speculative method {method!r}: its draft model's weights are not modelled"
+            )
+    else:
+        notes.append(f"speculative config not in the log: k={spec.depth} from the command line")
+    return Settings(model, gpu, replace(engine, **upd), spec, tuple(notes))  # type: ignore[arg-type]
+
+
+@dataclass(frozen=True, slots=True)
+class TermRow:
+    term: str
+    log: float | None
+    capsim: float | None
+    unit: str
+    status: str
+    source: str = ""
+
+
+@dataclass(frozen=True, slots=True)
+class Comparison:
+    settings: Settings
+    plan: MemoryPlan | None
+    pinned: MemoryPlan | None
+    rows: tuple[TermRow, ...]
+    missing: tuple[str, ...]
+    errors: dict[str, float] = field(default_factory=dict)
+    failure: str | None = None
+
+    @property
+    def differing(self) -> list[str]:
+        return [r.term for r in self.rows if r.status.startswith("differs")]
+
+
+def _rel(capsim: float, log: float) -> float:
+    return (capsim - log) / log if log else math.inf
+
+
+def _row(
+    term: str, log: float | None, capsim: float | None, unit: str, tol: float | None, src: str = ""
+) -> TermRow:
+    if log is None:
+        return TermRow(term, None, capsim, unit, "log lacks it", src)
+    if capsim is None:
+        return TermRow(term, log, None, unit, "capsim has no value", src)
+    if tol is None:  # exact
+        ok = abs(capsim - log) < 0.006
+        return TermRow(term, log, capsim, unit, "same" if ok else "differs", src)
+    diff = capsim - log
+    if abs(diff) <= max(tol * abs(log), 0.011):
+        return TermRow(term, log, capsim, unit, "within tolerance", src)
+    pct = f"{100 * _rel(capsim, log):+.1f}%" if log else f"{diff:+.2f}"
+    return TermRow(term, log, capsim, unit, f"differs ({pct})", src)
+
+
+def _graph_row(log: VllmLog, plan: MemoryPlan | None, g, src: dict[str, str]) -> TermRow:  # type: ignore[no-untyped-def]
+    label = src.get("cudagraph", "")
+    if label.startswith("not charged"):
+        return TermRow(
+            "CUDA graph estimate (GiB)",
+            log.cudagraph_estimate_gib,
+            0.0,
+            "GiB",
+            "not charged in this version",
+            label,
+        )
+    return _row(
+        "CUDA graph estimate (GiB)",
+        log.cudagraph_estimate_gib,
+        g(plan.cudagraph_bytes) if plan else None,
+        "GiB",
+        0.10,
+        label,
+    )
+
+
+def compare(settings: Settings, log: VllmLog) -> Comparison:
+    """Plan with the log's settings and set every term beside the log's value."""
+    s = settings
+    try:
+        plan = plan_memory(s.model, s.gpu, s.engine, s.spec)
+    except ValueError as exc:
+        plan, failure = None, str(exc)
+    else:
+        failure = None
+    pinned = None
+    if log.available_kv_gib is not None:
+        pin = replace(s.engine, kv_cache_memory_bytes=round(log.available_kv_gib * GiB))
+        try:
+            pinned = plan_memory(s.model, s.gpu, pin, s.spec)
+        except ValueError:
+            pinned = None
+    notes = list(s.notes)
+    if plan is not None and s.model.quantization != "none" and s.model.quant_scope == "linear":
+        # The checkpoint's ignore list is rarely in a log: show the other common layout.
+        alt_model = replace(s.model, quant_scope="experts")
+        try:
+            alt = plan_memory(alt_model, s.gpu, s.engine, s.spec)
+        except ValueError as exc:
+            alt = None
+            notes.append(
+                f"{s.model.quantization} weights assumed on attention, GDN and expert/MLP "
+                f"linears; with those projections in bf16 this deployment would not start "
+                f"({str(exc)[:80]}...)"
+            )
+        if alt is not None:
+            err = ""
+            if log.available_kv_gib:
+                rel = _rel(alt.kv_budget_bytes / GiB, log.available_kv_gib)
+                err = f", available KV {100 * rel:+.1f}%"
+            notes.append(
+                f"{s.model.quantization} weights assumed on attention, GDN and expert linears; "
+                f"experts-only would give weights {alt.weights_bytes / GiB:.2f} GiB{err} "
+                "(not chosen: the checkpoint's ignore list is not in the row)"
+            )
+    s = replace(s, notes=tuple(notes))
+    g = (lambda b: round(b / GiB, 2)) if plan else (lambda b: None)
+    src = plan.term_sources if plan else {}
+    rows = [
+        _row(
+            "weights (GiB)",
+            log.weights_gib,
+            g(plan.weights_bytes) if plan else None,
+            "GiB",
+            WEIGHTS_TOL,
+            src.get("weights", ""),
+        ),
+        _row(
+            "peak activation (GiB)",
+            log.peak_activation_gib,
+            g(plan.activation_peak_bytes) if plan else None,
+            "GiB",
+            0.10,
+            src.get("activation_peak", ""),
+        ),
+        _row(
+            "non-torch (GiB)",
+            log.non_torch_gib,
+            g(plan.non_torch_bytes) if plan else None,
+            "GiB",
+            0.10,
+            src.get("non_torch", ""),
+        ),
+        _graph_row(log, plan, g, src),
+        _row(
+            "CUDA graphs captured (PIECEWISE)",
+            log.cudagraph_piecewise,
+            plan.cudagraph_piecewise_graphs if plan else None,
+            "",
+            None,
+            "_set_cudagraph_sizes",
+        ),
+        _row(
+            "largest capture size (tok)",
+            log.cudagraph_largest,
+            plan.cudagraph_capture_max if plan else None,
+            "tok",
+            None,
+            "_set_cudagraph_sizes",
+        ),
+        _row(
+            "available KV (GiB)",
+            log.available_kv_gib,
+            g(plan.kv_budget_bytes) if plan else None,
+            "GiB",
+            KV_TOL,
+            "result",
+        ),
+        _row(
+            "attention block size (tok)",
+            log.attention_block_size,
+            plan.block_size_tok if plan else None,
+            "tok",
+            None,
+            "page unification",
+        ),
+        _row(
+            "mamba page padding (%)",
+            log.mamba_page_padding_pct,
+            round(plan.mamba_padding_pct, 2) if plan else None,
+            "%",
+            None,
+            "page unification",
+        ),
+        _row(
+            "GPU KV cache size (tok, pool pinned to the log)",
+            log.kv_cache_tokens,
+            pinned.vllm_kv_cache_tokens() if pinned else None,
+            "tok",
+            0.005,
+            "groups and pages",
+        ),
+    ]
+    errors: dict[str, float] = {}
+    if plan is not None:
+        for key, logged, mine in (
+            ("weights", log.weights_gib, plan.weights_bytes / GiB),
+            ("available_kv", log.available_kv_gib, plan.kv_budget_bytes / GiB),
+        ):
+            if logged:
+                errors[key] = _rel(mine, logged)
+    if pinned is not None and log.kv_cache_tokens:
+        errors["kv_cache_tokens_pinned"] = _rel(pinned.vllm_kv_cache_tokens(), log.kv_cache_tokens)
+    return Comparison(s, plan, pinned, tuple(rows), tuple(log.missing()), errors, failure)
+
+
+def _num(x: float) -> str:
+    return f"{x:,.0f}" if float(x).is_integer() and abs(x) >= 10_000 else f"{x:g}"
+
+
+def format_comparison(c: Comparison) -> str:
+    s = c.settings
+    e = s.engine
+    lines = [
+        f"capsim vs vLLM log: {s.model.name} on {s.gpu.name} "
+        f"({s.gpu.total_memory_bytes / GiB:.2f} GiB), tp={e.tp}, gmu={e.gmu}, "
+        f"vLLM {e.vllm_version}, k={s.spec.depth}, kv {e.kv_cache_dtype}, "
+        f"weights {s.model.quantization}",
+    ]
+    if c.missing:
+        lines.append(f"  the log lacks: {', '.join(c.missing)} (capsim's values used instead)")
+    for note in s.notes:
+        lines.append(f"  note: {note}")
+    if c.failure:
+        lines.append(f"  capsim cannot plan this deployment: {c.failure}")
+    lines.append(f"  {'term':<48}{'log':>12}{'capsim':>12}  {'status':<22}source")
+    for r in c.rows:
+        lg = "-" if r.log is None else _num(r.log)
+        cp = "-" if r.capsim is None else _num(r.capsim)
+        lines.append(f"  {r.term:<48}{lg:>12}{cp:>12}  {r.status:<22}{r.source}")
+    diff = c.differing
+    lines.append("  differs: " + (", ".join(diff) if diff else "nothing beyond tolerance"))
+    if c.pinned is not None:
+        p = c.pinned
+        lines.append(
+            f"  pool pinned to the log's available KV: {p.num_blocks} blocks of "
+            f"{p.block_size_tok} tok, {p.bytes_per_block / 2**20:.2f} MiB each; "
+            f"capacity {p.max_concurrency(4096)} requests at 4096 tok "
+            f"(use --kv-cache-memory {p.kv_budget_bytes} to simulate with it)"
+        )
+    return "\n".join(lines)
+
+
+def guess_preset(log_model: str | None) -> str | None:
+    """The capsim preset whose name appears in a log's model string (longest first)."""
+    from capsim.models import PRESETS
+
+    text = (log_model or "").lower()
+    for name in sorted(PRESETS, key=len, reverse=True):
+        if name in text.replace("_", "-"):
+            return name
+    return None

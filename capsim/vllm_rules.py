@@ -1,0 +1,159 @@
+"""vLLM's memory-accounting rules that changed between releases, in one table.
+
+Each rule is (what, the value before, the value since, the first release with it, source).
+``rules_for("0.26")`` resolves every rule for one release; ``capsim memory --vllm-version``
+passes it to the memory plan. Releases are compared as (major, minor); a patch number is
+accepted and ignored. Where the first release carrying a change is not pinned down by a
+release note, the source says so.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from capsim.gpus import GpuSpec
+from capsim.units import GiB
+
+DEFAULT_VLLM_VERSION: str = "0.33"
+
+
+@dataclass(frozen=True, slots=True)
+class VersionRule:
+    key: str
+    what: str
+    before: object
+    since_value: object
+    since: tuple[int, int]
+    source: str
+
+
+RULES: tuple[VersionRule, ...] = (
+    VersionRule(
+        "v1_engine",
+        "the V1 engine (the profiling and KV accounting capsim follows) is the default",
+        False,
+        True,
+        (0, 8),
+        "vLLM 0.8.0 release notes (V1 engine on by default); older logs come from the V0 "
+        "worker (worker.py 'Memory profiling takes ...'), whose profile run differs",
+    ),
+    VersionRule(
+        "default_gmu",
+        "gpu_memory_utilization when not given",
+        0.9,
+        0.92,
+        (0, 20),
+        "PR #38284 (merged 2026-04) changed CacheConfig/LLM defaults 0.9 -> 0.92; 0.16 docs "
+        "still say 0.9, 0.33 config/cache.py says 0.92 (first release: 0.19 or 0.20, taken "
+        "as 0.20)",
+    ),
+    VersionRule(
+        "charge_cudagraph_memory",
+        "CUDA-graph estimate subtracted from the KV budget",
+        False,
+        True,
+        (0, 21),
+        "envs.VLLM_MEMORY_PROFILER_ESTIMATE_CUDAGRAPHS default 1; 0.33 gpu_worker."
+        "determine_available_memory logs 'default since v0.21.0'; 0.18 logs announce it "
+        "as opt-in (vllm PR #39559 log)",
+    ),
+    VersionRule(
+        "gdn_capture_transient",
+        "first FULL capture (profile_seq_lens = mnbt // size) charges a GDN transient "
+        "that grows with max_num_batched_tokens as graph memory (capsim flags it in the "
+        "plan's labels; its size is not modelled: no measurement isolates it)",
+        False,
+        True,
+        (0, 26),
+        "vllm issue #50780 (KV pool 18-24% smaller on GDN hybrids since 0.26.0; 0.23 "
+        "reports 0.5 GiB for the same config); gpu_model_runner.profile_cudagraph_memory",
+    ),
+    VersionRule(
+        "large_gpu_batch_tier",
+        ">= 160 GiB GPUs get 16384 batched tokens (online serving); before, they fell "
+        "in the >= 70 GiB tier (8192)",
+        False,
+        True,
+        (0, 28),
+        "engine/arg_utils.py:EngineArgs.get_batch_defaults (0.33); first release 0.28 per "
+        "issue #11 / VLLM.md s4.2",
+    ),
+    VersionRule(
+        "sm100_capture_ceiling",
+        "default max_cudagraph_capture_size ceiling on SM100 (B200/B300); 512 elsewhere",
+        512,
+        1024,
+        (0, 27),
+        "vllm PR #49390 (opened 2026-07-22, 'Raise Blackwell CUDA graph capture default "
+        "to 1024'); config/vllm.py:_set_cudagraph_sizes in 0.33 (first release not "
+        "pinned down, taken as 0.27)",
+    ),
+)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class VllmRules:
+    """Every rule of ``RULES`` resolved for one release."""
+
+    version: tuple[int, int]
+    v1_engine: bool
+    default_gmu: float
+    charge_cudagraph_memory: bool
+    gdn_capture_transient: bool
+    large_gpu_batch_tier: bool
+    sm100_capture_ceiling: int
+
+    @property
+    def label(self) -> str:
+        return f"{self.version[0]}.{self.version[1]}"
+
+    def capture_ceiling(self, gpu: GpuSpec) -> int:
+        """Largest default CUDA-graph capture size on ``gpu``."""
+        return self.sm100_capture_ceiling if gpu.is_sm100_family else 512
+
+    def batch_defaults(self, gpu: GpuSpec) -> tuple[int, int]:
+        """(max_num_seqs, max_num_batched_tokens) vLLM's OpenAI server picks on ``gpu``.
+
+        ``EngineArgs.get_batch_defaults``: >= 160 GiB -> 1024 / 16384 (since the
+        ``large_gpu_batch_tier`` release); >= 70 GiB and not an A100 -> 1024 / 8192;
+        otherwise 256 / 2048.
+        """
+        mem = gpu.total_memory_bytes
+        if mem >= 160 * GiB and self.large_gpu_batch_tier:
+            return 1024, 16384
+        if mem >= 70 * GiB and "a100" not in gpu.device_name.lower():
+            return 1024, 8192
+        return 256, 2048
+
+
+def parse_version(text: str) -> tuple[int, int]:
+    """'0.26', 'v0.26.0', '0.10.2rc1' -> (0, 26); errors name the value."""
+    raw = str(text).strip().lstrip("vV")
+    parts = raw.split(".")
+    try:
+        major, minor = int(parts[0]), int("".join(ch for ch in parts[1] if ch.isdigit()))
+    except (IndexError, ValueError):
+        raise ValueError(f"vllm_version={text!r}: expected MAJOR.MINOR such as 0.33") from None
+    return major, minor
+
+
+def rules_for(version: str | tuple[int, int] = DEFAULT_VLLM_VERSION) -> VllmRules:
+    v = parse_version(version) if isinstance(version, str) else tuple(version)
+    values = {r.key: (r.since_value if v >= r.since else r.before) for r in RULES}
+    return VllmRules(version=(int(v[0]), int(v[1])), **values)  # type: ignore[arg-type]
+
+
+def rules_table() -> str:
+    """The table as Markdown (for ``capsim memory --version-rules`` and the docs)."""
+    lines = ["| rule | before | since | from | source |", "|---|---|---|---|---|"]
+    for r in RULES:
+        lines.append(
+            f"| {r.key}: {r.what} | {r.before} | {r.since_value} | "
+            f"{r.since[0]}.{r.since[1]} | {r.source} |"
+        )
+    return "\n".join(lines)
+
+
+def resolve_gmu(gmu: float | None, vllm_version: str) -> float:
+    """--gmu when given, else the release's default gpu_memory_utilization."""
+    return float(gmu) if gmu is not None else rules_for(vllm_version).default_gmu

@@ -1,0 +1,73 @@
+"""The vLLM version rules table: each rule flips at its release, and the plan follows it."""
+
+from __future__ import annotations
+
+import pytest
+
+from capsim.config import EngineConfig, SpecDecodeConfig
+from capsim.gpus import get_gpu
+from capsim.memory.memory_plan import plan_memory
+from capsim.models import get_model
+from capsim.vllm_rules import RULES, parse_version, rules_for, rules_table
+
+
+@pytest.mark.parametrize(
+    ("key", "before", "since"),
+    [
+        ("default_gmu", "0.19", "0.20"),
+        ("charge_cudagraph_memory", "0.20", "0.21"),
+        ("gdn_capture_transient", "0.25", "0.26"),
+        ("large_gpu_batch_tier", "0.27", "0.28"),
+        ("sm100_capture_ceiling", "0.26", "0.27"),
+    ],
+)
+def test_rule_flips_at_its_release(key: str, before: str, since: str) -> None:
+    rule = next(r for r in RULES if r.key == key)
+    assert getattr(rules_for(before), key) == rule.before
+    assert getattr(rules_for(since), key) == rule.since_value
+    assert rule.before != rule.since_value
+    assert rule.source  # every rule cites where it comes from
+    assert key in rules_table()
+
+
+def test_batch_tiers_follow_version_and_gpu() -> None:
+    b200, h200, a100 = get_gpu("B200"), get_gpu("H200"), get_gpu("A100-80GB")
+    assert rules_for("0.27").batch_defaults(b200) == (1024, 8192)
+    assert rules_for("0.28").batch_defaults(b200) == (1024, 16384)
+    assert rules_for("0.33").batch_defaults(h200) == (1024, 8192)
+    # vLLM keeps A100s on the small tier despite 80 GB (get_batch_defaults, PR #17885)
+    assert rules_for("0.33").batch_defaults(a100) == (256, 2048)
+    assert rules_for("0.33").capture_ceiling(b200) == 1024
+    assert rules_for("0.26").capture_ceiling(b200) == 512
+    assert rules_for("0.33").capture_ceiling(h200) == 512
+
+
+def test_parse_version_accepts_release_spellings_and_names_bad_ones() -> None:
+    assert parse_version("v0.10.2") == (0, 10)
+    assert parse_version("0.26.0rc1") == (0, 26)
+    assert parse_version("0.33") == (0, 33)
+    with pytest.raises(ValueError, match="vllm_version='latest'"):
+        parse_version("latest")
+    with pytest.raises(ValueError, match="vllm_version"):
+        EngineConfig(vllm_version="x.y")
+
+
+def test_graph_memory_is_charged_from_0_21_only() -> None:
+    model, gpu, spec = get_model("qwen3.5-35b-a3b"), get_gpu("B200"), SpecDecodeConfig()
+    old = plan_memory(model, gpu, EngineConfig(gmu=0.9, vllm_version="0.20"), spec)
+    new = plan_memory(model, gpu, EngineConfig(gmu=0.9, vllm_version="0.21"), spec)
+    assert old.cudagraph_bytes == 0 and new.cudagraph_bytes > 0
+    assert old.term_sources["cudagraph"].startswith("not charged")
+    assert old.kv_budget_bytes - new.kv_budget_bytes == new.cudagraph_bytes
+
+
+def test_b200_tier_changes_the_pool_at_0_28() -> None:
+    model, gpu, spec = get_model("qwen3.5-35b-a3b"), get_gpu("B200"), SpecDecodeConfig()
+    p27 = plan_memory(model, gpu, EngineConfig(gmu=0.9, vllm_version="0.27"), spec)
+    p28 = plan_memory(model, gpu, EngineConfig(gmu=0.9, vllm_version="0.28"), spec)
+    assert (p27.max_num_batched_tokens, p28.max_num_batched_tokens) == (8192, 16384)
+    assert p28.runner_buffers_bytes == 2 * p27.runner_buffers_bytes
+
+
+def test_v0_engine_before_0_8() -> None:
+    assert rules_for("0.7").v1_engine is False and rules_for("0.8").v1_engine is True
