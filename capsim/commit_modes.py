@@ -37,10 +37,11 @@ class CommitMode:
     ``kernel_series``: measured kernel names whose p50s sum to the GDN verify time, preferred
     set first; the next is used when the table lacks the first.
     ``holds_pending``: a running request keeps the previous window's inputs (pending bytes).
-    ``ring_windows``: replay only (else 0): the ring holds ``ring_windows`` windows of
-    entries (R = ring_windows * W); it is flushed (one checkpoint write) when it cannot
-    take the next window's path, so at full acceptance (W entries per step, the most
-    writes) a state is written once per ``(R - W) // W + 1`` = ``ring_windows`` steps.
+    ``ring_windows``: replay only (else 0): the ring holds ``ring_windows`` longest paths
+    of entries (R = ring_windows * P, P = tree depth + 1, = W for a chain); it is flushed
+    (one checkpoint write) when it cannot take the next window's path, so at full
+    acceptance (P entries per step, the most writes) a state is written once per
+    ``(R - P) // P + 1`` = ``ring_windows`` steps.
     """
 
     name: str
@@ -65,9 +66,10 @@ class CommitMode:
             writes = writes / self.ring_windows
         return self.state_reads, writes
 
-    def ring_tok(self, window_tok: int) -> int:
-        """Replay ring entries R per request per GDN layer (0 for the other modes)."""
-        return self.ring_windows * window_tok
+    def ring_tok(self, path_tok: int) -> int:
+        """Replay ring entries R per request per GDN layer for windows whose longest path
+        is ``path_tok`` tokens (0 for the other modes)."""
+        return self.ring_windows * path_tok
 
 
 MODES: dict[str, CommitMode] = {
@@ -114,8 +116,8 @@ MODES: dict[str, CommitMode] = {
             # no stand-in series: unmeasured, the calibrated cost refuses it by name
             kernel_series=(("replay",),),
             holds_pending=True,
-            # R = 4 W: 16 entries at T = 4 (ReplaySSM's buffer length 16), a flush every 4
-            # steps at full acceptance (kernels/gdn_verify/NOTES.md section 3)
+            # R = 4 P: 16 entries for a depth-3 chain or tree (ReplaySSM's buffer length 16),
+            # a flush every 4 steps at full acceptance (kernels/gdn_verify/NOTES.md sec. 3)
             ring_windows=4,
         ),
     )

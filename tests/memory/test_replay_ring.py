@@ -35,12 +35,13 @@ def test_ring_bytes_match_the_kernel_buffers(name: str, tp: int, w: int) -> None
     assert kernel["ring_bytes"] == held
 
 
-def test_replay_plan_charges_one_ring_and_writes_a_quarter_state() -> None:
+@pytest.mark.parametrize("tree", [None, (2, 2, 2)])
+def test_replay_plan_charges_one_ring_and_writes_a_quarter_state(tree) -> None:  # type: ignore[no-untyped-def]
     model, gpu = get_model("qwen3.5-35b-a3b"), get_gpu("B200")
-    spec = SpecDecodeConfig(num_spec_tok=3, commit="replay")
+    spec = SpecDecodeConfig(num_spec_tok=3, tree_widths=tree, commit="replay")
     plan = plan_memory(model, gpu, EngineConfig(gmu=0.9), spec)
-    ring = model.num_gdn_layers * pending_bytes_per_layer(model, 1, 4 * spec.window_tok)
-    assert plan.pending_bytes_per_request == ring
+    ring = model.num_gdn_layers * pending_bytes_per_layer(model, 1, 4 * (spec.depth + 1))
+    assert plan.pending_bytes_per_request == ring  # 16 entries: a depth-3 path, chain or tree
     assert plan.pending_blocks_per_request == cdiv(ring, plan.bytes_per_block)
     assert get_mode("replay").decode_state_rw(spec.window_tok) == (1, 0.25)
     assert get_mode("deferred").decode_state_rw(spec.window_tok) == (1, 1)
