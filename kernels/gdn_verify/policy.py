@@ -125,6 +125,11 @@ class LaunchPolicy:
             return False
         return fused or num_heads_total < self.small_max_heads
 
+    def use_persistent(self, bw: int) -> bool:
+        """Whether the verify stream takes treewy_persistent.py's kernel (BW <= 32 only:
+        it spills at BW = 64)."""
+        return self.persistent_ctas_per_sm > 0 and bw <= 32
+
     def reconstruct_kernels(self, num_nodes: int, num_heads_total: int) -> str:
         """Which TreeWY kernels a reconstruct step takes when the accepted node is known at
         launch (a chain once the accepted length is fixed, a replayed window): "fused"

@@ -24,7 +24,21 @@ import triton.language as tl
 
 from ._jit import xdot
 
-__all__ = ["launch_persistent_stream", "treewy_persistent_stream_kernel"]
+__all__ = [
+    "PERSISTENT_BLOCK_V",
+    "PERSISTENT_MAX_BW",
+    "PERSISTENT_WARPS",
+    "launch_persistent_stream",
+    "treewy_persistent_stream_kernel",
+]
+
+# Compiled for sm_90 on the CPU (bench/resources.py's compiler path, 35B heads, fp32 state):
+# 4 warps, 32-row dv tile: 180 registers at W = 4, 208 at W = 15, no spills; 2 warps: 255;
+# W = 40 (BW = 64, 64-row tile): 255 registers and 728 bytes of spills, so the variant is
+# offered only for BW <= PERSISTENT_MAX_BW.
+PERSISTENT_BLOCK_V = 32
+PERSISTENT_WARPS = 4
+PERSISTENT_MAX_BW = 32
 
 
 @triton.jit

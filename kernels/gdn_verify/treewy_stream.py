@@ -27,7 +27,7 @@ import triton.language as tl
 from ._jit import chain_scale, dot_precision, pad_window, path_scale, pick_block_v, xdot
 from .policy import DEFAULT_POLICY, LaunchPolicy
 from .treewy_inputs import check_inputs, check_parent, launch_split
-from .treewy_persistent import launch_persistent_stream
+from .treewy_persistent import PERSISTENT_BLOCK_V, PERSISTENT_WARPS, launch_persistent_stream
 from .treewy_prep import launch_prep
 from .treewy_small import launch_small
 
@@ -258,11 +258,11 @@ def launch_window(
         q, k, log_gate, beta, parent, scale=scale, num_heads=(hk, hv),
         gram_precision=prec.gram, policy=policy,
     )  # fmt: skip
-    if policy.persistent_ctas_per_sm > 0 and pending is None and accepted is None and store_vt:
+    if policy.use_persistent(bw) and pending is None and accepted is None and store_vt:
         launch_persistent_stream(
             q, k, v, state_pool, state_slot, mats, cols, o, vt, num_heads=(hk, hv),
-            block_v=bv, num_warps=cfg["num_warps"], ctas_per_sm=policy.persistent_ctas_per_sm,
-            prec=prec,
+            block_v=pick_block_v(bsz * hv, dv, widest=PERSISTENT_BLOCK_V),
+            num_warps=PERSISTENT_WARPS, ctas_per_sm=policy.persistent_ctas_per_sm, prec=prec,
         )  # fmt: skip
         return o, vt
     launch_split(
