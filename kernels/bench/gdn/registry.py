@@ -328,9 +328,11 @@ def build_vllm_decode(case: Case, ctx: dict) -> Prepared:
 
 
 def replay_capacity(max_path: int) -> int:
-    """Ring entries R (kcode's choice, kernels/gdn_verify/NOTES.md): 16 for paths <= 4,
-    32 up to 16, 64 beyond (R >= the longest path)."""
-    return 16 if max_path <= 4 else 32 if max_path <= 16 else 64
+    """Ring entries R of the replay commit mode (capsim.commit_modes: ``ring_windows``
+    longest paths, R = 4 P): the ring flushes once per ``ring_windows`` steps."""
+    from capsim.commit_modes import get_mode
+
+    return get_mode("replay").ring_windows * max_path
 
 
 def _max_path(parent) -> int:
