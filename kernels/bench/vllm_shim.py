@@ -34,6 +34,7 @@ import enum
 import hashlib
 import importlib
 import logging
+import os
 import re
 import sys
 import types
@@ -42,7 +43,9 @@ from contextlib import nullcontext
 from pathlib import Path
 
 VLLM_VERSION = "0.33.0"
-DEFAULT_SRC = Path(".vllmwheel/src")
+# the extracted files; CAPSIM_VLLM_SRC names another folder (round6.py sets it for its
+# children, so loaders called without a path find the carried copy)
+DEFAULT_SRC = Path(os.environ.get("CAPSIM_VLLM_SRC", ".vllmwheel/src"))
 FLA = "vllm/third_party/flash_linear_attention/ops/"
 MOE = "vllm/model_executor/layers/fused_moe/"
 FILES: tuple[str, ...] = (

@@ -354,10 +354,11 @@ def _replay_committed(case: Case, pool, ring) -> torch.Tensor:
         if n == 0:
             out[idx] = ck_state[idx].double()
             continue
+        # commit_reference builds its ancestor matrix on the CPU: its inputs go there too
         out[idx] = commit_reference(
-            ck_state[idx], ring.k[idx, :n], ring.vt[idx, :n], ring.log_gate[idx, :n],
-            tuple(range(-1, n - 1)), [n - 1] * len(idx),
-        )  # fmt: skip
+            ck_state[idx].cpu(), ring.k[idx, :n].cpu(), ring.vt[idx, :n].cpu(),
+            ring.log_gate[idx, :n].cpu(), tuple(range(-1, n - 1)), [n - 1] * len(idx),
+        ).to(out.device)  # fmt: skip
     return out
 
 

@@ -56,18 +56,28 @@ PHASE_END = {"warm": 0.26, "gdn_main": 0.56, "step_ops": 0.76, "gdn_tp": 0.92, "
 WORK = Path(os.environ.get("R6_WORK", "/tmp/r6work"))  # progress files (not returned)
 
 
+def warm_key(cell: Cell, batch: int) -> tuple:
+    """What a compile depends on: heads, state dtype, the window's parent array (a label
+    such as 'chain' does not name T), the batch's specialisation and the kernels."""
+    return (cell.shape.heads_key, cell.state_dtype, cell.tree.parent, batch, cell.kernels)
+
+
+def warm_cells(dry: bool) -> list[Cell]:
+    """The warm-up's cells: every distinct compile of the run at B = 1 and 64 (2 dry)."""
+    keys, todo = set(), []
+    for c in main_cells(dry) + tp_cells(dry):
+        for b in (1, 2 if dry else 64):
+            if warm_key(c, b) not in keys:
+                keys.add(warm_key(c, b))
+                todo.append(Cell(c.shape, c.state_dtype, c.tree, b, c.kernels, "warm"))
+    return todo
+
+
 def warm_worker(spec: str, vllm_src: Path) -> int:
     """Worker ``i/n``: run every kernel of its share of the cells once (B = 1 and 64)."""
     i, n = (int(x) for x in spec.split("/"))
     dry = os.environ.get("R6_DRY") == "1"
-    cells = main_cells(dry) + tp_cells(dry)
-    keys, todo = set(), []
-    for c in cells:
-        for b in (1, 64 if not dry else 2):
-            key = (c.shape.heads_key, c.state_dtype, c.tree.label, b, c.kernels)
-            if key not in keys:
-                keys.add(key)
-                todo.append(Cell(c.shape, c.state_dtype, c.tree, b, c.kernels, "warm"))
+    todo = warm_cells(dry)
     notes: list[str] = []
     ctx = _ctx(vllm_src, notes) | {"warm": True}
     device = "cuda" if not dry else "cpu"
@@ -176,7 +186,8 @@ def _child(args, phase: str, start: int, deadline: float) -> int:
            "--start", str(start), "--copy-gbps", str(args.copy_gbps), "--deadline-epoch",
            str(deadline), "--vllm-src", str(args.vllm_src)] + (["--dry-run"] if args.dry_run
                                                                 else [])  # fmt: skip
-    proc = subprocess.Popen(cmd, env={**os.environ, "PYTHONUNBUFFERED": "1"})
+    env = {**os.environ, "PYTHONUNBUFFERED": "1", "CAPSIM_VLLM_SRC": str(args.vllm_src)}
+    proc = subprocess.Popen(cmd, env=env)
     try:
         return proc.wait(timeout=max(1.0, deadline - time.time() + 15.0))
     except subprocess.TimeoutExpired:
