@@ -91,6 +91,41 @@ def merge_runs(paths: list[Path]) -> list[dict]:
     return sorted(out, key=lambda r: first[r["op"], r["key"]])
 
 
+def _gdn_key(row: dict) -> tuple:
+    return (row["kernel"], row["Hv"], row["Hk"], row["dk"], row["dv"], row["state_dtype"],
+            row["T"], row["tree"], row["B"])  # fmt: skip
+
+
+def round6_rows(results_dir: Path, have: list[dict]) -> list[dict]:
+    """Timed rows of the round-6 run (``round6_gdn_*.csv``, same method as gdn_verify.csv:
+    CUDA graphs, L2 flushed) at the points ``have`` lacks; refused unless its
+    round6_meta.json says checks_ok."""
+    paths = sorted(results_dir.glob("round6_gdn_*.csv"))
+    if not paths:
+        return []
+    meta_path = results_dir / "round6_meta.json"
+    ok = json.loads(meta_path.read_text()).get("checks_ok") if meta_path.is_file() else None
+    if ok is not True:
+        raise ValueError(f"{meta_path}: checks_ok={ok!r}; refusing the round-6 GDN timings")
+    seen = {_gdn_key(r) for r in have}
+    out = []
+    for path in paths:
+        with path.open(newline="") as fh:
+            timed = [r for r in csv.DictReader(fh) if r.get("p50_us")]  # checked and timed
+        for row in timed:
+            for col in GDN_INT_FIELDS:
+                row[col] = int(float(row[col]))
+            for col in GDN_FLOAT_FIELDS:
+                row[col] = float(row[col])
+            if _gdn_key(row) in seen:
+                continue
+            seen.add(_gdn_key(row))
+            row["impl"] = row.get("label", "")
+            row["source"] = path.name
+            out.append(row)
+    return out
+
+
 def require_checks_ok(results_dir: Path) -> None:
     """Refuse GDN kernel timings whose float64 checks failed (or cannot be read): the
     benchmark records ``checks_ok`` in meta.json next to gdn_verify.csv."""
@@ -155,7 +190,8 @@ def build(
             gdn_columns = next(csv.reader(fh))
         if vllm_gdn_path.is_file():
             gdn += read_rows(vllm_gdn_path, GDN_INT_FIELDS, GDN_FLOAT_FIELDS, ("kernel", "tree"))
-            gdn_columns += ["impl", "source"]
+        gdn += round6_rows(results_dir, gdn)
+        gdn_columns += ["impl", "source"]
         for row, split in zip(
             gdn, assign_splits(gdn, gdn_series, seed=seed, fraction=fraction), strict=True
         ):

@@ -65,6 +65,8 @@ BEYOND_GRID_RULES: tuple[str, ...] = (
     "path); linears whose n and k are multiples of 128, lm_head excepted, from gemm_fp8 rows; "
     "every other term as bf16",
     "a (model, tp, weights) without its measured rows: refuse, naming the field and value",
+    "GDN: a (kernel, window) measured at fewer than two batch sizes is not used (no curve "
+    "along B); the window is then interpolated in T or refused",
 )
 
 
@@ -308,7 +310,7 @@ class CalibratedStepTime:
     def _gdn_rows(self, window_tok: int | None, tree: str | None) -> list[dict]:  # type: ignore[type-arg]
         shp = self.shapes
         state = _dtype_alias(shp.ssm_state_dtype)
-        return [
+        rows = [
             r
             for r in self._rows(self.tables.gdn)
             if (r["Hv"], r["Hk"], r["dk"], r["dv"])
@@ -317,6 +319,12 @@ class CalibratedStepTime:
             and (window_tok is None or r["T"] == window_tok)
             and (tree is None or str(r["tree"]) == tree)
         ]
+        # stated rule: a (kernel, window) measured at fewer than two batch sizes is no
+        # curve (nothing to interpolate along B); the window counts as unmeasured for it
+        batches: dict[tuple, set] = defaultdict(set)
+        for r in rows:
+            batches[r["kernel"], r["T"], str(r["tree"])].add(r["B"])
+        return [r for r in rows if len(batches[r["kernel"], r["T"], str(r["tree"])]) >= 2]
 
     def _gdn_curve_from_rows(self, rows: list[dict], label: str) -> Curve:  # type: ignore[type-arg]
         spec = self.spec
