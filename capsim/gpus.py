@@ -116,7 +116,7 @@ GPUS: dict[str, GpuSpec] = {
                 "139.80 GiB: what torch reports as total on the lent H200 (vLLM 0.26.0 log 'Free "
                 "memory on device (139.29/139.8 GiB)', REAL_VLLM_H200.md); nvidia-smi's 143771 MiB "
                 "(140.40 GiB, device/KINDS.md) is not what gmu multiplies",
-                "132 SMs: the split-KV heuristic of kernels/bench/model_ops.py, H200 runs",
+                "132 SMs: the split-KV heuristic of kernels/bench/step/model_ops.py, H200 runs",
                 "4.8 TB/s HBM3e, 989 TFLOP/s dense BF16, NVLink4 900 GB/s bidirectional: "
                 "NVIDIA H200 datasheet",
             ),

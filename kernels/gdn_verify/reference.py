@@ -23,6 +23,7 @@ __all__ = [
     "conv_tree_reference",
     "l2norm",
     "recurrence_reference",
+    "replay_state_reference",
     "treewy_reference",
 ]
 
@@ -242,4 +243,29 @@ def conv_state_commit_reference(
     for b, a in enumerate(acc):
         win = _conv_window(xd[b : b + 1], sd[b : b + 1], par, a)  # [1, C, K]
         out.append(win[0, :, 1:])
+    return torch.stack(out)
+
+
+def replay_state_reference(
+    state0: torch.Tensor,
+    ring_k: torch.Tensor,
+    ring_vt: torch.Tensor,
+    ring_log_gate: torch.Tensor,
+    length: torch.Tensor | list[int],
+) -> torch.Tensor:
+    """State after a replay ring (replay.py): the checkpoint ``state0`` [B, Hv, dv, dk]
+    with the first ``length[b]`` ring entries applied as a chain,
+    ``S = exp(L_n) S_c + sum_{j < n} exp(L_n - L_j) u_j k_j^T / |k_j|``. float64."""
+    lens = length.tolist() if isinstance(length, torch.Tensor) else list(length)
+    out = []
+    for b, n in enumerate(lens):
+        if n == 0:
+            out.append(state0[b].double())
+            continue
+        chain = tuple(range(-1, n - 1))
+        s = commit_reference(
+            state0[b : b + 1], ring_k[b : b + 1, :n], ring_vt[b : b + 1, :n],
+            ring_log_gate[b : b + 1, :n], chain, [n - 1],
+        )  # fmt: skip
+        out.append(s[0])
     return torch.stack(out)

@@ -1,6 +1,6 @@
 """State drift over many speculative steps: committed state vs a float64 recurrence.
 
-    python -m capsim_kernels.bench.drift --out DIR [--steps 2000] [--batch 4]
+    python -m capsim_kernels.bench.gdn.drift --out DIR [--steps 2000] [--batch 4]
 
 Each step draws a new window (bf16 q/k/v, gates a in [GATE_FLOOR, 1): long memory, the
 hard case for drift; betas in [0.05, 0.95]) and a random accepted node per request (a
@@ -28,8 +28,8 @@ from pathlib import Path
 
 import torch
 
-from ..gdn_verify.reference import recurrence_reference
-from ..gdn_verify.tree import TreeSpec
+from ...gdn_verify.reference import recurrence_reference
+from ...gdn_verify.tree import TreeSpec
 from .cases import max_head_rel_err, rel_err
 from .shapes import MODEL_SHAPES, ModelShape
 
@@ -75,9 +75,8 @@ def run_drift(
     checkpoints: tuple[int, ...] = CHECKPOINTS,
 ) -> list[dict]:
     """Rows of DRIFT_COLUMNS for each kernel at each checkpoint <= steps."""
-    import capsim_kernels as ck
-
-    from . import vllm_ops
+    from ... import gdn_verify as ck
+    from . import vllm_storeall as vllm_ops
 
     gen = torch.Generator(device=device).manual_seed(seed)
     b, w = batch, tree.num_nodes
@@ -151,8 +150,8 @@ def run_drift(
 
 
 def main(argv: list[str] | None = None) -> int:
-    from . import vllm_ops
-    from .timing import atomic_write, write_csv
+    from ..timing import atomic_write, write_csv
+    from . import vllm_storeall as vllm_ops
 
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--out", type=Path, required=True)

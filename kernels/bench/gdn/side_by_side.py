@@ -1,7 +1,7 @@
 """Round 5: capsim's TreeWY kernels next to the store-all baselines, vLLM's own included,
 timed in one process with each kernel's float64 accuracy in the same row.
 
-    python -m capsim_kernels.bench.side_by_side --out DIR [--vllm-ops .vllmwheel/ops]
+    python -m capsim_kernels.bench.gdn.side_by_side --out DIR [--vllm-ops .vllmwheel/ops]
         [--batches 256 1] [--budget-s 300] [--no-sweep | --storeall-config JSON]
 
 Operators (OPS, a table): capsim TreeWY verify+commit, fused, deferred (default math, and
@@ -25,7 +25,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-from ..gdn_verify.tree import TreeSpec
+from ...gdn_verify.tree import TreeSpec
+from ..timing import atomic_write, measure_copy_gbps, time_graph_us, write_csv
 from .cases import (
     Case,
     make_case,
@@ -35,7 +36,6 @@ from .cases import (
     truth,
 )
 from .shapes import MODEL_SHAPES, STATE_DTYPES, bytes_moved
-from .timing import atomic_write, measure_copy_gbps, time_graph_us, write_csv
 
 COLUMNS = (
     "kernel", "math", "state_dtype", "T", "tree", "B", "config", "state_err",
@@ -76,7 +76,7 @@ class Prepared:
 def _treewy_math(case: Case, state_math: str | None) -> str:
     import torch
 
-    from ..gdn_verify._jit import dot_precision
+    from ...gdn_verify._jit import dot_precision
 
     prec = dot_precision(getattr(torch, case.state_dtype), case.q.dtype, state_math, "cuda")
     return "tf32" if prec.state == "tf32" else "fp32"
@@ -102,7 +102,7 @@ def op_treewy(variant: str, state_math: str | None):
     """verify+commit, fused or deferred, with ``state_math``."""
 
     def build(case: Case, ctx: dict) -> Prepared:
-        import capsim_kernels as ck
+        from ... import gdn_verify as ck
 
         n = ncheck(case)
         args = (case.q, case.k, case.v, case.log_gate, case.beta)
@@ -176,7 +176,7 @@ def _storeall_pool(case: Case):
 
 def op_storeall(tuned: bool):
     def build(case: Case, ctx: dict) -> Prepared:
-        import capsim_kernels as ck
+        from ... import gdn_verify as ck
 
         n = ncheck(case)
         cfg = ctx["storeall_config"].get(case.state_dtype) if tuned else None
@@ -207,7 +207,7 @@ def torch_arange(n, device):
 def op_vllm(case: Case, ctx: dict) -> Prepared:
     import torch
 
-    from . import vllm_ops
+    from . import vllm_storeall as vllm_ops
 
     op = ctx["vllm_op"]
     if op is None:
@@ -271,7 +271,7 @@ OPS = (
 
 def sweep_storeall(shape, batch: int, rows: list[dict], deadline: float) -> dict:
     """Fastest STOREALL_CANDIDATES per state dtype (sum of p50 over the chains)."""
-    import capsim_kernels as ck
+    from ... import gdn_verify as ck
 
     best: dict = {}
     for sd in STATE_DTYPES:
@@ -316,14 +316,14 @@ def run(
 ) -> int:
     import torch
 
-    from . import vllm_ops
+    from . import vllm_storeall as vllm_ops
 
     deadline = time.monotonic() + budget_s
     out.mkdir(parents=True, exist_ok=True)
     shape = MODEL_SHAPES[0]
     copy_gbps = measure_copy_gbps()
     meta: dict = {
-        "command": " ".join(["python3 -m capsim_kernels.bench.side_by_side", *sys.argv[1:]]),
+        "command": " ".join(["python3 -m capsim_kernels.bench.gdn.side_by_side", *sys.argv[1:]]),
         "date_utc": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
         "gpu": torch.cuda.get_device_name(), "torch": torch.__version__,
         "copy_gbps": round(copy_gbps, 1), "shape": shape.name, "tolerance": {

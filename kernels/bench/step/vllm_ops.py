@@ -1,9 +1,9 @@
-"""Decoder-step operators that run vLLM 0.33's own kernels (``vllm_loader``), per GPU shape.
+"""Decoder-step operators that run vLLM 0.33's own kernels (``vllm_shim``), per GPU shape.
 
 Each ``make_*`` returns (callables, flops, bytes, impl) like ``model_ops``: one callable
 per independent weight/KV copy, so a CUDA graph over all of them keeps weights out of L2.
 ``impl`` names what ran; a ``+`` joins parts, and a part that is a torch stand-in for a
-compiled vLLM CUDA op says so (``vllm_loader.STANDIN``).
+compiled vLLM CUDA op says so (``vllm_shim.STANDIN``).
 
 Layouts follow vLLM: expert weights w13 [E, 2I, H] and w2 [E, H, I]; the paged KV cache
 [num_blocks, block_size, Hkv, d] with vLLM's hybrid block size (``hybrid_block_size``);
@@ -14,10 +14,11 @@ from __future__ import annotations
 
 import math
 
-import model_ops as ops
 import torch
 import torch.nn.functional as F
-import vllm_loader as vl
+
+from .. import vllm_shim as vl
+from . import model_ops as ops
 
 MOE_IMPL = (
     "vllm.fused_experts_impl[fused_moe_kernel x2, try_get_optimal_moe_config]"

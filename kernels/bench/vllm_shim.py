@@ -1,16 +1,17 @@
-"""vLLM 0.33's own Triton kernels, loaded unchanged from files extracted out of its wheel.
+"""The one vLLM shim: vLLM 0.33's own Triton kernels, loaded unchanged from files extracted
+out of its wheel (the GDN, step-operator and memory-term benchmarks all load vLLM here).
 
 vLLM code is never committed here. Set up once (``/.vllmwheel/`` is git-ignored; the
 device run carries ``.vllmwheel/src``)::
 
-    python3 kernels/bench/vllm_loader.py --extract .vllmwheel/dl/vllm-0.33.0-*.whl
+    python3 -m capsim_kernels.bench.vllm_shim --extract .vllmwheel/dl/vllm-0.33.0-*.whl
 
 ``install()`` builds a ``vllm`` package whose sub-packages point at the extracted
 folders without running their ``__init__.py`` (those import all of vLLM), plus stub
 modules for what the loaded files import but cannot have here. Stubs carry no kernel
 code except the *stand-ins* below, each a re-statement of a compiled CUDA op of vLLM
 (vLLM's ``_C`` library needs torch 2.14; the H200 image has 2.11): a few-launch Triton
-kernel of ``vllm_standins.py`` where one exists, the torch version here as its reference
+kernel of ``step/standins.py`` where one exists, the torch version here as its reference
 (and on the CPU):
 
     STANDIN["moe_align_block_size"]  vllm._custom_ops.moe_align_block_size (CUDA)
@@ -33,6 +34,7 @@ import enum
 import hashlib
 import importlib
 import logging
+import os
 import re
 import sys
 import types
@@ -41,7 +43,9 @@ from contextlib import nullcontext
 from pathlib import Path
 
 VLLM_VERSION = "0.33.0"
-DEFAULT_SRC = Path(".vllmwheel/src")
+# the extracted files; CAPSIM_VLLM_SRC names another folder (round6.py sets it for its
+# children, so loaders called without a path find the carried copy)
+DEFAULT_SRC = Path(os.environ.get("CAPSIM_VLLM_SRC", ".vllmwheel/src"))
 FLA = "vllm/third_party/flash_linear_attention/ops/"
 MOE = "vllm/model_executor/layers/fused_moe/"
 FILES: tuple[str, ...] = (
@@ -57,9 +61,16 @@ FILES: tuple[str, ...] = (
         for name in (
             "chunk", "chunk_delta_h", "chunk_o", "chunk_scaled_dot_kkt", "cumsum", "l2norm",
             "solve_tril", "utils", "wy_fast", "index", "op", "fused_sigmoid_gating",
+            "fused_recurrent", "fused_gdn_decode_post_conv_mtp",
         )
     ),
 )  # fmt: skip
+# extracted when the wheel has them (the memory-term benchmark's kernels)
+OPTIONAL_FILES: tuple[str, ...] = (
+    FLA + "fused_gdn_prefill_post_conv.py",
+    "vllm/v1/sample/ops/topk_topp_triton.py",
+    "vllm/model_executor/layers/quantization/utils/fp8_utils.py",
+)
 CONFIG_GLOB = MOE + "configs/"
 KERNEL_FILES = {
     "fused_moe": MOE + "fused_moe.py",
@@ -69,12 +80,14 @@ KERNEL_FILES = {
     "fused_sigmoid_gating": FLA + "fused_sigmoid_gating.py",
 }
 STANDIN = {
-    "moe_align_block_size": "triton stand-in (vllm_standins.py) for "
+    "moe_align_block_size": "triton stand-in (step/standins.py) for "
     "vllm._custom_ops.moe_align_block_size",
     "moe_sum": "torch.sum stand-in for vllm._custom_ops.moe_sum",
-    "silu_and_mul": "triton stand-in (vllm_standins.py) for torch.ops._C.silu_and_mul",
-    "topk_softmax": "triton stand-in (vllm_standins.py) for vllm's fused topk_softmax "
+    "silu_and_mul": "triton stand-in (step/standins.py) for torch.ops._C.silu_and_mul",
+    "topk_softmax": "triton stand-in (step/standins.py) for vllm's fused topk_softmax "
     "(softmax, top-k, renorm)",
+    "per_token_group_fp8_quant": "torch stand-in (vllm_shim._Fp8Standins) for "
+    "torch.ops._C.per_token_group_fp8_quant (fp8 MoE activations, 1 x 128 groups)",
 }
 
 
@@ -83,7 +96,7 @@ def extract(wheel: Path, dest: Path = DEFAULT_SRC) -> list[str]:
     out = []
     with zipfile.ZipFile(wheel) as zf:
         names = set(zf.namelist())
-        want = [f for f in FILES if f in names] + [
+        want = [f for f in (*FILES, *OPTIONAL_FILES) if f in names] + [
             n for n in names if n.startswith(CONFIG_GLOB) and n.endswith(".json")
         ]
         missing = [f for f in FILES if f not in names]
@@ -145,6 +158,8 @@ class _Capability(tuple):
 class _Platform:
     """vLLM's CudaPlatform answers for the GPU present (RuntimeError-free on CPU)."""
 
+    device_type = "cuda"
+
     @staticmethod
     def _cuda() -> bool:
         import torch
@@ -196,6 +211,8 @@ class _Platform:
     def num_compute_units(self, device_id: int = 0) -> int:
         import torch
 
+        if not self._cuda():  # CPU dry runs under TRITON_INTERPRET=1
+            return 8
         return torch.cuda.get_device_properties(device_id).multi_processor_count
 
 
@@ -233,11 +250,9 @@ def _moe_align_block_size_standin(
 
 
 def _standins():
-    try:
-        from . import vllm_standins  # as capsim_kernels.bench
-    except ImportError:
-        import vllm_standins  # kernels/bench on sys.path (model_step.py)
-    return vllm_standins
+    from .step import standins
+
+    return standins
 
 
 def _moe_align_block_size(topk_ids, *args, **kwargs) -> None:
@@ -254,6 +269,27 @@ def topk_softmax(logits, topk: int):
     if logits.is_cuda:
         return _standins().topk_softmax(logits, topk)
     return topk_softmax_standin(logits, topk)
+
+
+class _Fp8Standins:
+    """STANDIN for vLLM's compiled ``per_token_group_fp8_quant`` (fp8_utils.py prefers the
+    CUDA op on CUDA): dynamic e4m3 quantisation in groups of ``group`` columns, scales
+    amax / 448 (vLLM's eps 1e-10), row-major fp32 scales [M, K / group]."""
+
+    @staticmethod
+    def per_token_group_quant_fp8(x, group: int, eps: float = 1e-10):
+        import torch
+
+        fp8 = torch.float8_e4m3fn
+        fmax = torch.finfo(fp8).max
+        m, k = x.shape[0], x.shape[-1]
+        g = x.reshape(m, k // group, group).float()
+        scale = g.abs().amax(-1).clamp_min(eps) / fmax
+        q = (g / scale[..., None]).clamp(-fmax, fmax).to(fp8).reshape(x.shape)
+        return q, scale
+
+
+STANDINS_FP8 = _Fp8Standins()
 
 
 def _moe_sum_standin(input, output, topk_ids=None, expert_map=None) -> None:
@@ -322,9 +358,9 @@ def install(src: Path = DEFAULT_SRC) -> None:
     src = Path(src).resolve()
     if getattr(sys.modules.get("vllm"), "_capsim_shim", None) == str(src):
         return
-    if not (src / KERNEL_FILES["fused_moe"]).is_file():
+    if not (src / "vllm").is_dir():
         raise FileNotFoundError(
-            f"{src}: no vLLM files; run kernels/bench/vllm_loader.py --extract <wheel>"
+            f"{src}: no vLLM files; run python3 -m capsim_kernels.bench.vllm_shim --extract <wheel>"
         )
     for name in [n for n in sys.modules if n == "vllm" or n.startswith("vllm.")]:
         del sys.modules[name]
@@ -339,7 +375,7 @@ def install(src: Path = DEFAULT_SRC) -> None:
         "model_executor/layers/mamba", "model_executor/layers/mamba/ops", "v1",
         "v1/attention", "v1/attention/ops", "v1/attention/backends", "third_party",
         "third_party/flash_linear_attention", "third_party/flash_linear_attention/ops",
-        "utils",
+        "utils", "v1/sample", "v1/sample/ops", "model_executor/warmup",
     ):  # fmt: skip
         _package("vllm." + pkg.replace("/", "."), src / "vllm" / pkg)
     _module(
@@ -347,6 +383,7 @@ def install(src: Path = DEFAULT_SRC) -> None:
         VLLM_BATCH_INVARIANT=False,  # vLLM's defaults (envs.py)
         VLLM_TUNED_CONFIG_FOLDER=None,
         VLLM_TRITON_FORCE_FIRST_CONFIG=False,
+        VLLM_TRITON_JIT_WARMUP_NUM_THREADS=1,
         is_set=lambda name: False,
     )
     _module("vllm.logger", init_logger=_Logger)
@@ -391,17 +428,20 @@ def install(src: Path = DEFAULT_SRC) -> None:
     _module("vllm.v1.kv_cache_interface", KVQuantMode=KVQuantMode)
     _module("vllm.v1.attention.backends.utils", PAD_SLOT_ID=-1, NULL_BLOCK_ID=0)
 
-    class FusedMoEQuantConfig:  # only the unquantized path is loaded
+    class FusedMoEQuantConfig:  # the functional fused_experts_impl path takes flags
         pass
 
     def _get_config_dtype_str(dtype, use_fp8_w8a8=False, use_fp8_w8a16=False,
                               use_int8_w8a16=False, use_int4_w4a16=False,
                               ocp_mx_scheme=None):  # fmt: skip
-        """vLLM's rule (config.py): None for bf16/fp16 unquantized, 'float32' for fp32."""
+        """vLLM's rule (config.py): 'fp8_w8a8' for fp8 w8a8, None for bf16/fp16
+        unquantized, 'float32' for fp32."""
         import torch
 
-        if use_fp8_w8a8 or use_fp8_w8a16 or use_int8_w8a16 or use_int4_w4a16:
-            raise NotImplementedError("stub: quantized MoE is not loaded")
+        if use_fp8_w8a8:
+            return "fp8_w8a8"
+        if use_fp8_w8a16 or use_int8_w8a16 or use_int4_w4a16:
+            raise NotImplementedError("stub: only unquantized and fp8 w8a8 MoE are loaded")
         return "float32" if dtype == torch.float else None
 
     _module(
@@ -413,13 +453,16 @@ def install(src: Path = DEFAULT_SRC) -> None:
 
     def moe_kernel_quantize_input(A, A_scale, quant_dtype, per_act_token_quant,
                                   block_shape=None, **_kw):  # fmt: skip
-        if quant_dtype is not None:
-            raise NotImplementedError("stub: quantized MoE is not loaded")
-        return A, A_scale  # vLLM: unquantized input passes through
+        if quant_dtype is None:
+            return A, A_scale  # vLLM: unquantized input passes through
+        if block_shape is None or per_act_token_quant or A_scale is not None:
+            raise NotImplementedError("stub: only dynamic 1 x block_k fp8 groups are loaded")
+        return STANDINS_FP8.per_token_group_quant_fp8(A, block_shape[1])
 
     _module(
         MOE.replace("/", ".") + "utils",
-        enable_swap_ab=lambda *a: False,  # fp8 only
+        # vLLM's rule (fused_moe/utils.py): Hopper, BLOCK_SIZE_M < 64, BLOCK_SIZE_N >= 64
+        enable_swap_ab=lambda bm, bn: _Platform().is_device_capability(90) and bm < 64 and bn >= 64,
         moe_kernel_quantize_input=moe_kernel_quantize_input,
         resolve_moe_use_td=lambda: False,  # VLLM_TRITON_USE_TD unset (default)
         warn_if_moe_use_td_ineffective=lambda *a, **kw: None,
@@ -436,6 +479,21 @@ def install(src: Path = DEFAULT_SRC) -> None:
 
     _module(MOE.replace("/", ".") + "modular_kernel", FusedMoEExpertsModular=FusedMoEExpertsModular)
     assert act.MoEActivation.SILU.is_gated
+
+
+def interpreter_aliases() -> None:
+    """CPU dry runs only (TRITON_INTERPRET=1): make fla's ``exp = tl.exp`` style aliases
+    (``ops/op.py``) callable in the interpreter; call after install(), before the modules
+    that import them."""
+    import triton
+    import triton.language as tl
+
+    op = importlib.import_module("vllm.third_party.flash_linear_attention.ops.op")
+    scope: dict = {"triton": triton, "tl": tl}
+    for name in ("exp", "exp2", "log", "log2"):  # jit wrappers need tl among their globals
+        exec(f"@triton.jit\ndef _{name}(x):\n    return tl.{name}(x)\n", scope)
+    for name in ("exp", "exp2", "log", "log2"):
+        setattr(op, name, scope[f"_{name}"])
 
 
 def _import(rel: str, src: Path):

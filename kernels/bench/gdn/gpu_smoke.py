@@ -1,6 +1,6 @@
 """Quick GPU gate before a benchmark run: the TreeWY kernels at two windows, one shape.
 
-    python -m capsim_kernels.bench.gpu_smoke     # exit 0: all within tolerance
+    python -m capsim_kernels.bench.gdn.gpu_smoke     # exit 0: all within tolerance
 
 Runs ``run.run_checks`` (float64 references, SPEC.md tolerances) for the 35B TP1 head
 shape, fp32 and bf16 state, on the T=4 chain and the (2,2,2) tree (the single-launch

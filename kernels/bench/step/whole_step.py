@@ -25,11 +25,12 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-import model_ops as ops
 import torch
 import torch.nn.functional as F
-import vllm_loader as vl
-import vllm_step_ops as vops
+
+from .. import vllm_shim as vl
+from . import model_ops as ops
+from . import vllm_ops as vops
 
 
 @dataclass(frozen=True)
@@ -164,7 +165,7 @@ class VllmStepStack:
                 )  # fmt: skip
                 outs.append(o.reshape(n_dec, hv * dv))
             else:
-                from capsim_kernels.gdn_verify.treewy import treewy_commit, treewy_verify
+                from ...gdn_verify.treewy import treewy_commit, treewy_verify
 
                 r, w = g["r"], g["w"]
                 lg = F.logsigmoid(a.float()).reshape(r, w, hv)
@@ -235,7 +236,7 @@ class VllmStepStack:
             if pt.tree is None:
                 g["slots"] = torch.arange(1, n_dec + 1, **i32).view(r, w)
             else:
-                from capsim_kernels.gdn_verify.tree import parent_from_widths
+                from ...gdn_verify.tree import parent_from_widths
 
                 g["parent"] = torch.tensor(parent_from_widths(pt.tree), **i32)
                 g["slot0"] = torch.arange(1, r + 1, **i32)

@@ -13,8 +13,8 @@ from dataclasses import dataclass
 
 import torch
 
-from ..gdn_verify.reference import l2norm, recurrence_reference
-from ..gdn_verify.tree import TreeSpec
+from ...gdn_verify.reference import l2norm, recurrence_reference
+from ...gdn_verify.tree import TreeSpec
 from .shapes import ModelShape
 
 

@@ -1,6 +1,6 @@
 """Markdown tables and the drift plot of round 5 from the measured CSVs.
 
-    python -m capsim_kernels.bench.report --results kernels/results/h200 \\
+    python -m capsim_kernels.bench.gdn.report --results kernels/results/h200 \\
         [--plot kernels/results/h200/round5_drift.png]
 
 Reads round5_side_by_side.csv (side_by_side.py) and round5_drift.csv (drift.py); prints

@@ -1,6 +1,6 @@
 """Compile the verify kernels for sm_90 on any machine (no GPU) and print their resources.
 
-    python -m capsim_kernels.bench.resources [float32|bfloat16] [fp32|tf32]  # state, math
+    python -m capsim_kernels.bench.gdn.resources [float32|bfloat16] [fp32|tf32]  # state, math
 
 Registers, stack (spill) bytes and shared memory per program, read with the cuobjdump
 bundled in Triton's package. Costs no device time: use it before a GPU run to check
@@ -66,10 +66,10 @@ def kernel_configs(w: int, state: str, block_v: int | None = None, state_math=No
     ``treewy_commit`` launch them for window w at the 35B TP1 head shape, B = 256."""
     import torch
 
-    from ..gdn_verify import treewy as tw
-    from ..gdn_verify import treewy_small as ts
-    from ..gdn_verify._jit import dot_precision, pad_window
-    from ..gdn_verify.policy import DEFAULT_POLICY as pol
+    from ...gdn_verify import treewy as tw
+    from ...gdn_verify import treewy_small as ts
+    from ...gdn_verify._jit import dot_precision, pad_window
+    from ...gdn_verify.policy import DEFAULT_POLICY as pol
 
     prec = dot_precision(getattr(torch, state), torch.bfloat16, state_math, "cuda")
 

@@ -1,15 +1,19 @@
 """The measured grid (SPEC.md 3.1) and the bytes each kernel must move.
 
-Per-GPU GDN layer shapes (SPEC.md section 4): Qwen3.5-35B-A3B at TP1 has 32 value heads
-and 16 key heads; Qwen3.5-397B-A17B has 64 and 16, so 8 and 2 per GPU at TP8;
-d_k = d_v = 128 for both.
+Per-GPU GDN layer shapes are derived from capsim's presets (``capsim.models.PRESETS``
+through ``capsim.calibration.shapes.step_shapes``, the sharding rule the step model
+prices), never copied: e.g. Qwen3.5-35B-A3B at TP1 has 32 value and 16 key heads,
+Qwen3.5-397B-A17B at TP8 8 and 2; d_k = d_v = 128.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 
-from ..gdn_verify.tree import TreeSpec
+from capsim.calibration.shapes import step_shapes
+from capsim.models import PRESETS
+
+from ...gdn_verify.tree import TreeSpec
 
 __all__ = [
     "BATCHES",
@@ -19,6 +23,8 @@ __all__ = [
     "WINDOWS",
     "ModelShape",
     "bytes_moved",
+    "gdn_shape",
+    "tp_shapes",
 ]
 
 
@@ -30,11 +36,31 @@ class ModelShape:
     dk: int
     dv: int
 
+    @property
+    def heads_key(self) -> tuple[int, int, int, int]:
+        return (self.num_v_heads, self.num_k_heads, self.dk, self.dv)
 
-MODEL_SHAPES = (
-    ModelShape("qwen3.5-35b-a3b-tp1", num_v_heads=32, num_k_heads=16, dk=128, dv=128),
-    ModelShape("qwen3.5-397b-a17b-tp8", num_v_heads=8, num_k_heads=2, dk=128, dv=128),
-)
+
+def gdn_shape(model: str, tp: int) -> ModelShape:
+    """Per-GPU GDN heads of preset ``model`` at tensor-parallel size ``tp``."""
+    if model not in PRESETS:
+        raise ValueError(f"model={model!r} is not a capsim preset ({sorted(PRESETS)})")
+    s = step_shapes(PRESETS[model], tp)
+    return ModelShape(f"{model}-tp{tp}", s.gdn_hv, s.gdn_hk, s.gdn_dk, s.gdn_dv)
+
+
+def tp_shapes(tps: tuple[int, ...] = (1, 2, 4, 8)) -> tuple[ModelShape, ...]:
+    """One shape per distinct per-GPU head count over every preset and ``tps`` (the first
+    (model, tp) that has it names it)."""
+    seen: dict[tuple[int, int, int, int], ModelShape] = {}
+    for name in PRESETS:
+        for tp in tps:
+            shp = gdn_shape(name, tp)
+            seen.setdefault(shp.heads_key, shp)
+    return tuple(seen.values())
+
+
+MODEL_SHAPES = (gdn_shape("qwen3.5-35b-a3b", 1), gdn_shape("qwen3.5-397b-a17b", 8))
 STATE_DTYPES = ("float32", "bfloat16")
 BATCHES = (1, 32, 128, 256)
 # T in {4, 15, 40}: the chain of that length and the SPEC trees with W = 15 and 40
