@@ -162,9 +162,11 @@ def commit_reference(
 ) -> torch.Tensor:
     """State of the accepted node: ``S_a = g_a S_0 + sum_{i <= a} exp(L_a - L_i) vt_i k_i^T``.
 
-    ``accepted`` [B] holds one node index per request. Returns [B, Hv, dv, dk] float64.
+    ``accepted`` [B] holds one node index per request. Returns [B, Hv, dv, dk] float64
+    on the CPU (inputs on any device are copied there).
     """
     anc = ancestor_matrix(parent)
+    state0, k, vt, log_gate = (t.detach().cpu() for t in (state0, k, vt, log_gate))
     bsz, w, hk, _ = k.shape
     hv = vt.shape[2]
     kn = l2norm(k.double()).repeat_interleave(hv // hk, dim=2)
@@ -256,6 +258,11 @@ def replay_state_reference(
     """State after a replay ring (replay.py): the checkpoint ``state0`` [B, Hv, dv, dk]
     with the first ``length[b]`` ring entries applied as a chain,
     ``S = exp(L_n) S_c + sum_{j < n} exp(L_n - L_j) u_j k_j^T / |k_j|``. float64."""
+    # float64 on the CPU whatever the inputs' device (commit_reference's ancestor matrix is
+    # a CPU tensor; round 6's GPU harness passed CUDA tensors and lost its replay rows)
+    state0, ring_k, ring_vt, ring_log_gate = (
+        t.detach().cpu() for t in (state0, ring_k, ring_vt, ring_log_gate)
+    )
     lens = length.tolist() if isinstance(length, torch.Tensor) else list(length)
     out = []
     for b, n in enumerate(lens):

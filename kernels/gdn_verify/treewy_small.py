@@ -34,6 +34,13 @@ recomputed per dv tile while the state tile's loads are in flight:
   first (S read once, written once), then this window is verified from it; this
   window's k and gates are handed to the next step.
 
+Shapes as treewy_stream.py (q, k [B, W, Hk, dk]; v [B, W, Hv, dv]; pool [slots, Hv, dv, dk]).
+Bytes per (request, value head): reads S_0 (dv*dk*s), q/k (W*dk*2 each, shared by the
+Hv/Hk heads of a group and by the dv tiles: L2 hits), v (W*dv*2), gates and betas
+(W*4 each); writes o (W*dv*2) and, for verify, vt (W*dv*4). COMMIT: + one state written.
+PENDING: + the pending k, vt, gates read and one state written (REPLAY: the ring read,
+the state written only where flushed; no hand-off). No [W, W] scratch in memory.
+
 Nothing runs at import.
 """
 
