@@ -5,13 +5,18 @@ GDN state handling during verification:
 - ``storeall``: vLLM's default, W full states written per request per GDN layer;
 - ``reconstruct``: TreeWY verify (pseudo-values) plus a separate commit of one state;
 - ``deferred``: TreeWY with the commit folded into the next verify (state read once,
-  written once per step).
-``reconstruct`` and ``deferred`` hold the same pool slots (one state per GDN group).
+  written once per step);
+- ``replay``: ReplaySSM's design (vLLM RFC #49232, PRs #47576 / #49847) on TreeWY windows
+  (``kernels/gdn_verify/replay.py``): one checkpoint state plus a ring of the accepted
+  tokens' (k, vt, gate); the verify rebuilds the state in registers and writes the
+  checkpoint only when the ring is flushed.
+``reconstruct``, ``deferred`` and ``replay`` hold the same pool slots (one state per GDN
+group); deferred and replay also hold per-request buffers (``memory.treewy_pending``).
 
 A new mode is one entry here (plus its kernel and its measured series). The places that
 read an entry: ``config.SpecDecodeConfig`` (name check, pool slots), ``cost.roofline``
 (state bytes), ``cost.calibrated`` (kernel series), ``memory.treewy_pending`` (pending
-bytes), ``reports.figures`` (label, colour). Bottom layer: imports nothing from capsim.
+bytes), ``reports.style`` (label, colour). Bottom layer: imports nothing from capsim.
 """
 
 from __future__ import annotations
@@ -19,7 +24,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Literal
 
-CommitModeName = Literal["storeall", "reconstruct", "deferred"]
+CommitModeName = Literal["storeall", "reconstruct", "deferred", "replay"]
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -32,6 +37,11 @@ class CommitMode:
     ``kernel_series``: measured kernel names whose p50s sum to the GDN verify time, preferred
     set first; the next is used when the table lacks the first.
     ``holds_pending``: a running request keeps the previous window's inputs (pending bytes).
+    ``ring_windows``: replay only (else 0): the ring holds ``ring_windows`` longest paths
+    of entries (R = ring_windows * P, P = tree depth + 1, = W for a chain); it is flushed
+    (one checkpoint write) when it cannot take the next window's path, so at full
+    acceptance (P entries per step, the most writes) a state is written once per
+    ``(R - P) // P + 1`` = ``ring_windows`` steps.
     """
 
     name: str
@@ -42,15 +52,24 @@ class CommitMode:
     state_writes: int | None
     kernel_series: tuple[tuple[str, ...], ...]
     holds_pending: bool = False
+    ring_windows: int = 0
 
     def slots_per_group(self, window_tok: int) -> int:
         """GDN state slots (blocks) each GDN group holds per request."""
         return window_tok if self.window_slots else 1
 
-    def decode_state_rw(self, window_tok: int) -> tuple[int, int]:
-        """(reads, writes) of full GDN states per request per GDN layer in a decode step."""
+    def decode_state_rw(self, window_tok: int) -> tuple[int, float]:
+        """(reads, writes) of full GDN states per request per GDN layer in a decode step
+        (replay: writes amortised over the flush period at full acceptance)."""
         writes = window_tok if self.state_writes is None else self.state_writes
+        if self.ring_windows:
+            writes = writes / self.ring_windows
         return self.state_reads, writes
+
+    def ring_tok(self, path_tok: int) -> int:
+        """Replay ring entries R per request per GDN layer for windows whose longest path
+        is ``path_tok`` tokens (0 for the other modes)."""
+        return self.ring_windows * path_tok
 
 
 MODES: dict[str, CommitMode] = {
@@ -85,6 +104,21 @@ MODES: dict[str, CommitMode] = {
             state_writes=1,
             kernel_series=(("deferred",),),
             holds_pending=True,
+        ),
+        CommitMode(
+            name="replay",
+            label="replay (checkpoint + ring)",
+            colour="#9467bd",
+            window_slots=False,
+            state_reads=1,
+            state_writes=1,  # per flush; decode_state_rw divides by ring_windows
+            # kernels/gdn_verify/replay.py:replay_step (verify + append) as "replay" rows;
+            # no stand-in series: unmeasured, the calibrated cost refuses it by name
+            kernel_series=(("replay",),),
+            holds_pending=True,
+            # R = 4 P: 16 entries for a depth-3 chain or tree (ReplaySSM's buffer length 16),
+            # a flush every 4 steps at full acceptance (kernels/gdn_verify/NOTES.md sec. 3)
+            ring_windows=4,
         ),
     )
 }

@@ -50,10 +50,16 @@ class EngineSim:
         keep_steps: bool = True,
         exact_itl: bool = True,
         recycle_slots: bool = False,
+        env: simpy.Environment | None = None,
+        fed: bool = False,
     ) -> None:
         if len(requests) != len(release_s):
             raise ValueError("requests and release_s differ in length")
-        self.env = simpy.Environment()
+        self.env = env if env is not None else simpy.Environment()
+        # fed: requests arrive through ``submit`` (a fleet's router on a shared clock);
+        # ``requests`` then only sizes the per-request arrays (indexed by Request.index)
+        self.fed = fed
+        self._expected = 0 if fed else len(requests)
         self.scheduler = scheduler
         self.cost = cost
         self.acceptance = acceptance
@@ -164,8 +170,7 @@ class EngineSim:
         stats, pool = kv.prefix_stats, kv.pool
         cols = sched.store.cols
         first_token, last_emit = self.first_token_s, self.last_emit_s
-        total = len(self.requests)
-        while self._num_finished < total:
+        while not (self._client_done and self._num_finished >= self._expected):
             if not sched.has_work:
                 self._wake = env.event()
                 yield self._wake
@@ -336,6 +341,28 @@ class EngineSim:
                     self._pending.appendleft(child)
         self._num_finished += len(finished)
         self._in_flight -= len(finished)
+
+    # -- fed mode (capsim.fleet) --------------------------------------------------------
+    def submit(self, req: Request) -> None:
+        """A router hands this replica one request now (fed mode)."""
+        self._expected += 1
+        self._pending.append(req)
+        self._send_ready()
+
+    def close(self) -> None:
+        """The router has sent everything: drain and stop (fed mode)."""
+        self._client_done = True
+        if self._wake is not None and not self._wake.triggered:
+            self._wake.succeed()
+
+    @property
+    def num_outstanding(self) -> int:
+        """Requests handed to this replica and not finished (queued or running)."""
+        return self._expected - self._num_finished
+
+    def start(self) -> None:
+        """Register the engine process only (fed mode: the router is the client)."""
+        self.env.process(self._engine())
 
     def run(self) -> None:
         self.env.process(self._client())

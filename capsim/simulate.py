@@ -8,6 +8,10 @@ requests, arrivals and per-request acceptance (common random numbers).
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
 import numpy as np
 import pandas as pd
 
@@ -15,6 +19,7 @@ from capsim.acceptance_stream import StreamingAcceptanceDraws
 from capsim.config import SimConfig
 from capsim.core.acceptance import AcceptanceDraws, expected_tokens_per_step
 from capsim.core.kv_manager import KVCacheManager, PoolLayout
+from capsim.core.request import Request
 from capsim.core.scheduler import Scheduler, SchedulerConfig
 from capsim.cost.base import StepTimeModel
 from capsim.cost.factory import build_step_time_model
@@ -29,6 +34,12 @@ from capsim.models import get_model
 from capsim.request_source import LazyRequests
 from capsim.sim_result import SimResult
 from capsim.traces.table import RequestTable
+
+STREAMING_MIN_REQUESTS = 200_000
+"""Above this many requests a run streams by default: no per-request or per-step table
+is kept unless asked for, and inter-token latencies are kept as (value, count) runs
+(exact quantiles; the ITL mean may differ from the exact path in the last bits). At or
+below it every result is bit-identical to keeping everything."""
 
 
 def step_time_label(desc: dict[str, object]) -> str:
@@ -67,13 +78,6 @@ def load_requests(cfg: SimConfig) -> RequestTable:
     )
 
 
-STREAMING_MIN_REQUESTS = 200_000
-"""Above this many requests a run streams by default: no per-request or per-step table
-is kept unless asked for, and inter-token latencies are kept as (value, count) runs
-(exact quantiles; the ITL mean may differ from the exact path in the last bits). At or
-below it every result is bit-identical to keeping everything."""
-
-
 def _check_lengths(name: str, prompt: np.ndarray, output: np.ndarray, limit: int) -> None:
     """Refuse a workload row whose prompt + output exceeds max_model_len (names the row)."""
     # compared without adding first: prompt + output can overflow int64 on a bad file
@@ -84,6 +88,211 @@ def _check_lengths(name: str, prompt: np.ndarray, output: np.ndarray, limit: int
             f"workload {name!r} row {i}: prompt+output={int(prompt[i]) + int(output[i])} "
             f"tokens exceeds max_model_len={limit}"
         )
+
+
+@dataclass(frozen=True, slots=True)
+class Prepared:
+    """Everything one point needs before the engine runs (shared by capsim.fleet)."""
+
+    plan: MemoryPlan
+    table: RequestTable
+    prompt: np.ndarray
+    output: np.ndarray
+    release: np.ndarray
+    draws: AcceptanceDraws
+    requests: Sequence[Request]
+    step_model: StepTimeModel
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Keep:
+    """What a run keeps: streaming (bounded memory) and which tables."""
+
+    streaming: bool
+    requests: bool
+    steps: bool
+
+    @classmethod
+    def resolve(
+        cls, n: int, streaming: bool | None, requests: bool | None, steps: bool | None
+    ) -> Keep:
+        stream = n > STREAMING_MIN_REQUESTS if streaming is None else streaming
+        return cls(
+            streaming=stream,
+            requests=not stream if requests is None else requests,
+            steps=not stream if steps is None else steps,
+        )
+
+
+def prepare(
+    cfg: SimConfig,
+    *,
+    workload: RequestTable | None = None,
+    cost: StepTimeModel | None = None,
+    keep: Keep | None = None,
+    memory_limit_bytes: int | None = None,
+) -> Prepared:
+    """Memory plan, workload sample, release times, acceptance draws, requests, pricing.
+
+    ``keep`` given (``simulate``): request handles built when sent (``LazyRequests``),
+    acceptance drawn per chunk when streaming, and the footprint checked against
+    ``memory_limit_bytes`` (before the workload is loaded, and after). Without it (the
+    fleet): every handle built up front, as before.
+    """
+    model = get_model(cfg.model)
+    gpu = get_gpu(cfg.gpu)
+    plan = plan_memory(model, gpu, cfg.engine, cfg.spec, lookup=measured_term)
+    if keep is not None and workload is None:
+        # before loading the workload: the per-request floor alone (1-token outputs)
+        _check_footprint(cfg, plan, cfg.load.num_requests, 1.0, keep, memory_limit_bytes, 1)
+    table = workload if workload is not None else load_requests(cfg)
+    n = min(cfg.load.num_requests, table.num_requests)
+    prompt = table.prompt_tok[:n]
+    output = table.output_tok[:n]
+    _check_lengths(table.name, prompt, output, plan.max_model_len)
+    _check_fits_pool(table.name, prompt, output, plan)
+    if keep is not None:
+        mean_ctx = int(np.mean(prompt + output))
+        _check_footprint(cfg, plan, n, float(np.mean(output)), keep, memory_limit_bytes, mean_ctx)
+    arrivals_ss, accept_ss = np.random.SeedSequence(cfg.seed).spawn(2)
+    release = release_times_s(
+        cfg.load,
+        n,
+        np.random.default_rng(arrivals_ss),
+        None if table.arrival_s is None else table.arrival_s[:n],
+    )
+    stream = keep is not None and keep.streaming
+    draws_cls = StreamingAcceptanceDraws if stream else AcceptanceDraws
+    draws = draws_cls(cfg.spec, output, np.random.default_rng(accept_ss))
+    requests: Sequence[Request]
+    if keep is not None:
+        segs = None if table.segments is None else table.segments[:n]
+        requests = LazyRequests(prompt, output, segs)
+    else:
+        segments = (None,) * n if table.segments is None else table.segments
+        requests = Request.many(prompt.tolist(), output.tolist(), tuple(segments[:n]))
+    step_model = cost if cost is not None else build_step_time_model(cfg, model, gpu)
+    return Prepared(plan, table, prompt, output, release, draws, requests, step_model)
+
+
+def _check_fits_pool(name: str, prompt: np.ndarray, output: np.ndarray, plan: MemoryPlan) -> None:
+    """Refuse a workload whose longest request the pool can never hold (it would wait
+    forever): names the row, its blocks and the pool."""
+    longest = int(np.argmax(prompt + output))
+    tokens = int(prompt[longest] + output[longest])
+    need = plan.blocks_per_request(tokens)
+    if need > plan.usable_blocks:
+        raise ValueError(
+            f"workload {name!r} row {longest}: prompt+output={tokens} tokens needs {need} KV "
+            f"cache blocks but the pool has {plan.usable_blocks} usable; it could never "
+            "finish: raise --num-gpu-blocks-override / --gmu or use shorter requests"
+        )
+
+
+def _check_footprint(
+    cfg: SimConfig,
+    plan: MemoryPlan,
+    n: int,
+    mean_output_tok: float,
+    keep: Keep,
+    limit: int | None,
+    mean_ctx: int,
+) -> None:
+    """Refuse (ValueError with the numbers) a run whose lower-bound footprint exceeds
+    ``limit``; every step taken as a full batch (``capsim.footprint``)."""
+    if limit is None:
+        return
+    k = Keep.resolve(n, keep.streaming, keep.requests, keep.steps)
+    max_batch = min(plan.max_num_seqs, max(plan.max_concurrency(max(mean_ctx, 1)), 1))
+    if cfg.load.concurrency is not None:
+        max_batch = min(max_batch, cfg.load.concurrency)
+    footprint = estimate_footprint(
+        num_requests=n,
+        mean_output_tok=mean_output_tok,
+        tokens_per_step=expected_tokens_per_step(cfg.spec),
+        depth=cfg.spec.depth,
+        max_batch=max_batch,
+        streaming=k.streaming,
+        keep_requests=k.requests,
+        keep_steps=k.steps,
+    )
+    check_fits(footprint, limit, f"simulate -n {n}")
+
+
+def make_scheduler(cfg: SimConfig, plan: MemoryPlan) -> Scheduler:
+    return Scheduler(
+        SchedulerConfig(
+            max_num_seqs=plan.max_num_seqs,
+            max_num_batched_tokens=plan.max_num_batched_tokens,
+            num_spec_tok=cfg.spec.num_draft_nodes,
+            enable_chunked_prefill=cfg.engine.enable_chunked_prefill,
+            max_model_len=plan.max_model_len,
+        ),
+        KVCacheManager(pool_layout(plan, cfg.engine.watermark, cfg.engine.enable_prefix_caching)),
+    )
+
+
+def request_frame(
+    p: Prepared,
+    first_token_s: np.ndarray,
+    counters: dict[str, np.ndarray],
+) -> pd.DataFrame:
+    """One row per request (``counters``: max_output_tok, num_preemptions, num_cached_tok
+    per request, in request order)."""
+    requests, n = p.requests, len(p.requests)
+    send = np.array([r.arrival_s for r in requests])
+    finish = np.array([r.finish_s for r in requests], dtype=np.float64)
+    out_tok = counters["max_output_tok"]
+    ttft = first_token_s - send
+    e2el = finish - send
+    with np.errstate(divide="ignore", invalid="ignore"):
+        tpot = np.where(out_tok > 1, (e2el - ttft) / (out_tok - 1), np.nan)
+    return pd.DataFrame(
+        {
+            "req_id": [r.req_id for r in requests],
+            "source_id": list(p.table.source_id[:n]),
+            "prompt_tok": p.prompt.astype(np.int64),
+            "output_tok": out_tok,
+            "release_s": p.release,
+            "send_s": send,
+            "first_scheduled_s": np.array([r.first_scheduled_s for r in requests], dtype=float),
+            "first_token_s": first_token_s,
+            "finish_s": finish,
+            "ttft_s": ttft,
+            "tpot_s": tpot,
+            "e2el_s": e2el,
+            "num_preemptions": counters["num_preemptions"],
+            "cached_tok": counters["num_cached_tok"],
+        }
+    )
+
+
+def point_summary(
+    cfg: SimConfig,
+    p: Prepared,
+    req_df: Any,
+    steps_df: Any,
+    itl_s: Any,
+    used_draws: np.ndarray,
+) -> dict[str, object]:
+    """``summarize`` (tables or columns, ITL values or runs) plus the plan's figures."""
+    summary = summarize(req_df, steps_df, itl_s)
+    plan, prompt, output = p.plan, p.prompt, p.output
+    mean_ctx = int(np.mean(prompt + output))
+    summary |= {
+        "mean_acceptance_len_tok": p.draws.mean_tokens_over_used(used_draws),
+        "num_blocks": plan.num_blocks,
+        "usable_blocks": plan.usable_blocks,
+        "block_size_tok": plan.block_size_tok,
+        "bytes_per_block": plan.bytes_per_block,
+        "gdn_blocks_per_request": plan.gdn_blocks_per_request,
+        "mean_context_tok": mean_ctx,
+        "analytical_capacity_req": plan.max_concurrency(mean_ctx),
+        "max_num_seqs": plan.max_num_seqs,
+        "offered_load": cfg.load.offered_load,
+    }
+    summary["step_time_label"] = step_time_label(dict(p.step_model.describe()))
+    return summary
 
 
 def simulate(
@@ -105,156 +314,53 @@ def simulate(
     ``memory_limit_bytes``: refuse (ValueError with the numbers) a run whose lower-bound
     footprint (``capsim.footprint``) exceeds it, before anything is simulated.
     """
-    model = get_model(cfg.model)
-    gpu = get_gpu(cfg.gpu)
-    plan = plan_memory(model, gpu, cfg.engine, cfg.spec, lookup=measured_term)
-    if workload is None and memory_limit_bytes is not None:
-        # before loading the workload: the per-request floor alone (1-token outputs)
-        _check_footprint(
-            cfg,
-            plan,
-            cfg.load.num_requests,
-            1.0,
-            streaming,
-            keep_requests,
-            keep_steps,
-            memory_limit_bytes,
-            1,
-        )
-    table = workload if workload is not None else load_requests(cfg)
-    n = min(cfg.load.num_requests, table.num_requests)
-    stream = n > STREAMING_MIN_REQUESTS if streaming is None else streaming
-    keep_req = not stream if keep_requests is None else keep_requests
-    keep_st = not stream if keep_steps is None else keep_steps
-    prompt = table.prompt_tok[:n]
-    output = table.output_tok[:n]
-    _check_lengths(table.name, prompt, output, plan.max_model_len)
-    longest = int(np.argmax(prompt + output))
-    need = plan.blocks_per_request(int(prompt[longest] + output[longest]))
-    if need > plan.usable_blocks:
-        raise ValueError(
-            f"workload {table.name!r} row {longest}: prompt+output="
-            f"{int(prompt[longest] + output[longest])} tokens needs {need} KV cache blocks but "
-            f"the pool has {plan.usable_blocks} usable; it could never finish: raise "
-            "--num-gpu-blocks-override / --gmu or use shorter requests"
-        )
-    mean_ctx = int(np.mean(prompt + output))
-    _check_footprint(
-        cfg,
-        plan,
-        n,
-        float(np.mean(output)),
-        stream,
-        keep_req,
-        keep_st,
-        memory_limit_bytes,
-        mean_ctx,
-    )
-    arrivals_ss, accept_ss = np.random.SeedSequence(cfg.seed).spawn(2)
-    release = release_times_s(
-        cfg.load,
-        n,
-        np.random.default_rng(arrivals_ss),
-        None if table.arrival_s is None else table.arrival_s[:n],
-    )
-    draws_cls = StreamingAcceptanceDraws if stream else AcceptanceDraws
-    draws = draws_cls(cfg.spec, output, np.random.default_rng(accept_ss))
-    segments = None if table.segments is None else table.segments[:n]
-    requests = LazyRequests(prompt, output, segments)
-    caching = cfg.engine.enable_prefix_caching
-    scheduler = Scheduler(
-        SchedulerConfig(
-            max_num_seqs=plan.max_num_seqs,
-            max_num_batched_tokens=plan.max_num_batched_tokens,
-            num_spec_tok=cfg.spec.num_draft_nodes,
-            enable_chunked_prefill=cfg.engine.enable_chunked_prefill,
-            max_model_len=plan.max_model_len,
-        ),
-        KVCacheManager(pool_layout(plan, cfg.engine.watermark, caching)),
-    )
-    step_model = cost if cost is not None else build_step_time_model(cfg, model, gpu)
+    n_asked = int(cfg.load.num_requests)
+    if workload is not None:
+        n_asked = min(n_asked, workload.num_requests)
+    keep = Keep.resolve(n_asked, streaming, keep_requests, keep_steps)
+    p = prepare(cfg, workload=workload, cost=cost, keep=keep, memory_limit_bytes=memory_limit_bytes)
+    n = len(p.requests)
+    keep = Keep.resolve(n, streaming, keep_requests, keep_steps)
+    scheduler = make_scheduler(cfg, p.plan)
     sim = EngineSim(
         scheduler=scheduler,
-        cost=step_model,
-        acceptance=draws,
-        requests=requests,
-        release_s=release,
+        cost=p.step_model,
+        acceptance=p.draws,
+        requests=p.requests,
+        release_s=p.release,
         max_concurrency=cfg.load.concurrency,
         window_tok=cfg.spec.window_tok,
-        parent=None if table.parent is None else table.parent[:n],
-        keep_steps=keep_st,
-        exact_itl=not stream,
-        recycle_slots=not caching,
+        parent=None if p.table.parent is None else p.table.parent[:n],
+        keep_steps=keep.steps,
+        exact_itl=not keep.streaming,
+        recycle_slots=not cfg.engine.enable_prefix_caching,
     )
     sim.run()
-    cols = _request_columns(sim, prompt, output)
-    req_df = _request_frame(cols, table, release, n) if keep_req else pd.DataFrame()
-    steps_df = sim.recorder.frame()
+    cols = _request_columns(sim, p.prompt, p.output)
     rec = sim.recorder
-    summary = summarize(
+    steps_df = rec.frame()
+    summary = point_summary(
+        cfg,
+        p,
         cols,
         steps_df if rec.columns is None else rec.columns,
         rec.itl_runs if rec.itl_runs is not None else rec.itl_s,
+        sim.num_accept_draws_used,
     )
-    if not keep_st:
-        steps_df = steps_df.iloc[:0]
-    summary |= {
-        "mean_acceptance_len_tok": draws.mean_tokens_over_used(sim.num_accept_draws_used),
-        "num_blocks": plan.num_blocks,
-        "usable_blocks": plan.usable_blocks,
-        "block_size_tok": plan.block_size_tok,
-        "bytes_per_block": plan.bytes_per_block,
-        "gdn_blocks_per_request": plan.gdn_blocks_per_request,
-        "mean_context_tok": mean_ctx,
-        "analytical_capacity_req": plan.max_concurrency(mean_ctx),
-        "max_num_seqs": plan.max_num_seqs,
-        "offered_load": cfg.load.offered_load,
-    }
-    if stream:  # the sweep's row / bench result read these from the requests table
-        summary["mean_prompt_tok"] = float(np.mean(prompt))
-        summary["mean_output_tok"] = float(np.mean(output))
-        summary["total_input_tok"] = int(prompt.sum())
-    desc = dict(step_model.describe())
-    summary["step_time_label"] = step_time_label(desc)
+    if keep.streaming:  # the sweep's row / bench result read these from the requests table
+        summary["mean_prompt_tok"] = float(np.mean(p.prompt))
+        summary["mean_output_tok"] = float(np.mean(p.output))
+        summary["total_input_tok"] = int(p.prompt.sum())
+        # (after the plan's figures: the key order of the exact path's summary is kept)
+        summary["step_time_label"] = summary.pop("step_time_label")
+    req_df = _request_frame(cols, p.table, p.release, n) if keep.requests else pd.DataFrame()
     return SimResult(
         config=cfg.to_dict(),
         summary=summary,
         requests=req_df,
         steps=steps_df,
-        step_time_model=desc,
+        step_time_model=dict(p.step_model.describe()),
     )
-
-
-def _check_footprint(  # type: ignore[no-untyped-def]
-    cfg: SimConfig,
-    plan,
-    n: int,
-    mean_output_tok: float,
-    streaming: bool | None,
-    keep_requests: bool | None,
-    keep_steps: bool | None,
-    limit: int | None,
-    mean_ctx: int,
-) -> None:
-    """Refuse (ValueError with the numbers) a run whose lower-bound footprint exceeds
-    ``limit``; every step taken as a full batch (``capsim.footprint``)."""
-    if limit is None:
-        return
-    stream = n > STREAMING_MIN_REQUESTS if streaming is None else streaming
-    max_batch = min(plan.max_num_seqs, max(plan.max_concurrency(max(mean_ctx, 1)), 1))
-    if cfg.load.concurrency is not None:
-        max_batch = min(max_batch, cfg.load.concurrency)
-    footprint = estimate_footprint(
-        num_requests=n,
-        mean_output_tok=mean_output_tok,
-        tokens_per_step=expected_tokens_per_step(cfg.spec),
-        depth=cfg.spec.depth,
-        max_batch=max_batch,
-        streaming=stream,
-        keep_requests=not stream if keep_requests is None else keep_requests,
-        keep_steps=not stream if keep_steps is None else keep_steps,
-    )
-    check_fits(footprint, limit, f"simulate -n {n}")
 
 
 def _request_columns(

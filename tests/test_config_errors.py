@@ -55,7 +55,13 @@ def test_every_command_has_help() -> None:
         assert "Usage" in result.output
 
 
-def test_calibrated_without_speculation_fails_fast_with_a_hint() -> None:
+def test_calibrated_without_speculation_prices_vllms_plain_decode() -> None:
+    """k = 0 runs calibrated: the GDN term is vLLM's plain decode kernel (T = 1 rows)."""
     result = CliRunner().invoke(main, ["simulate", "-k", "0", "-c", "4", "-n", "8"])
+    assert result.exit_code == 0, result.output
+
+
+def test_calibrated_unmeasured_deployment_fails_fast_naming_the_field() -> None:
+    result = CliRunner().invoke(main, ["simulate", "-k", "3", "--tp", "4", "-c", "4", "-n", "8"])
     assert result.exit_code != 0
-    assert "--step-time roofline" in result.output
+    assert "tensor_parallel_size=4" in result.output

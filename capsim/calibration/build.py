@@ -2,7 +2,7 @@
 
 Inputs, in ``results_dir``::
 
-    model_step_run*.csv          operator points from kernels/bench/model_step.py; a later
+    model_step_run*.csv          operator points from kernels/bench/step/model_step.py; a later
                                  run's rows replace earlier rows of the same (op, key)
     model_step_validation.csv    whole steps (held back by construction)
     vllm_gdn_verify.csv (opt.)   vLLM's store-all GDN op (kernel vllm_storeall), joins
@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import argparse
 import csv
+import itertools
 import json
 import os
 from pathlib import Path
@@ -56,17 +57,73 @@ def _write_csv(path: Path, rows: list[dict], columns: list[str]) -> None:
     os.replace(tmp, path)
 
 
+def run_number(path: Path) -> tuple[int, str]:
+    """Sort key of ``model_step_run<N>[_suffix].csv``: N as a number (run 10 after run 9)."""
+    digits = path.stem.removeprefix("model_step_run")
+    n = "".join(itertools.takewhile(str.isdigit, digits))
+    return (int(n) if n else -1, path.name)
+
+
+def _class(row: dict) -> tuple:
+    """The class a later run replaces: (op, key); a GEMM's key names the linear, whose
+    shape differs per (model, tp), so GEMM classes are (op, n, k)."""
+    if row["op"] in ("gemm", "gemm_fp8"):
+        return (row["op"], row["n"], row["k"])
+    return (row["op"], row["key"])
+
+
 def merge_runs(paths: list[Path]) -> list[dict]:
-    """Rows of all runs; a later run's (op, key) classes replace the earlier ones."""
-    merged: dict[tuple[str, str], list[dict]] = {}
-    for path in paths:
+    """Rows of all runs in run-number order; a later run's classes (``_class``) replace
+    the earlier ones."""
+    merged: dict[tuple, list[dict]] = {}
+    first: dict[tuple[str, str], int] = {}  # output grouped by (op, key) as first seen
+    for path in sorted(paths, key=run_number):
         rows = read_rows(path, OP_INT_FIELDS, OP_FLOAT_FIELDS, ("op", "key"))
-        fresh: dict[tuple[str, str], list[dict]] = {}
+        fresh: dict[tuple, list[dict]] = {}
         for row in rows:
             row["source"] = path.name
-            fresh.setdefault((row["op"], row["key"]), []).append(row)
+            fresh.setdefault(_class(row), []).append(row)
+            first.setdefault((row["op"], row["key"]), len(first))
+        for cls in fresh:  # a replaced class moves to the end, as dict.update re-inserts
+            merged.pop(cls, None)
         merged.update(fresh)
-    return [r for group in merged.values() for r in group]
+    out = [r for group in merged.values() for r in group]
+    return sorted(out, key=lambda r: first[r["op"], r["key"]])
+
+
+def _gdn_key(row: dict) -> tuple:
+    return (row["kernel"], row["Hv"], row["Hk"], row["dk"], row["dv"], row["state_dtype"],
+            row["T"], row["tree"], row["B"])  # fmt: skip
+
+
+def round6_rows(results_dir: Path, have: list[dict]) -> list[dict]:
+    """Timed rows of the round-6 run (``round6_gdn_*.csv``, same method as gdn_verify.csv:
+    CUDA graphs, L2 flushed) at the points ``have`` lacks; refused unless its
+    round6_meta.json says checks_ok."""
+    paths = sorted(results_dir.glob("round6_gdn_*.csv"))
+    if not paths:
+        return []
+    meta_path = results_dir / "round6_meta.json"
+    ok = json.loads(meta_path.read_text()).get("checks_ok") if meta_path.is_file() else None
+    if ok is not True:
+        raise ValueError(f"{meta_path}: checks_ok={ok!r}; refusing the round-6 GDN timings")
+    seen = {_gdn_key(r) for r in have}
+    out = []
+    for path in paths:
+        with path.open(newline="") as fh:
+            timed = [r for r in csv.DictReader(fh) if r.get("p50_us")]  # checked and timed
+        for row in timed:
+            for col in GDN_INT_FIELDS:
+                row[col] = int(float(row[col]))
+            for col in GDN_FLOAT_FIELDS:
+                row[col] = float(row[col])
+            if _gdn_key(row) in seen:
+                continue
+            seen.add(_gdn_key(row))
+            row["impl"] = row.get("label", "")
+            row["source"] = path.name
+            out.append(row)
+    return out
 
 
 def require_checks_ok(results_dir: Path) -> None:
@@ -96,7 +153,7 @@ def build(
     """Write ``<gpu>_*`` tables and manifest into ``data_dir``; returns the manifest."""
     results_dir, data_dir = Path(results_dir), Path(data_dir)
     require_checks_ok(results_dir)
-    runs = sorted(results_dir.glob("model_step_run*.csv"))
+    runs = sorted(results_dir.glob("model_step_run*.csv"), key=run_number)
     if not runs:
         raise ValueError(f"results_dir={results_dir}: no model_step_run*.csv")
     data_dir.mkdir(parents=True, exist_ok=True)
@@ -133,7 +190,8 @@ def build(
             gdn_columns = next(csv.reader(fh))
         if vllm_gdn_path.is_file():
             gdn += read_rows(vllm_gdn_path, GDN_INT_FIELDS, GDN_FLOAT_FIELDS, ("kernel", "tree"))
-            gdn_columns += ["impl", "source"]
+        gdn += round6_rows(results_dir, gdn)
+        gdn_columns += ["impl", "source"]
         for row, split in zip(
             gdn, assign_splits(gdn, gdn_series, seed=seed, fraction=fraction), strict=True
         ):

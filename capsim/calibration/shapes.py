@@ -1,6 +1,6 @@
 """Per-GPU operator shapes of one decoder step, derived from a ModelSpec and a TP size.
 
-One source of truth for both sides of the calibration: ``kernels/bench/model_step.py``
+One source of truth for both sides of the calibration: ``kernels/bench/step/model_step.py``
 measures exactly these shapes on a GPU, and ``capsim.cost.calibrated`` prices a step by
 summing the same operators. Tensor parallelism follows vLLM's sharding of Qwen3-Next /
 Qwen3.5 (VLLM.md s7): attention heads, GDN heads, expert FFN widths (TP, not EP) and the

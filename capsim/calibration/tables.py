@@ -109,7 +109,7 @@ def _typed_columns(
 def op_series(row: dict) -> tuple[tuple, float]:
     """(series key, x) of a model_step row: the axis each operator is interpolated along."""
     op = row["op"]
-    if op == "gemm":
+    if op in ("gemm", "gemm_fp8"):
         return (op, row["n"], row["k"]), row["m_tok"]
     if op == "attn_decode":
         return (op, row["key"], row["q_tok"], row["batch"]), row["ctx_tok"]

@@ -32,7 +32,11 @@ def tpot_table(
     rows = []
     for commit in COMMIT_MODES:
         spec = SpecDecodeConfig(commit=commit)
-        cost = CalibratedStepTime.from_config(model, gpu, tp, spec, data_dir=data_dir)
+        try:
+            cost = CalibratedStepTime.from_config(model, gpu, tp, spec, data_dir=data_dir)
+        except ValueError as e:  # a mode whose kernels the tables lack (e.g. replay)
+            rows.append({"gpu": gpu.name, "commit": commit, "refused": str(e)})
+            continue
         for r in running:
             shape = BatchShape(
                 num_decode_req=r,
@@ -127,13 +131,17 @@ def calibrate(
     if tpot:
         model_name, gpu_name = model, gpu
         rows = tpot_table(model_name, gpu_name, tp, running, ctx_tok, data_dir)
-        label = rows[0]["projection"] if rows else False
+        priced = [r for r in rows if "refused" not in r]
+        label = priced[0]["projection"] if priced else False
         click.echo(
             f"\npredicted decode TPOT, {model_name} tp{tp} on {gpu_name}, depth-3 chain, "
             f"context {ctx_tok} tok" + (f"\n{label}" if label else " (measured tables)")
         )
         click.echo(f"{'commit':<12}{'running':>8}{'step ms':>10}{'gdn ms':>9}{'TPOT ms':>9}")
         for r in rows:
+            if "refused" in r:
+                click.echo(f"{r['commit']:<12} refused: {r['refused']}")
+                continue
             click.echo(
                 f"{r['commit']:<12}{r['running']:>8}{r['step_ms']:>10.2f}{r['gdn_ms']:>9.2f}"
                 f"{r['tpot_ms']:>9.2f}"

@@ -66,7 +66,13 @@ OPEN_LOOP_MAX_IN_FLIGHT = 1024  # client threads when --request-rate has no --ma
     default=None,
     help="the server's engine arguments (for crosscheck); copied into --out",
 )
-@click.option("--out", "out_dir", type=OutDir(), required=True)
+@click.option(
+    "--out",
+    "out_dir",
+    type=OutDir(),
+    required=True,
+    help="directory for summary.json, requests.parquet and the copied logs",
+)
 def live(
     url: str,
     workload: str,

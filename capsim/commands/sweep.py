@@ -108,7 +108,13 @@ def skipped_gmu(spec: SweepSpec, gmu: tuple[float, ...] | None) -> list[str]:
     show_default=True,
     help="results directory; rerunning into it resumes",
 )
-@click.option("--executor", type=click.Choice(EXECUTORS), default="local", show_default=True)
+@click.option(
+    "--executor",
+    type=click.Choice(EXECUTORS),
+    default="local",
+    show_default=True,
+    help="where points run: serial, a local process pool (--jobs) or dask (--scheduler)",
+)
 @click.option("--scheduler", default=None, help="dask scheduler address (with --executor dask)")
 @options("jobs")
 @click.option("--steps/--no-steps", default=True, help="keep per-step time series in steps/")
@@ -134,7 +140,7 @@ def sweep_cmd(
     **pool: Any,
 ) -> None:
     """Simulate the experiment grid (store-all vs TreeWY at matched points); resumable."""
-    from capsim.sweep.runner import run_sweep, summary_table
+    from capsim.sweep.runner import format_summary, run_sweep, summary_table
 
     try:
         full = load_spec(grid_path or PUBLISHED_GRID)
@@ -172,9 +178,7 @@ def sweep_cmd(
         )
     except ValueError as exc:
         raise _value_error(exc) from None
-    table = summary_table(report.matched)
-    with pd.option_context("display.width", 200, "display.float_format", "{:.3f}".format):
-        click.echo(table.to_string(index=False) if not table.empty else "(no matched points)")
+    click.echo(format_summary(summary_table(report.matched)))
     per_pt = report.point_wall_s
     timing = (
         f"{sum(per_pt) / len(per_pt):.3f} s per simulated point on average"
@@ -203,13 +207,15 @@ def _read_results(result_dir: Path) -> tuple[pd.DataFrame, pd.DataFrame]:
 
 
 def memory_bound_grid(matched: pd.DataFrame) -> pd.DataFrame:
-    """Every matched point's class as a grid: rows (model, gmu, workload, tree), cols load."""
+    """Every matched point's class as a grid: rows (deployment, workload, tree, caching,
+    mode), columns the loads."""
     if matched.empty:
         return pd.DataFrame()
     m = matched.copy()
     m["class"] = m["memory_bound"].map({True: "MEM", False: "ok"})
+    index = ["model", "gpu", "tp", "gmu", "workload", "tree", "prefix_caching", "mode"]
     return m.pivot_table(
-        index=["model", "gmu", "workload", "tree", "mode"],
+        index=[c for c in index if c in m.columns],
         columns="load",
         values="class",
         aggfunc="first",
@@ -220,7 +226,8 @@ def memory_bound_grid(matched: pd.DataFrame) -> pd.DataFrame:
 @click.argument("result_dir", type=click.Path(exists=True, file_okay=False, path_type=Path))
 @click.option("--csv", "csv_out", is_flag=True, help="also write knee.csv and memory_bound.csv")
 def knee_cmd(result_dir: Path, csv_out: bool) -> None:
-    """Knee per (model, gpu, gmu, workload) and the memory-bound class of every matched point."""
+    """Knee per deployment, workload and setting, and the memory-bound class of every
+    matched point."""
     from capsim.sweep.knee import format_knee, knee_table
 
     points, matched = _read_results(result_dir)
@@ -250,7 +257,8 @@ def knee_cmd(result_dir: Path, csv_out: bool) -> None:
     help="where to write PNGs and report.html (default: RESULT_DIR/report)",
 )
 def report_cmd(result_dir: Path, out_dir: Path | None) -> None:
-    """Figures 1-4, Table 1 and the knee table as PNGs plus one self-contained HTML page."""
+    """Figures 1-5, Table 1 and the knee table as PNGs plus one self-contained, responsive
+    HTML page; every point of the grid is drawn in some figure."""
     from capsim.reports.build import build_report
 
     try:
@@ -271,7 +279,13 @@ def report_cmd(result_dir: Path, out_dir: Path | None) -> None:
 @click.option(
     "--tpot-ms", type=FiniteFloat(0.0, None, min_open=True), default=None, help="TPOT target (ms)"
 )
-@click.option("--tpot-stat", type=click.Choice(["mean", "p99"]), default="mean", show_default=True)
+@click.option(
+    "--tpot-stat",
+    type=click.Choice(["mean", "p99"]),
+    default="mean",
+    show_default=True,
+    help="which TPOT --tpot-ms bounds",
+)
 @options(
     "gmu_list",
     gmu_list={"help": "gmu candidates, e.g. 0.6,0.75,0.9 (default: --vllm-version's gmu)"},
@@ -291,6 +305,7 @@ def report_cmd(result_dir: Path, out_dir: Path | None) -> None:
     type=click.Choice(["concurrency", "rate"]),
     default="concurrency",
     show_default=True,
+    help="search concurrent clients (closed loop) or an arrival rate in req/s (open loop)",
 )
 @click.option(
     "--max-load",
@@ -307,6 +322,17 @@ def report_cmd(result_dir: Path, out_dir: Path | None) -> None:
 )
 @click.option("--progress/--no-progress", default=True, help="show a progress bar")
 @options(*POOL_OPTIONS, "prefix_caching")
+@click.option(
+    "-k",
+    "--num-speculative-tokens",
+    "ks",
+    type=ListOf(click.IntRange(0, 64)),
+    default="3",
+    show_default=True,
+    help="MTP chain depths to try (0 = off), e.g. 3,4",
+)
+@options("step_time", "max_model_len", "max_num_seqs")
+@click.option("--json", "as_json", is_flag=True, help="print every candidate's row as JSON")
 def whatif_cmd(
     model: str,
     gpu: str,
@@ -325,58 +351,65 @@ def whatif_cmd(
     jobs: int | None,
     progress: bool,
     enable_prefix_caching: bool,
+    ks: tuple[int, ...],
+    step_time: str,
+    max_model_len: int | None,
+    max_num_seqs: int | None,
+    as_json: bool,
     **pool: Any,
 ) -> None:
-    """Largest load meeting an SLO per commit mode, and the gmu/tree maximising goodput."""
-    from capsim.sweep.whatif import Candidate, Slo
+    """Largest load meeting an SLO per commit mode, and the gmu/tree maximising goodput.
 
+    The plan's special case: one configuration, one replica. Rate mode runs the plan's
+    capacity search (capsim.plan.whatif); both modes keep an answer only when it holds in
+    a steady-state run (doubling the run moves p99 TTFT by < 10%; see docs/planning.md)."""
     t0 = time.perf_counter()
-    try:
-        slo = Slo(
-            ttft_p99_s=None if ttft_p99_ms is None else ttft_p99_ms / 1e3,
-            tpot_s=None if tpot_ms is None else tpot_ms / 1e3,
-            tpot_stat=tpot_stat,  # type: ignore[arg-type]
-        )
-    except ValueError:
-        raise click.UsageError("give --ttft-p99-ms, --tpot-ms or both") from None
+    slo = _whatif_slo(ttft_p99_ms, tpot_ms, tpot_stat)
     pins = pool_pins(pool)
     if gmu is None:
         gmu = (resolve_gmu(None, pins["vllm_version"]),)
-    _validate_whatif(
-        model,
-        gpu,
-        tp,
-        gmu,
-        pins,
-        workload,
-        load_mode,
-        tree,
-        modes,
-        enable_prefix_caching,
-        num_requests,
-        seed,
-    )
-    candidates = [
-        Candidate(
-            model=model,
-            gpu=gpu,
-            tp=tp,
-            gmu=g,
-            tree=t,
-            commit=m,
-            workload=workload,
-            load_mode=load_mode,  # type: ignore[arg-type]
-            num_requests=num_requests,
-            seed=seed,
-            max_load=max_load,
-            pool=tuple(sorted(pins.items())),
-            enable_prefix_caching=enable_prefix_caching,
+    if max_model_len is None and max_num_seqs is None and ks == (3,) and step_time == "calibrated":
+        _validate_whatif(
+            model,
+            gpu,
+            tp,
+            gmu,
+            pins,
+            workload,
+            load_mode,
+            tree,
+            modes,
+            enable_prefix_caching,
+            num_requests,
+            seed,
         )
-        for g in dict.fromkeys(gmu)
-        for t in dict.fromkeys(tree)
-        for m in dict.fromkeys(modes)
-    ]
-    allres, best = _run_whatif(candidates, slo, jobs, progress)
+    fixed = {
+        "model": model,
+        "gpu": gpu,
+        "tp": tp,
+        "workload": workload,
+        "load_mode": load_mode,
+        "num_requests": num_requests,
+        "seed": seed,
+        "max_load": max_load,
+        "pool": tuple(sorted(pins.items())),
+        "enable_prefix_caching": enable_prefix_caching,
+        "step_time": step_time,
+        "max_model_len": max_model_len,
+        "max_num_seqs": max_num_seqs,
+    }
+    candidates = _whatif_candidates(
+        fixed,
+        gmu,
+        tree,
+        ks,
+        modes,
+    )
+    _validate_candidates(candidates)
+    allres, best = _run_whatif(candidates, slo, jobs, progress, load_mode)
+    if as_json:
+        click.echo(allres.to_json(orient="records", indent=1))
+        return
     unit = "concurrent requests" if load_mode == "concurrency" else "req/s"
     click.echo(f"All candidates (max_load in {unit}; goodput = output tok/s at max_load):")
     click.echo(format_whatif(allres).to_string(index=False))
@@ -389,12 +422,66 @@ def whatif_cmd(
     )
 
 
+def _whatif_slo(ttft_p99_ms: float | None, tpot_ms: float | None, tpot_stat: str) -> Any:
+    from capsim.sweep.whatif import Slo
+
+    try:
+        return Slo(
+            ttft_p99_s=None if ttft_p99_ms is None else ttft_p99_ms / 1e3,
+            tpot_s=None if tpot_ms is None else tpot_ms / 1e3,
+            tpot_stat=tpot_stat,  # type: ignore[arg-type]
+        )
+    except ValueError:
+        raise click.UsageError("give --ttft-p99-ms, --tpot-ms or both") from None
+
+
+def _whatif_candidates(
+    fixed: dict[str, Any],
+    gmu: tuple[float, ...],
+    tree: tuple[tuple[int, ...] | None, ...],
+    ks: tuple[int, ...],
+    modes: tuple[str, ...],
+) -> list[Any]:
+    """gmu x tree x k x commit mode (k = 0 has no commit mode: one candidate)."""
+    from capsim.sweep.whatif import Candidate
+
+    return [
+        Candidate(gmu=g, tree=t, commit=m, num_spec_tok=k, **fixed)
+        for g in dict.fromkeys(gmu)
+        for t in dict.fromkeys(tree)
+        for k in dict.fromkeys(ks)
+        for m in (dict.fromkeys(modes) if k > 0 or t is not None else (modes[0],))
+    ]
+
+
+def _validate_candidates(candidates: list[Any]) -> None:
+    """Every candidate's memory plan and step-time model build (one-line errors)."""
+    from capsim.cost.factory import build_step_time_model
+    from capsim.gpus import get_gpu
+    from capsim.memory.memory_plan import plan_memory
+    from capsim.memory.term_lookup import measured_term
+    from capsim.models import get_model
+
+    for c in candidates:
+        try:
+            cfg = c.config(1.0)
+            model, gpu = get_model(cfg.model), get_gpu(cfg.gpu)
+            plan_memory(model, gpu, cfg.engine, cfg.spec, lookup=measured_term)
+            build_step_time_model(cfg, model, gpu)
+        except ValueError as exc:
+            raise click.UsageError(str(exc).splitlines()[0]) from None
+
+
 def _run_whatif(
-    candidates: list[Any], slo: Any, jobs: int | None, progress: bool
+    candidates: list[Any], slo: Any, jobs: int | None, progress: bool, load_mode: str
 ) -> tuple[pd.DataFrame, pd.DataFrame]:
-    """Search every candidate (a process pool when more than one worker), with a bar."""
+    """Search every candidate (a process pool when more than one worker), with a bar.
+    Rate mode: the plan's capacity search (``capsim.plan.whatif``)."""
     from capsim.sweep.executors import LocalExecutor
     from capsim.sweep.whatif import whatif
+
+    if load_mode == "rate":
+        from capsim.plan.whatif import whatif_rate as whatif  # type: ignore[assignment]
 
     workers = min(jobs or os.cpu_count() or 1, len(candidates))
     ex = LocalExecutor(workers) if workers > 1 else None

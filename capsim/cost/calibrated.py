@@ -47,6 +47,9 @@ MEASURED_GPU = measured_gpu().name  # the registry entry with step_times="measur
 COMMIT_KERNELS: dict[str, tuple[tuple[str, ...], ...]] = {
     name: mode.kernel_series for name, mode in MODES.items()
 }
+# k = 0 (no speculation): vLLM's plain GDN decode (one token, no commit mode)
+NO_SPEC_KERNELS: tuple[tuple[str, ...], ...] = (("vllm_decode",),)
+FP8_BLOCK = 128  # block-FP8 checkpoints quantise weights in 128 x 128 blocks
 BEYOND_GRID_RULES: tuple[str, ...] = (
     "below any grid: time of the smallest measured point (clamp)",
     "above the token grid (M), batch grid of attention, or a measured curve: refuse",
@@ -58,6 +61,12 @@ BEYOND_GRID_RULES: tuple[str, ...] = (
     "gdn_verify at an unmeasured window T (e.g. tree 2,2,1 -> T=11): linear in T between the "
     "nearest measured windows (any tree shape); outside them: refuse",
     "host round trip above its id grid: the value at the top (flat 23-27 us over 1-4096 ids)",
+    "FP8 weights (quantization='fp8'): MoE from the moe_fp8 rows (vLLM's Triton w8a8 block "
+    "path); linears whose n and k are multiples of 128, lm_head excepted, from gemm_fp8 rows; "
+    "every other term as bf16",
+    "a (model, tp, weights) without its measured rows: refuse, naming the field and value",
+    "GDN: a (kernel, window) measured at fewer than two batch sizes is not used (no curve "
+    "along B); the window is then interpolated in T or refused",
 )
 
 
@@ -99,9 +108,25 @@ class CalibratedStepTime:
         projection: HardwareProjection | None = None,
         split: str = "fit",
         require_gdn: bool = True,
+        quantization: str = "none",
+        quant_scope: str = "linear",
     ) -> None:
         if split not in ("fit", "all"):
             raise ValueError(f"calibrated.split={split!r} must be 'fit' or 'all'")
+        if quantization not in ("none", "fp8"):
+            raise ValueError(
+                f"calibrated: quantization={quantization!r} has no measured kernels "
+                "(measured: 'none' (bf16) and 'fp8' (vLLM's block-FP8 path))"
+            )
+        self.fp8 = quantization == "fp8"
+        self.quant_scope = quant_scope
+        if self.fp8 and shapes.moe_inter % FP8_BLOCK:
+            # vLLM refuses to load such a checkpoint (block_n does not divide the shard)
+            raise ValueError(
+                f"calibrated: quantization='fp8' at tensor_parallel_size={shapes.tp}: the "
+                f"expert shard moe_intermediate_size/tp={shapes.moe_inter} is not divisible "
+                f"by the FP8 weight block {FP8_BLOCK} (vLLM cannot load it)"
+            )
         self.shapes, self.spec, self.tables, self.gpu = shapes, spec, tables, gpu
         self.projection = projection
         self.split = split
@@ -131,7 +156,29 @@ class CalibratedStepTime:
         if gpu.step_times != "measured":
             projection = HardwareProjection(source=measured_gpu(), target=gpu)
         return cls(
-            shapes=step_shapes(model, tp), spec=spec, tables=tables, gpu=gpu, projection=projection
+            shapes=step_shapes(model, tp), spec=spec, tables=tables, gpu=gpu,
+            projection=projection, quantization=model.quantization, quant_scope=model.quant_scope,
+        )  # fmt: skip
+
+    def fp8_linear(self, name: str) -> bool:
+        """Whether linear ``name`` runs in FP8: FP8 weights with quant_scope 'linear', a
+        128-block-divisible shape, not lm_head (kept in bf16 by the FP8 checkpoints)."""
+        if not self.fp8 or self.quant_scope != "linear" or name == "lm_head":
+            return False
+        lin = self.shapes.linear(name)
+        return lin.n % FP8_BLOCK == 0 and lin.k % FP8_BLOCK == 0
+
+    def _refusal(self, key: tuple, series: dict) -> str:
+        """One line naming the field and value that has no measured rows."""
+        shp = self.shapes
+        op = key[0]
+        weights = "fp8" if self.fp8 else "bf16"
+        have = sorted({k[1:] for k in series if k[0] == op}, key=str)
+        near = ", ".join(map(str, have[:6])) + (" ..." if len(have) > 6 else "")
+        return (
+            f"calibrated: {shp.model} at tensor_parallel_size={shp.tp} (weights {weights}) has "
+            f"no measured {op} rows for {'/'.join(map(str, key[1:]))} in "
+            f"{self.tables.manifest_path.name} (measured {op}: {near or 'none'})"
         )
 
     def _rows(self, rows: tuple[dict, ...]) -> list[dict]:
@@ -162,18 +209,17 @@ class CalibratedStepTime:
         def curve(key: tuple, above: str = "refuse") -> Curve:
             pts = series.get(key)
             if not pts:
-                raise ValueError(
-                    f"calibration table {self.tables.manifest_path.name} has no {key} points "
-                    f"for {shp.key}"
-                )
+                raise ValueError(self._refusal(key, series))
             return Curve.from_points("/".join(map(str, key)), *zip(*pts, strict=True), above)
 
         def gemm(name: str) -> Curve:
             lin = shp.linear(name)
+            if self.fp8_linear(name):
+                return curve(("gemm_fp8", lin.n, lin.k))
             return curve(("gemm", lin.n, lin.k))
 
         rms_h = curve(("rmsnorm", f"d{shp.hidden}"))
-        moe = curve(("moe", shp.moe_key))
+        moe = curve(("moe_fp8" if self.fp8 else "moe", shp.moe_key))
         gdn_layer = [
             (2.0, rms_h),
             (1.0, gemm("gdn_in_qkvz")),
@@ -239,7 +285,7 @@ class CalibratedStepTime:
         if attn_1 is None:
             raise ValueError(f"calibration table has no attn_decode q=1 points for {shp.key}")
         w = self.spec.window_tok
-        attn_w = attn_sheet(w)
+        attn_w = attn_1 if w == 1 else attn_sheet(w)
         if attn_w is None and self.spec.depth:
             raise ValueError(
                 f"calibration table has no attn_decode points with q_tok={w} "
@@ -262,15 +308,13 @@ class CalibratedStepTime:
             attn_1=attn_1,
             prefill_attn=prefill_attn,
             gdn_prefill=curve(("gdn_prefill", shp.gdn_key)),
-            gdn_verify=(
-                self._gdn_verify_curve() if self.spec.depth and self._require_gdn else None
-            ),
+            gdn_verify=(self._gdn_verify_curve() if self._require_gdn else None),
         )
 
     def _gdn_rows(self, window_tok: int | None, tree: str | None) -> list[dict]:  # type: ignore[type-arg]
         shp = self.shapes
         state = _dtype_alias(shp.ssm_state_dtype)
-        return [
+        rows = [
             r
             for r in self._rows(self.tables.gdn)
             if (r["Hv"], r["Hk"], r["dk"], r["dv"])
@@ -279,18 +323,25 @@ class CalibratedStepTime:
             and (window_tok is None or r["T"] == window_tok)
             and (tree is None or str(r["tree"]) == tree)
         ]
+        # stated rule: a (kernel, window) measured at fewer than two batch sizes is no
+        # curve (nothing to interpolate along B); the window counts as unmeasured for it
+        batches: dict[tuple, set] = defaultdict(set)
+        for r in rows:
+            batches[r["kernel"], r["T"], str(r["tree"])].add(r["B"])
+        return [r for r in rows if len(batches[r["kernel"], r["T"], str(r["tree"])]) >= 2]
 
     def _gdn_curve_from_rows(self, rows: list[dict], label: str) -> Curve:  # type: ignore[type-arg]
         spec = self.spec
         have = {r["kernel"] for r in rows}
-        for kernels in COMMIT_KERNELS[spec.commit]:
+        series = COMMIT_KERNELS[spec.commit] if spec.depth else NO_SPEC_KERNELS
+        for kernels in series:
             if set(kernels) <= have:
                 break
         else:
             raise ValueError(
                 f"GDN verify table has no kernels for commit={spec.commit!r} at "
                 f"{self.shapes.gdn_key} {label} (found {sorted(have) or 'none'}; need one of "
-                f"{COMMIT_KERNELS[spec.commit]})"
+                f"{series})"
             )
         self._gdn_kernels = kernels
         rows = [r for r in rows if r["kernel"] in kernels]
@@ -318,12 +369,19 @@ class CalibratedStepTime:
         # Stated rule: an unmeasured window is linear in T between the nearest measured
         # windows below and above it (any measured shape); outside them: refuse.
         measured = sorted({int(r["T"]) for r in self._gdn_rows(None, None)})
+        if not measured:
+            shp = self.shapes
+            raise ValueError(
+                f"calibrated: {shp.model} at tensor_parallel_size={shp.tp} has no measured GDN "
+                f"kernel rows for its per-GPU heads {shp.gdn_key} (state {state})"
+            )
         lo = max((t for t in measured if t < w), default=None)
         hi = min((t for t in measured if t > w), default=None)
         if lo is None or hi is None:
             raise ValueError(
                 f"GDN verify table has no window T={w} (tree={tree!r}, state={state}) and "
-                f"cannot interpolate: measured windows are {measured}"
+                f"cannot interpolate: measured windows are {measured} "
+                "(or price with --step-time roofline)"
             )
 
         def one_shape(t: int) -> tuple[str, list[dict]]:  # type: ignore[type-arg]
@@ -409,7 +467,7 @@ class CalibratedStepTime:
             return dense, logits, gdn, mtp_m, logits_all, rest, (), host, allreduce
         if r_dec:
             if t.gdn_verify is None:
-                raise ValueError("calibrated: decode requests but spec.depth=0 (no GDN table)")
+                raise ValueError("calibrated: decode requests but no GDN table (require_gdn=False)")
             gdn += t.gdn_verify(r_dec)
         if n_chunks:
             gdn += t.gdn_prefill(pre_tok)
@@ -507,8 +565,14 @@ class CalibratedStepTime:
             "gdn_window_interpolation": self._gdn_interp,
             "split": self.split,
             "beyond_grid": list(BEYOND_GRID_RULES),
+            "weights": "fp8" if self.fp8 else "bf16",
+            "fp8_linears": [lin.name for lin in self.shapes.linears if self.fp8_linear(lin.name)],
             "tp_allreduce": (
-                "analytical ring all-reduce, bandwidth only (not measured; lower bound)"
+                "analytical ring all-reduce of the bf16 hidden state, 2 per layer, "
+                f"2 (tp-1)/tp x bytes over {self.gpu.interconnect_bytes_per_s / 1e9:.0f} GB/s "
+                f"per direction ({self.gpu.name} NVLink figure: "
+                f"{'; '.join(s for s in self.gpu.sources if 'NVLink' in s) or 'gpus.py'}); "
+                "bandwidth only, not measured (a lower bound: multi-GPU machines are withheld)"
                 if self.shapes.tp > 1
                 else None
             ),

@@ -306,7 +306,7 @@ def _impls(tables: CalibrationTables) -> list[tuple[str, str]]:
         pairs.add(
             (
                 f"gdn:{row['kernel']}",
-                str(row.get("impl") or "timed by kernels/bench/run.py (kernels/BENCHMARKS.md)"),
+                str(row.get("impl") or "timed by kernels/bench/gdn/run.py (kernels/BENCHMARKS.md)"),
             )
         )
     sources = _vllm_sources(tables)

@@ -1,6 +1,6 @@
 """Measured non-KV memory terms (H200): loader and lookup.
 
-The table ``data/h200_memory_terms.csv`` is written by ``kernels/bench/memory_terms.py`` on a
+The table ``data/h200_memory_terms.csv`` is written by ``kernels/bench/memory/memory_terms.py`` on a
 lent H200 (the script's docstring says what each term is and which kernel ran; every row
 carries its kernel, source, command and date). One row is one measurement:
 
@@ -65,7 +65,7 @@ class MemoryTermRow:
         return int(getattr(self, axis))
 
 
-# The CSV's header: the row's fields in order (kernels/bench/memory_terms.py writes the same).
+# The CSV's header: the row's fields in order (kernels/bench/memory/memory_terms.py writes the same).
 COLUMNS = tuple(f.name for f in fields(MemoryTermRow))
 
 

@@ -32,8 +32,16 @@ def pending_bytes_per_layer(model: ModelSpec, tp: int, window_tok: int) -> int:
 
 
 def pending_bytes_per_request(model: ModelSpec, tp: int, spec: SpecDecodeConfig) -> int:
-    """Bytes a running request holds for deferred commit on one rank (0 in other modes)."""
-    if not get_mode(spec.commit).holds_pending or not model.is_hybrid or spec.depth == 0:
+    """Bytes a running request holds for deferred commit (two PendingCommit sets) or for
+    replay (one ring of R = ring_windows * (depth + 1) entries of the same layout, plus its int32
+    length: ``kernels/gdn_verify/replay.py:replay_memory_bytes``) on one rank; 0 in the
+    other modes."""
+    mode = get_mode(spec.commit)
+    if not mode.holds_pending or not model.is_hybrid or spec.depth == 0:
         return 0
+    if mode.ring_windows:
+        return model.num_gdn_layers * pending_bytes_per_layer(
+            model, tp, mode.ring_tok(spec.depth + 1)
+        )
     per_layer = pending_bytes_per_layer(model, tp, spec.window_tok)
     return PENDING_SETS * model.num_gdn_layers * per_layer

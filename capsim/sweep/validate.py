@@ -89,7 +89,7 @@ def validate_points(
                     errors.append(
                         f"{where}{msg}; fix: price it with step_time = 'roofline' (labelled "
                         "analytical estimate, --step-time roofline) or use a measured "
-                        "configuration (tp=1, a chain of k=3 or a measured tree)"
+                        "configuration (docs/calibration.md lists them)"
                     )
     if errors:
         shown = "; ".join(errors[:5])

@@ -77,6 +77,9 @@ class Candidate:
     pool: tuple[tuple[str, Any], ...] = ()
     """vLLM pool flags as (EngineConfig field, value) pairs: --kv-cache-memory etc."""
     enable_prefix_caching: bool = False
+    step_time: str = "calibrated"
+    max_model_len: int | None = None
+    max_num_seqs: int | None = None
 
     def requests_at(self, load: float) -> int:
         """At least ``num_requests``; more at high load so the load is really offered.
@@ -105,6 +108,8 @@ class Candidate:
                 tp=self.tp,
                 gmu=self.gmu,
                 enable_prefix_caching=self.enable_prefix_caching,
+                max_model_len=self.max_model_len,
+                max_num_seqs=self.max_num_seqs,
                 **dict(self.pool),
             ),
             spec=SpecDecodeConfig(
@@ -113,6 +118,7 @@ class Candidate:
             workload=self.workload,
             load=lc,
             seed=self.seed,
+            step_time=self.step_time,
         )
 
 
@@ -123,8 +129,46 @@ class SearchTask:
     point_fn: Callable[[SimConfig], Any]
 
 
+STEADY_TOL = 0.10
+"""Doubling the run may move p99 TTFT by less than this (capsim.plan.capacity's rule)."""
+MAX_DOUBLINGS = 3
+
+
 def search_max_load(task: SearchTask) -> dict[str, Any]:
-    """Largest SLO-meeting load of one candidate (a top-level function: runs in workers)."""
+    """Largest SLO-meeting load of one candidate that holds in a steady-state run.
+
+    The bisection's answer is re-run with twice the requests; it holds when the longer
+    run still meets the SLO and its p99 TTFT moved by less than ``STEADY_TOL``. Otherwise
+    the run length doubles and the search repeats below the previous answer, at most
+    ``MAX_DOUBLINGS`` times (``steady`` says whether it settled)."""
+    import dataclasses
+
+    cand, total = task.candidate, 0
+    row: dict[str, Any] = {}
+    for m in range(MAX_DOUBLINGS + 1):
+        row = _search_once(SearchTask(cand, task.slo, task.point_fn))
+        total += row["num_sims"]
+        longer = dataclasses.replace(
+            cand, num_requests=2 * cand.num_requests, requests_per_load=2 * cand.requests_per_load
+        )
+        row["run_multiplier"] = 2**m
+        if row["max_load"] <= 0:
+            row["steady"] = False
+            break
+        s2 = dict(task.point_fn(longer.config(row["max_load"])).summary)
+        total += 1
+        p99 = row["ttft_p99_s"]
+        change = abs(float(s2["ttft_p99_s"]) / p99 - 1.0) if p99 > 0 else 0.0
+        row["steady_p99_change"] = change
+        row["steady"] = bool(task.slo.meets(s2) and change < STEADY_TOL)
+        if row["steady"] or m == MAX_DOUBLINGS:
+            break
+        cand = dataclasses.replace(longer, max_load=row["max_load"] * (1 + cand.rel_tol) + 1)
+    row["num_sims"] = total
+    return row
+
+
+def _search_once(task: SearchTask) -> dict[str, Any]:
     cand, slo, fn = task.candidate, task.slo, task.point_fn
     cache: dict[float, dict[str, Any]] = {}
 
@@ -188,6 +232,8 @@ def search_max_load(task: SearchTask) -> dict[str, Any]:
         "peak_running": float(at.get("peak_running", math.nan)),
         "analytical_capacity_req": float(at.get("analytical_capacity_req", math.nan)),
         "num_sims": len(cache),
+        "num_spec_tok": cand.num_spec_tok,
+        "step_time": cand.step_time,
     }
 
 
@@ -227,4 +273,9 @@ def whatif(
 
 def _same(c: Candidate, r: dict[str, Any]) -> bool:
     tree = "chain" if c.tree is None else "x".join(map(str, c.tree))
-    return c.gmu == r["gmu"] and tree == r["tree"] and c.commit == r["commit"]
+    return (
+        c.gmu == r["gmu"]
+        and tree == r["tree"]
+        and c.commit == r["commit"]
+        and c.num_spec_tok == r["num_spec_tok"]
+    )

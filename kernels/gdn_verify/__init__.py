@@ -7,7 +7,16 @@ from .reference import (
     conv_state_commit_reference,
     conv_tree_reference,
     recurrence_reference,
+    replay_state_reference,
     treewy_reference,
+)
+from .replay import (
+    ReplayRing,
+    replay_append,
+    replay_memory_bytes,
+    replay_step,
+    replay_step_bytes,
+    replay_verify,
 )
 from .store_all import storeall_verify
 from .tree import TreeSpec, chain_parent, parent_from_widths, validate_parent
@@ -18,6 +27,7 @@ __all__ = [
     "DEFAULT_POLICY",
     "LaunchPolicy",
     "PendingCommit",
+    "ReplayRing",
     "TreeSpec",
     "chain_parent",
     "commit_reference",
@@ -27,6 +37,12 @@ __all__ = [
     "conv_tree_update",
     "parent_from_widths",
     "recurrence_reference",
+    "replay_append",
+    "replay_memory_bytes",
+    "replay_state_reference",
+    "replay_step",
+    "replay_step_bytes",
+    "replay_verify",
     "storeall_verify",
     "treewy_commit",
     "treewy_deferred_verify",

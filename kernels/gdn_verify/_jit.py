@@ -153,10 +153,11 @@ def path_scale(p_parent, p_g, i_a, W: tl.constexpr, BW: tl.constexpr, STRIDE_G):
     """(coef [BW], log gamma_a) for accepted node ``i_a`` without a [BW, BW] mask.
 
     Walks parent pointers from ``i_a`` to the root (depth <= W scalar loads from L1),
-    then L_i = cumsum of the path's log gates (DFS preorder: every path node before i
-    is an ancestor of i). coef_i = exp(L_a - L_i) on the path, 0 elsewhere; i_a outside
-    [0, W) (``-1``: nothing to apply) gives coef = 0 and L_a = 0. ``p_g`` points at the
-    gate of node 0 of this (request, head); node t's gate is at p_g + t * STRIDE_G.
+    then L_a - L_i = the sum of the path's log gates after i (DFS preorder: every path
+    node after i is a descendant of i). coef_i = exp(L_a - L_i) on the path, 0
+    elsewhere; i_a outside [0, W) (``-1``: nothing to apply) gives coef = 0, L_a = 0.
+    ``p_g`` points at the gate of node 0 of this (request, head); node t's gate is at
+    p_g + t * STRIDE_G.
     """
     o_w = tl.arange(0, BW)
     ok = (i_a >= 0) & (i_a < W)
@@ -172,10 +173,64 @@ def path_scale(p_parent, p_g, i_a, W: tl.constexpr, BW: tl.constexpr, STRIDE_G):
         n_step += 1
     m_path = n_path > 0
     b_g = tl.load(p_g + o_w * STRIDE_G, mask=m_path & (o_w < W), other=0.0).to(tl.float32)
-    b_lg = tl.cumsum(b_g, 0)
     b_la = tl.sum(b_g, 0)
-    b_coef = tl.where(m_path, tl.exp(tl.where(m_path, b_la - b_lg, 0.0)), 0.0)
+    # L_a - L_i as the sum of the path's gates after i (a [BW, BW] masked row sum), not a
+    # difference of two cumsums: that difference carries eps * |L_a| of absolute error in
+    # the exponent, which grew with the depth (round 5: 3e-6 at depth 39, gates 0.3-1)
+    b_seg = tl.sum(tl.where(o_w[None, :] > o_w[:, None], b_g[None, :], 0.0), 1)
+    b_coef = tl.where(m_path, tl.exp(b_seg), 0.0)
     return b_coef, b_la
+
+
+@triton.jit
+def chain_scale(p_g, i_a, W: tl.constexpr, BW: tl.constexpr, STRIDE_G):
+    """``path_scale`` for a chain (entries 0..i_a, e.g. a replay ring): no parent walk.
+
+    coef_i = exp(sum of the gates after i up to i_a) for i <= min(i_a, W - 1), 0
+    elsewhere; i_a = -1 (empty ring) gives coef = 0 and L_a = 0.
+    """
+    o_w = tl.arange(0, BW)
+    m_path = (o_w <= i_a) & (o_w < W)
+    b_g = tl.load(p_g + o_w * STRIDE_G, mask=m_path, other=0.0).to(tl.float32)
+    b_la = tl.sum(b_g, 0)
+    b_seg = tl.sum(tl.where(o_w[None, :] > o_w[:, None], b_g[None, :], 0.0), 1)
+    b_coef = tl.where(m_path, tl.exp(b_seg), 0.0)
+    return b_coef, b_la
+
+
+@triton.jit
+def path_mask(p_parent, i_a, W: tl.constexpr, BW: tl.constexpr):
+    """Bool [BW]: node i is on the root-to-``i_a`` path (none if i_a is outside [0, W)).
+    At most W - 1 parent loads, each to a smaller index (a malformed array cannot loop)."""
+    o_w = tl.arange(0, BW)
+    ok = (i_a >= 0) & (i_a < W)
+    i_cur = tl.where(ok, i_a, -1)
+    n_path = tl.where(o_w == i_cur, 1, 0)
+    n_step = 0
+    while (i_cur > 0) & (n_step < W):
+        i_nxt = tl.load(p_parent + i_cur)
+        i_cur = tl.where((i_nxt >= 0) & (i_nxt < i_cur), i_nxt, -1)
+        n_path += tl.where(o_w == i_cur, 1, 0)
+        n_step += 1
+    return n_path > 0
+
+
+@triton.jit
+def segment_log_decay(m_anc, b_g, NATIVE: tl.constexpr):
+    """D[t, i] = L_t - L_i, summed over the path (i, t] only, for ancestor-or-self pairs.
+
+    ``m_anc`` [P, P] bool (row t, column i: i is an ancestor of or is t), ``b_g`` [P] the
+    log gate of column node j (0 for columns that are not nodes). D = A @ G with
+    G[j, i] = g_j where j is not an ancestor-or-self of i: the sum runs over the gates
+    strictly between i and t on t's path, so its rounding is relative to that segment,
+    not to |L_t| (forming L_t - L_i from two path sums loses eps * |L_t| absolute in the
+    exponent, i.e. relative error growing with depth for fast-decaying gates). A is 0/1
+    (exact in bf16), G is split into three bf16 pieces ("bf16x3", exact products, fp32
+    sums). Entries off the ancestor pairs are meaningless (callers mask them).
+    """
+    b_af = m_anc.to(tl.float32)
+    b_rhs = tl.where(tl.trans(b_af) > 0.5, 0.0, b_g[:, None])  # [j, i]
+    return xdot(b_af, b_rhs, tl.zeros_like(b_af), "bf16x3", True, NATIVE)
 
 
 @triton.jit

@@ -73,7 +73,9 @@ class LaunchPolicy:
     single-launch kernel, always for the fused variant and for verify / deferred while
     B * Hv < small_max_heads (round 4, T = 4: 1.54x faster at B * Hv = 32, 0.95x at 1024;
     at W = 15 it lost at every B, 0.35-0.69x). prep_blocked: the blocked (I + N)^-1 for
-    32 < BW <= 64 (round 2).
+    32 < BW <= 64 (round 2). persistent_ctas_per_sm > 0: the verify stream (no pending
+    path, no commit) runs treewy_persistent.py's kernel on that many programs per SM
+    (round 6 candidate, not yet measured; 0 keeps the round-5 kernel).
     """
 
     stream: Mapping = field(default_factory=lambda: _frozen(_STREAM))
@@ -87,6 +89,7 @@ class LaunchPolicy:
     single_launch: bool = True
     small_max_w: int = 8
     small_max_heads: int = 512
+    persistent_ctas_per_sm: int = 0
 
     def with_entry(self, table: str, key, value) -> LaunchPolicy:
         """A copy with ``table[key] = value`` (table: stream, commit, small,
@@ -122,6 +125,21 @@ class LaunchPolicy:
             return False
         return fused or num_heads_total < self.small_max_heads
 
+    def use_persistent(self, bw: int) -> bool:
+        """Whether the verify stream takes treewy_persistent.py's kernel (BW <= 32 only:
+        it spills at BW = 64)."""
+        return self.persistent_ctas_per_sm > 0 and bw <= 32
+
+    def reconstruct_kernels(self, num_nodes: int, num_heads_total: int) -> str:
+        """Which TreeWY kernels a reconstruct step takes when the accepted node is known at
+        launch (a chain once the accepted length is fixed, a replayed window): "fused"
+        (one launch, S read once: round 5 B = 1 T = 4 fp32 11.3 us vs verify+commit 16.1,
+        tuned store-all 13.4) while the window takes the single-launch kernel and
+        B * Hv < small_max_heads; "verify+commit" otherwise (at B = 256 the fused
+        kernel was no faster: 574.6 vs 568.6 us)."""
+        small = self.use_single_launch(num_nodes, num_heads_total, fused=True)
+        return "fused" if small and num_heads_total < self.small_max_heads else "verify+commit"
+
     def as_dict(self) -> dict:
         """JSON-friendly form (for meta.json)."""
 
@@ -135,6 +153,7 @@ class LaunchPolicy:
             "prep_warps_few_heads_by_bw": table(self.prep_warps_few_heads_by_bw),
             "prep_blocked": self.prep_blocked, "single_launch": self.single_launch,
             "small_max_w": self.small_max_w, "small_max_heads": self.small_max_heads,
+            "persistent_ctas_per_sm": self.persistent_ctas_per_sm,
         }  # fmt: skip
 
 

@@ -23,6 +23,7 @@ __all__ = [
     "conv_tree_reference",
     "l2norm",
     "recurrence_reference",
+    "replay_state_reference",
     "treewy_reference",
 ]
 
@@ -161,9 +162,11 @@ def commit_reference(
 ) -> torch.Tensor:
     """State of the accepted node: ``S_a = g_a S_0 + sum_{i <= a} exp(L_a - L_i) vt_i k_i^T``.
 
-    ``accepted`` [B] holds one node index per request. Returns [B, Hv, dv, dk] float64.
+    ``accepted`` [B] holds one node index per request. Returns [B, Hv, dv, dk] float64
+    on the CPU (inputs on any device are copied there).
     """
     anc = ancestor_matrix(parent)
+    state0, k, vt, log_gate = (t.detach().cpu() for t in (state0, k, vt, log_gate))
     bsz, w, hk, _ = k.shape
     hv = vt.shape[2]
     kn = l2norm(k.double()).repeat_interleave(hv // hk, dim=2)
@@ -242,4 +245,34 @@ def conv_state_commit_reference(
     for b, a in enumerate(acc):
         win = _conv_window(xd[b : b + 1], sd[b : b + 1], par, a)  # [1, C, K]
         out.append(win[0, :, 1:])
+    return torch.stack(out)
+
+
+def replay_state_reference(
+    state0: torch.Tensor,
+    ring_k: torch.Tensor,
+    ring_vt: torch.Tensor,
+    ring_log_gate: torch.Tensor,
+    length: torch.Tensor | list[int],
+) -> torch.Tensor:
+    """State after a replay ring (replay.py): the checkpoint ``state0`` [B, Hv, dv, dk]
+    with the first ``length[b]`` ring entries applied as a chain,
+    ``S = exp(L_n) S_c + sum_{j < n} exp(L_n - L_j) u_j k_j^T / |k_j|``. float64."""
+    # float64 on the CPU whatever the inputs' device (commit_reference's ancestor matrix is
+    # a CPU tensor; round 6's GPU harness passed CUDA tensors and lost its replay rows)
+    state0, ring_k, ring_vt, ring_log_gate = (
+        t.detach().cpu() for t in (state0, ring_k, ring_vt, ring_log_gate)
+    )
+    lens = length.tolist() if isinstance(length, torch.Tensor) else list(length)
+    out = []
+    for b, n in enumerate(lens):
+        if n == 0:
+            out.append(state0[b].double())
+            continue
+        chain = tuple(range(-1, n - 1))
+        s = commit_reference(
+            state0[b : b + 1], ring_k[b : b + 1, :n], ring_vt[b : b + 1, :n],
+            ring_log_gate[b : b + 1, :n], chain, [n - 1],
+        )  # fmt: skip
+        out.append(s[0])
     return torch.stack(out)

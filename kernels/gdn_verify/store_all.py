@@ -20,7 +20,7 @@ import triton
 import triton.language as tl
 
 from ._jit import grid_chunks
-from .treewy import check_inputs
+from .treewy_inputs import check_inputs
 
 __all__ = ["STOREALL_CONFIG", "storeall_config", "storeall_verify"]
 

@@ -29,7 +29,7 @@ from dataclasses import dataclass
 import torch
 
 from .policy import LaunchPolicy
-from .treewy import launch_window
+from .treewy_stream import launch_window
 
 __all__ = ["PendingCommit", "treewy_deferred_verify", "treewy_fused_verify_commit"]
 

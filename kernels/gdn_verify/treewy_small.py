@@ -34,6 +34,13 @@ recomputed per dv tile while the state tile's loads are in flight:
   first (S read once, written once), then this window is verified from it; this
   window's k and gates are handed to the next step.
 
+Shapes as treewy_stream.py (q, k [B, W, Hk, dk]; v [B, W, Hv, dv]; pool [slots, Hv, dv, dk]).
+Bytes per (request, value head): reads S_0 (dv*dk*s), q/k (W*dk*2 each, shared by the
+Hv/Hk heads of a group and by the dv tiles: L2 hits), v (W*dv*2), gates and betas
+(W*4 each); writes o (W*dv*2) and, for verify, vt (W*dv*4). COMMIT: + one state written.
+PENDING: + the pending k, vt, gates read and one state written (REPLAY: the ring read,
+the state written only where flushed; no hand-off). No [W, W] scratch in memory.
+
 Nothing runs at import.
 """
 
@@ -43,7 +50,16 @@ import torch
 import triton
 import triton.language as tl
 
-from ._jit import DotPrecision, grid_chunks, pad_window, path_scale, pick_block_v, xdot
+from ._jit import (
+    DotPrecision,
+    chain_scale,
+    grid_chunks,
+    pad_window,
+    path_scale,
+    pick_block_v,
+    segment_log_decay,
+    xdot,
+)
 from .policy import DEFAULT_POLICY, LaunchPolicy
 
 __all__ = ["KERNEL_MAX_W", "launch_small"]
@@ -80,6 +96,7 @@ def treewy_small_kernel(
     paccepted,
     k_out,
     g_out,
+    pflush,
     scale,
     H: tl.constexpr,
     HV: tl.constexpr,
@@ -96,6 +113,7 @@ def treewy_small_kernel(
     STORE_VT: tl.constexpr,
     COMMIT: tl.constexpr,
     PENDING: tl.constexpr,
+    REPLAY: tl.constexpr,
     STATE_PREC: tl.constexpr,
     SMALL_PREC: tl.constexpr,
     SOLVE_PREC: tl.constexpr,
@@ -151,7 +169,9 @@ def treewy_small_kernel(
         b_anc = (b_anc.to(tl.float32) + tl.dot(b_pw, b_anc)).to(tl.float16)
     m_anc = b_anc > 0.5  # [r, c]: k node c is an ancestor of (or is) node(r)
     b_lg = tl.sum(tl.where(m_anc, tl.where(is_k, b_g, 0.0)[None, :], 0.0), 1)  # L of node(r)
-    b_dec = tl.where(m_anc, tl.exp(tl.where(m_anc, b_lg[:, None] - b_lg[None, :], 0.0)), 0.0)
+    # exp(L_t - L_i) from the segment sums (i, t] (_jit.segment_log_decay), not L_t - L_i
+    b_seg = segment_log_decay(m_anc, tl.where(is_k, b_g, 0.0), NATIVE_DOT)
+    b_dec = tl.where(m_anc, tl.exp(tl.where(m_anc, b_seg, 0.0)), 0.0)
     b_c = b_dec * b_gram * b_rn[:, None] * b_rn[None, :]
     m_strict = m_anc & (node[:, None] != o_p[None, :])
     b_n = tl.where(is_k[:, None] & m_strict, b_beta[:, None] * b_c, 0.0)
@@ -178,7 +198,10 @@ def treewy_small_kernel(
         # the previous window's accepted path, applied before this window reads the state
         o_pw = tl.arange(0, BWP)
         i_pa = tl.load(paccepted + i_b)  # -1: nothing pending
-        b_pcoef, b_pla = path_scale(pparent, pg + i_b * WP * HV + i_h, i_pa, WP, BWP, HV)
+        if REPLAY:  # the ring is a chain: entries 0..i_pa
+            b_pcoef, b_pla = chain_scale(pg + i_b * WP * HV + i_h, i_pa, WP, BWP, HV)
+        else:
+            b_pcoef, b_pla = path_scale(pparent, pg + i_b * WP * HV + i_h, i_pa, WP, BWP, HV)
         m_ppath = b_pcoef != 0.0
         o_prow = ((i_b * WP + o_pw).to(tl.int64) * H + i_hk) * K
         b_pk = tl.load(
@@ -195,17 +218,22 @@ def treewy_small_kernel(
             tl.trans(b_pvt), b_pk, tl.exp(b_pla) * b_s.to(tl.float32), STATE_PREC, False,
             NATIVE_DOT,
         )  # fmt: skip
-        b_s = b_s.to(p_s.dtype.element_ty)
-        tl.store(p_s, b_s, mask=m_vk)
+        if REPLAY:  # checkpoint + ring stay in registers (fp32); stored only when flushed
+            m_flush = tl.load(pflush + i_b + 0 * o_v) != 0  # [BV], one value per request
+            tl.store(p_s, b_s.to(p_s.dtype.element_ty), mask=m_vk & m_flush[:, None])
+        else:
+            b_s = b_s.to(p_s.dtype.element_ty)
+            tl.store(p_s, b_s, mask=m_vk)
         # hand this window's keys (one writer per key head) and gates to the next step
-        if i_v == 0:
-            tl.store(g_out + o_gr, b_g, mask=is_k & m_node)
-            if i_h % (HV // H) == 0:
-                tl.store(
-                    k_out + o_xrow[:, None] + o_k[None, :],
-                    b_xk,
-                    mask=(is_k & m_node)[:, None] & m_k[None, :],
-                )
+        if not REPLAY:  # noqa: SIM102 (constexpr branch: Triton cannot mix it with `and`)
+            if i_v == 0:
+                tl.store(g_out + o_gr, b_g, mask=is_k & m_node)
+                if i_h % (HV // H) == 0:
+                    tl.store(
+                        k_out + o_xrow[:, None] + o_k[None, :],
+                        b_xk,
+                        mask=(is_k & m_node)[:, None] & m_k[None, :],
+                    )
 
     # 4. the state-sized products
     if NATIVE_DOT and b_s.dtype == b_x.dtype:  # bf16 state, bf16 q/k: exact products
@@ -236,7 +264,8 @@ def treewy_small_kernel(
         m_row_a = (o_p == i_a) & (i_a < W)
         b_onpath = tl.sum(tl.where(m_row_a[:, None] & m_anc, 1.0, 0.0), 0)  # [P] over k nodes
         b_la = tl.sum(tl.where(m_row_a, b_lg, 0.0), 0)
-        b_coef = tl.where(b_onpath > 0.5, tl.exp(tl.where(b_onpath > 0.5, b_la - b_lg, 0.0)), 0.0)
+        b_sega = tl.sum(tl.where(m_row_a[:, None], b_seg, 0.0), 0)  # L_a - L_c per column
+        b_coef = tl.where(b_onpath > 0.5, tl.exp(tl.where(b_onpath > 0.5, b_sega, 0.0)), 0.0)
         b_vta = b_vt * (b_coef * b_rn)[:, None]
         # keys again from L1/L2 rather than keeping the packed tile live this long
         b_kc = tl.load(p_xk, mask=(is_k & m_node)[:, None] & m_k[None, :], other=0.0)
@@ -265,6 +294,7 @@ def launch_small(
     pending: tuple | None = None,
     k_out: torch.Tensor | None = None,
     g_out: torch.Tensor | None = None,
+    replay_flush: torch.Tensor | None = None,
     config: dict | None = None,
     prec: DotPrecision,
     policy: LaunchPolicy | None = None,
@@ -310,6 +340,7 @@ def launch_small(
             paccepted,
             k_out if k_out is not None else k,
             g_out if g_out is not None else log_gate,
+            replay_flush if replay_flush is not None else state_slot,
             scale,
             H=hk,
             HV=hv,
@@ -326,6 +357,7 @@ def launch_small(
             STORE_VT=vt is not None,
             COMMIT=accepted is not None,
             PENDING=has_pending,
+            REPLAY=replay_flush is not None,
             STATE_PREC=prec.state,
             SMALL_PREC=prec.small,
             SOLVE_PREC=SOLVE_PRECISION,

@@ -98,7 +98,7 @@ def test_pool_below_one_request_is_refused_in_vllms_words(no_simulation) -> None
     one_line_error(
         _sim("--num-gpu-blocks-override", 2),
         "num_gpu_blocks_override=2",
-        "To serve at least one request with the models's max seq len",
+        "To serve at least one request with the model's max seq len",
         "KV cache is needed, which is larger than the available KV cache memory",
     )
 

@@ -5,8 +5,8 @@ from __future__ import annotations
 import csv
 
 import pytest
-from capsim_kernels.bench.run import COLUMNS, render_markdown, summarize_targets, write_csv
-from capsim_kernels.bench.shapes import KERNELS, MODEL_SHAPES, bytes_moved
+from capsim_kernels.bench.gdn.run import COLUMNS, render_markdown, summarize_targets, write_csv
+from capsim_kernels.bench.gdn.shapes import KERNELS, MODEL_SHAPES, bytes_moved
 
 QWEN35B = MODEL_SHAPES[0]
 SPEC_COPY_GBPS = 4250.0  # SPEC.md 3.1: copy ceiling measured at 4.25 TB/s

@@ -6,8 +6,8 @@ a tree. (The H200 run: 2,000 steps at the 35B head shape, kernels/BENCHMARKS.md.
 from __future__ import annotations
 
 import pytest
-from capsim_kernels.bench.drift import run_drift
-from capsim_kernels.bench.shapes import ModelShape
+from capsim_kernels.bench.gdn.drift import run_drift
+from capsim_kernels.bench.gdn.shapes import ModelShape
 from capsim_kernels.gdn_verify.tree import TreeSpec
 
 TINY = ModelShape("tiny", num_v_heads=2, num_k_heads=1, dk=16, dv=16)

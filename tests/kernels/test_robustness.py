@@ -89,7 +89,7 @@ def test_calibration_refuses_failed_checks(tmp_path):
 
 
 def test_benchmark_refuses_kernels_whose_check_failed():
-    from capsim_kernels.bench.run import checked_kernels
+    from capsim_kernels.bench.gdn.checks import checked_kernels
 
     check = {
         "model_shape": "m", "state_dtype": "float32", "tree": "chain", "storeall_o": 1e-3,
@@ -111,7 +111,7 @@ def test_launch_policy_is_an_argument_not_module_state():
     """The sweep builds candidate policies; the default is immutable and never changed."""
     import dataclasses
 
-    from capsim_kernels.bench.run import sweep_parts
+    from capsim_kernels.bench.gdn.sweep import sweep_parts
     from capsim_kernels.gdn_verify.policy import DEFAULT_POLICY
 
     before = DEFAULT_POLICY.as_dict()

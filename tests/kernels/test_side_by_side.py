@@ -1,7 +1,7 @@
 """The side-by-side benchmark's operators on tiny shapes in the interpreter: every
 operator builds, runs its timed closure and reports float64 accuracy within its
 tolerance (the same code path the H200 run takes, minus the timing). vLLM's op runs only
-where it has been extracted (kernels/bench/vllm_ops.py); never committed."""
+where it has been extracted (kernels/bench/gdn/vllm_storeall.py); never committed."""
 
 from __future__ import annotations
 
@@ -9,14 +9,14 @@ from pathlib import Path
 
 import pytest
 import torch
-from capsim_kernels.bench import side_by_side as sbs
-from capsim_kernels.bench import vllm_ops
-from capsim_kernels.bench.cases import make_case, truth
-from capsim_kernels.bench.shapes import ModelShape
+from capsim_kernels.bench.gdn import side_by_side as sbs
+from capsim_kernels.bench.gdn import vllm_storeall as vllm_ops
+from capsim_kernels.bench.gdn.cases import make_case, truth
+from capsim_kernels.bench.gdn.shapes import ModelShape
 from capsim_kernels.gdn_verify.tree import TreeSpec
 
 TINY = ModelShape("tiny", num_v_heads=2, num_k_heads=1, dk=16, dv=16)
-VLLM_DIR = Path(__file__).resolve().parents[2] / ".vllmwheel" / "ops"
+VLLM_DIR = Path(__file__).resolve().parents[2] / ".vllmwheel" / "src"
 
 
 def _ctx(case):

@@ -1,5 +1,5 @@
 """The vLLM loader's torch stand-ins (CPU) and, where the extracted vLLM files are present
-(``kernels/bench/vllm_loader.py --extract``; git-ignored, absent in CI), vLLM's own fused
+(``python3 -m capsim_kernels.bench.vllm_shim --extract``; git-ignored, absent in CI), vLLM's own fused
 MoE kernel under the shim, run by the Triton interpreter in float32 at a tiny shape."""
 
 from __future__ import annotations
@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 import torch
 import torch.nn.functional as F
-from capsim_kernels.bench import vllm_loader as vl
+from capsim_kernels.bench import vllm_shim as vl
 
 SRC = Path(__file__).resolve().parents[2] / ".vllmwheel" / "src"
 
@@ -78,7 +78,7 @@ def test_vllm_fused_moe_under_the_shim_matches_float64():
 @pytest.mark.skipif(os.environ.get("TRITON_INTERPRET") != "1", reason="needs TRITON_INTERPRET=1")
 @pytest.mark.parametrize("tokens,topk,experts,block", [(5, 2, 8, 4), (40, 8, 256, 16)])
 def test_triton_standins_match_the_torch_references(tokens, topk, experts, block):
-    from capsim_kernels.bench import vllm_standins as st
+    from capsim_kernels.bench.step import standins as st
 
     gen = torch.Generator().manual_seed(7)
     logits = torch.randn(tokens, experts, generator=gen)

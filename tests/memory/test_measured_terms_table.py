@@ -169,13 +169,13 @@ def test_moe_workspace_is_at_least_vllm_workspace_shapes():
 
 
 def _bench_module():
-    from capsim_kernels.bench import memory_terms
+    from capsim_kernels.bench.memory import memory_terms
 
     return memory_terms
 
 
 def test_bench_shapes_match_the_model_presets():
-    """The GPU script's hard-coded per-GPU shapes are the presets split over TP."""
+    """The GPU script's per-GPU shapes (derived from capsim.models) are the presets split over TP."""
     bench = _bench_module()
     for shape in bench.SHAPES:
         m = PRESETS[shape.model]

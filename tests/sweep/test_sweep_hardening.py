@@ -132,8 +132,8 @@ def test_both_tree_spellings_in_toml(tmp_path) -> None:  # type: ignore[no-untyp
 @pytest.mark.parametrize(
     ("old", "new", "needle"),
     [
-        ("tp = 1", "tp = 2", "tp2"),
-        ("num_requests = 30", "num_requests = 30\nnum_spec_tok = 1", "no window T=2"),
+        ("tp = 1", "tp = 2", "tensor_parallel_size=2"),
+        ("num_requests = 30", "num_requests = 30\nnum_spec_tok = 45", "q_tok=46"),
     ],
 )
 def test_unpriceable_points_refused_before_any_simulation(

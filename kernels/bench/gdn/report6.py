@@ -1,0 +1,146 @@
+"""Round 6 tables from round6_gdn_<phase>.csv, and their rows in the calibration schema.
+
+    python -m capsim_kernels.bench.gdn.report6 --results kernels/results/h200 [--calibration]
+
+Prints the side-by-side tables (p50 us, x its floor, worst per-(request, head) error) per
+(shape, B) and the target table of issue 19 (verify bandwidth fraction, deferred and
+verify+commit floor ratios, speed-up over vLLM's store-all, worst error); with
+``--calibration`` writes gdn_verify.csv (checks.COLUMNS, timed rows only) and meta.json
+(checks_ok) next to it for ``capsim calibrate --build``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import json
+from pathlib import Path
+
+from ..timing import atomic_write, write_csv
+from .checks import COLUMNS as CALIB_COLUMNS
+
+ORDER = ("treewy_verify", "treewy_commit", "treewy_verify_commit", "fused_chain", "deferred",
+         "replay", "storeall", "vllm_storeall", "vllm_decode")  # fmt: skip
+SHORT = {"treewy_verify": "verify", "treewy_commit": "commit", "treewy_verify_commit": "v+c",
+         "fused_chain": "fused", "deferred": "deferred", "replay": "replay",
+         "storeall": "capsim store-all (tuned)", "vllm_storeall": "vLLM store-all",
+         "vllm_decode": "vLLM decode (T=1)"}  # fmt: skip
+
+
+def read(path: Path) -> list[dict]:
+    with path.open() as f:
+        return list(csv.DictReader(f))
+
+
+def timed(rows: list[dict]) -> list[dict]:
+    return [r for r in rows if r.get("p50_us") not in (None, "")]
+
+
+def _window_key(r: dict) -> tuple[int, int, str]:
+    return (int(r["T"]), r["tree"] != "chain", r["tree"])
+
+
+def side_by_side(rows: list[dict], shape: str, batch: int) -> str:
+    """p50 us (x floor; worst per-(request, head) error) per window and kernel."""
+    sel = [r for r in timed(rows) if r["model_shape"] == shape and int(r["B"]) == batch]
+    kernels = [k for k in ORDER if any(r["kernel"] == k for r in sel)]
+    windows = sorted({(int(r["T"]), r["tree"]) for r in sel}, key=lambda w: (w[0], w[1] != "chain"))
+    head = "| T | tree | " + " | ".join(SHORT[k] for k in kernels) + " |"
+    lines = [head, "|" + "---|" * (2 + len(kernels))]
+    for t, tree in windows:
+        cells = []
+        for k in kernels:
+            hit = [r for r in sel if r["kernel"] == k and int(r["T"]) == t and r["tree"] == tree]
+            if not hit:
+                cells.append("")
+                continue
+            r = hit[0]
+            err = r["err_max_req_head"] if r["err_max_req_head"] != "nan" else r["o_err"]
+            cells.append(f"{float(r['p50_us']):.1f} ({float(r['floor_ratio']):.2f}x; {err})")
+        lines.append(f"| {t} | {tree} | " + " | ".join(cells) + " |")
+    return "\n".join(lines)
+
+
+def _get(sel: list[dict], kernel: str, t: int, tree: str = "chain") -> dict | None:
+    hit = [r for r in sel if r["kernel"] == kernel and int(r["T"]) == t and r["tree"] == tree]
+    return hit[0] if hit else None
+
+
+def target_table(rows: list[dict], shape: str, batch: int = 256) -> str:
+    """Issue 19's targets per chain window at ``batch``: verify streams at >= 85% of copy
+    bandwidth; verify+commit and deferred <= 1.25x their floors; the speed-up over vLLM's
+    store-all; the worst per-(request, head) committed-state error of the TreeWY kernels."""
+    sel = [r for r in timed(rows) if r["model_shape"] == shape and int(r["B"]) == batch]
+    lines = [
+        "| T | tree | verify BW fraction | v+c x floor | deferred x floor | vLLM store-all us "
+        "| v+c vs vLLM | deferred vs vLLM | worst TreeWY err (req, head) |",
+        "|---|---|---|---|---|---|---|---|---|",
+    ]
+    for t, tree in sorted({(int(r["T"]), r["tree"]) for r in sel}):
+        ver, vc, de = (_get(sel, k, t, tree) for k in ("treewy_verify", "treewy_verify_commit",
+                                                        "deferred"))  # fmt: skip
+        base = _get(sel, "vllm_storeall", t, tree) or _get(sel, "storeall", t, tree)
+        errs = [float(r["err_max_req_head"]) for r in sel if int(r["T"]) == t
+                and r["tree"] == tree and r["kernel"] in ORDER[1:6]
+                and r["err_max_req_head"] != "nan"]  # fmt: skip
+
+        def fmt(r, f):
+            return f(r) if r is not None else ""
+
+        def ratio(r, base=base):
+            return f"{float(base['p50_us']) / float(r['p50_us']):.2f}x" if base and r else ""
+
+        cells = (
+            fmt(ver, lambda r: f"{1 / float(r['floor_ratio']):.0%}"),
+            fmt(vc, lambda r: r["floor_ratio"]), fmt(de, lambda r: r["floor_ratio"]),
+            fmt(base, lambda r: r["p50_us"]), ratio(vc), ratio(de),
+            f"{max(errs):.2g}" if errs else "",
+        )  # fmt: skip
+        lines.append(f"| {t} | {tree} | " + " | ".join(cells) + " |")
+    return "\n".join(lines)
+
+
+def to_calibration(rows: list[dict], meta: dict, out: Path) -> int:
+    """gdn_verify.csv (timed rows, calibration schema) and meta.json with checks_ok."""
+    keep = [{c: r.get(c, "") for c in CALIB_COLUMNS} for r in timed(rows)]
+    write_csv(out / "gdn_verify.csv", keep, CALIB_COLUMNS)
+    payload = {k: meta.get(k) for k in ("command", "commit", "date_utc", "gpu", "torch", "triton",
+                                        "timing", "checks", "copy_gbps", "checks_ok",
+                                        "failed_checks", "contract_misses", "notes")}  # fmt: skip
+    payload["source"] = "round6_gdn.csv (kernels/bench/gdn/round6.py), timed rows only"
+    atomic_write(out / "meta.json", json.dumps(payload, indent=1))
+    return len(keep)
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--results", type=Path, required=True)
+    ap.add_argument("--calibration", action="store_true")
+    args = ap.parse_args(argv)
+    rows = [r for p in sorted(args.results.glob("round6_gdn_*.csv")) for r in read(p)]
+    meta = json.loads((args.results / "round6_meta.json").read_text())
+    shapes = sorted({r["model_shape"] for r in rows if r["phase"] == "gdn_main"})
+    extra = [r for r in rows if r["phase"] not in ("gdn_main",)]
+    rows = [r for r in rows if r["phase"] == "gdn_main"]
+    for shape in shapes:
+        for b in sorted({int(r["B"]) for r in rows if r["model_shape"] == shape}):
+            print(f"\n### {shape}, B = {b}\n")
+            print(side_by_side(rows, shape, b))
+        top = max(int(r["B"]) for r in rows if r["model_shape"] == shape)
+        print(f"\n### Targets, {shape}, B = {top}\n")
+        print(target_table(rows, shape, top))
+    gates = [r for r in extra if r["phase"] == "gdn_main_gates09"]
+    if gates:
+        print("\n### Slow gates (a in [0.9, 1)), worst per-(request, head) error\n")
+        for r in gates:
+            print(f"- {r['kernel']} {r['model_shape']} T={r['T']} B={r['B']}: "
+                  f"{r['err_max_req_head']} (p50 {r.get('p50_us') or '-'} us)")  # fmt: skip
+    if args.calibration:
+        n = to_calibration(rows + [r for r in extra if r["phase"] == "gdn_tp"], meta,
+                           args.results)  # fmt: skip
+        print(f"\n{n} timed rows -> {args.results / 'gdn_verify.csv'}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

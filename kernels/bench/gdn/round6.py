@@ -1,0 +1,330 @@
+"""Round 6: one device call, one timing method, for the benchmark and the calibration tables.
+
+    python3 -m capsim_kernels.bench.gdn.round6 --out DIR [--budget-s 450] [--workers 15]
+    TRITON_INTERPRET=1 python3 -m capsim_kernels.bench.gdn.round6 --out DIR --dry-run
+
+Under its own deadline, in priority order (each phase has its own share, so a slow phase
+cannot starve the next; whatever is not reached is listed in the metadata):
+
+1. compile warm-up: worker processes run every registry kernel once at B = 1 and 64 for
+   every GDN cell of the run, filling Triton's cache in parallel (CPU-bound compiles);
+2. copy bandwidth (2 GiB device-to-device, read + write), the floor of every row;
+3. GDN (registry.KERNELS) at the 35B TP1 and 397B TP8 shapes, T = 1..9, 15, 40 chains and
+   the shipped trees (2,2,2), (3,3,3), B = 1, 8, 32, 64, 128, 256: every kernel checked
+   against a float64 recurrence over all requests before it is timed (worst per-(request,
+   head) error in the row), then CUDA-graph replays with the L2 flushed;
+4. step operators at per-GPU TP shapes the step model lacks (vLLM 0.33's kernels through
+   step.points.measure_shapes: fused MoE, attention, conv, GDN prefill; torch GEMM, norm,
+   sampling), vLLM's Triton FP8 fused MoE (w8a8, 128x128 blocks) and FP8 GEMMs;
+5. GDN at the remaining per-GPU head counts of TP 1/2/4/8 of every preset (chains);
+6. kcode's opt-in persistent verify stream next to the default (B = 256).
+
+Each phase runs in child processes (a CUDA fault in one cell cannot take the rest of the
+call: the phase resumes after the cell that crashed). Writes DIR/round6_gdn_<phase>.csv
+(GDN_COLUMNS, after every cell), DIR/round6_step_ops.csv (model_step's schema),
+DIR/round6_meta.json (checks_ok, notes, phase times); progress files go to R6_WORK.
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import json
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+from ..timing import atomic_write, write_csv
+from .round6_cells import (
+    CELLS,
+    CONTRACT_TOL,
+    GDN_COLUMNS,
+    O_TOL,
+    STATE_TOL,
+    STOREALL_CONFIG,
+    Cell,
+    _ctx,
+    main_cells,
+    measure_cell,
+    tp_cells,
+)
+
+# share of the budget at which each phase must stop (fractions of --budget-s)
+PHASE_END = {"warm": 0.26, "gdn_main": 0.56, "step_ops": 0.76, "gdn_tp": 0.92, "gdn_p2": 0.97}
+WORK = Path(os.environ.get("R6_WORK", "/tmp/r6work"))  # progress files (not returned)
+
+
+def warm_key(cell: Cell, batch: int) -> tuple:
+    """What a compile depends on: heads, state dtype, the window's parent array (a label
+    such as 'chain' does not name T), the batch's specialisation and the kernels."""
+    return (cell.shape.heads_key, cell.state_dtype, cell.tree.parent, batch, cell.kernels)
+
+
+def warm_cells(dry: bool) -> list[Cell]:
+    """The warm-up's cells: every distinct compile of the run at B = 1 and 64 (2 dry)."""
+    keys, todo = set(), []
+    for c in main_cells(dry) + tp_cells(dry):
+        for b in (1, 2 if dry else 64):
+            if warm_key(c, b) not in keys:
+                keys.add(warm_key(c, b))
+                todo.append(Cell(c.shape, c.state_dtype, c.tree, b, c.kernels, "warm"))
+    return todo
+
+
+def warm_worker(spec: str, vllm_src: Path) -> int:
+    """Worker ``i/n``: run every kernel of its share of the cells once (B = 1 and 64)."""
+    i, n = (int(x) for x in spec.split("/"))
+    dry = os.environ.get("R6_DRY") == "1"
+    todo = warm_cells(dry)
+    notes: list[str] = []
+    ctx = _ctx(vllm_src, notes) | {"warm": True}
+    device = "cuda" if not dry else "cpu"
+    t0 = time.monotonic()
+    for cell in todo[i::n]:
+        measure_cell(cell, ctx, 1.0, device, notes, time_it=False)
+    print(f"warm {i}/{n}: {len(todo[i::n])} cells in {time.monotonic() - t0:.0f}s; "
+          f"{len(notes)} notes", flush=True)  # fmt: skip
+    for note in notes[:5]:
+        print("warm note", note, flush=True)
+    return 0
+
+
+def warm(workers: int, vllm_src: Path, deadline: float, dry: bool, notes: list[str]) -> float:
+    """Start ``workers`` warm-up processes and wait for them (at most until ``deadline``)."""
+    t0 = time.monotonic()
+    env = {**os.environ, "R6_DRY": "1" if dry else "0", "PYTHONUNBUFFERED": "1"}
+    procs = [
+        subprocess.Popen(
+            [
+                sys.executable,
+                "-m",
+                __spec__.name,
+                "--warm-worker",
+                f"{i}/{workers}",
+                "--vllm-src",
+                str(vllm_src),
+                "--out",
+                ".",
+            ],
+            env=env,
+        )
+        for i in range(workers)
+    ]
+    for p in procs:
+        try:
+            p.wait(timeout=max(1.0, deadline - time.monotonic()))
+        except subprocess.TimeoutExpired:
+            p.kill()
+            notes.append("warm-up worker killed at its deadline")
+    bad = [p.returncode for p in procs if p.returncode not in (0, None)]
+    if bad:
+        notes.append(f"warm-up workers exited {bad}")
+    return time.monotonic() - t0
+
+
+# ------------------------------------------------------------------------------ phases
+def _read_rows(path: Path) -> list[dict]:
+    if not path.is_file():
+        return []
+    with path.open() as f:
+        return list(csv.DictReader(f))
+
+
+def run_phase(phase: str, args, start: int) -> int:
+    """Child process: the cells of ``phase`` from index ``start`` until the phase deadline
+    (epoch seconds); rows appended to DIR/round6_gdn_<phase>.csv after every cell; the index
+    of the cell being measured in WORK/<phase>.progress (a crash is resumed after it)."""
+    device = "cpu" if args.dry_run else "cuda"
+    notes: list[str] = []
+    cells = CELLS[phase](args.dry_run)
+    out = args.out / f"round6_gdn_{phase}.csv"
+    rows = _read_rows(out) if start else []
+    ctx = _ctx(args.vllm_src, notes)
+    i = start
+    for i in range(start, len(cells)):
+        cell = cells[i]
+        if time.time() > args.deadline_epoch:
+            left = f"{cell.shape.name} {cell.tree.label} B={cell.batch}"
+            notes.append(f"{phase}: deadline before {len(cells) - i} of {len(cells)} cells "
+                         f"(first left: {left})")  # fmt: skip
+            print(notes[-1], flush=True)
+            break
+        atomic_write(WORK / f"{phase}.progress", str(i))
+        if os.environ.get("R6_FAULT") == f"{phase}:{i}":  # fault injection (CPU tests)
+            os._exit(3)
+        new = measure_cell(cell, ctx, args.copy_gbps, device, notes)
+        rows.extend(new)
+        write_csv(out, rows, GDN_COLUMNS)
+        for r in new:
+            print("r6", r["kernel"], r["model_shape"], r["tree"], f"T={r['T']}", f"B={r['B']}",
+                  r.get("p50_us", "-"), r["err_max_req_head"], flush=True)  # fmt: skip
+    else:
+        i = len(cells)
+    atomic_write(WORK / f"{phase}.progress", f"done {i}")
+    with (WORK / f"{phase}.notes.jsonl").open("a") as f:
+        f.write(json.dumps({"start": start, "stop": i, "notes": notes}) + "\n")
+    return 0
+
+
+def run_step_phase(args) -> int:
+    from ..step.round6_ops import run_step_ops
+
+    device = "cpu" if args.dry_run else "cuda"
+    notes: list[str] = []
+    meta = run_step_ops(args.out, device, time.monotonic() + args.deadline_epoch - time.time(),
+                        args.dry_run, notes)  # fmt: skip
+    atomic_write(WORK / "step_ops.json", json.dumps({"meta": meta, "notes": notes}, default=str))
+    return 0
+
+
+def _child(args, phase: str, start: int, deadline: float) -> int:
+    """Run one phase attempt in a fresh process (a CUDA fault there cannot take the rest of
+    the call with it); returns its exit code (-9: killed at the deadline)."""
+    cmd = [sys.executable, "-m", __spec__.name, "--out", str(args.out), "--phase", phase,
+           "--start", str(start), "--copy-gbps", str(args.copy_gbps), "--deadline-epoch",
+           str(deadline), "--vllm-src", str(args.vllm_src)] + (["--dry-run"] if args.dry_run
+                                                                else [])  # fmt: skip
+    env = {**os.environ, "PYTHONUNBUFFERED": "1", "CAPSIM_VLLM_SRC": str(args.vllm_src)}
+    proc = subprocess.Popen(cmd, env=env)
+    try:
+        return proc.wait(timeout=max(1.0, deadline - time.time() + 15.0))
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.wait()
+        return -9
+
+
+def orchestrate_phase(args, phase: str, deadline: float, meta: dict) -> None:
+    """A phase in child processes: after a crash, resume at the cell after the one that
+    crashed while the phase has time."""
+    attempts, start = [], 0
+    while time.time() < deadline:
+        rc = _child(args, phase, start, deadline)
+        prog = (
+            (WORK / f"{phase}.progress").read_text()
+            if (WORK / f"{phase}.progress").is_file()
+            else ""
+        )
+        attempts.append({"start": start, "rc": rc, "progress": prog})
+        if rc == 0 or phase == "step_ops" or prog.startswith("done") or not prog:
+            break
+        meta["notes"].append(f"{phase}: child exited {rc} at cell {prog}; resuming after it")
+        print(meta["notes"][-1], flush=True)
+        start = int(prog) + 1
+    meta.setdefault("attempts", {})[phase] = attempts
+
+
+def _parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--out", type=Path, required=True)
+    p.add_argument("--budget-s", type=float, default=450.0)
+    p.add_argument("--workers", type=int, default=15, help="compile warm-up processes")
+    p.add_argument("--vllm-src", type=Path, default=Path(".vllmwheel/src"))
+    p.add_argument("--commit", default="unknown")
+    p.add_argument("--dry-run", action="store_true", help="CPU, tiny shapes (TRITON_INTERPRET=1)")
+    p.add_argument("--phases", default="warm,gdn_main,step_ops,gdn_tp,gdn_p2")
+    p.add_argument("--warm-worker", default=None, help=argparse.SUPPRESS)
+    p.add_argument("--phase", default=None, help=argparse.SUPPRESS)
+    p.add_argument("--start", type=int, default=0, help=argparse.SUPPRESS)
+    p.add_argument("--copy-gbps", type=float, default=0.0, help=argparse.SUPPRESS)
+    p.add_argument("--deadline-epoch", type=float, default=0.0, help=argparse.SUPPRESS)
+    return p
+
+
+def _meta(args, device: str) -> dict:
+    import platform
+
+    import torch
+    import triton
+
+    return {
+        "command": " ".join(["python3 -m capsim_kernels.bench.gdn.round6", *sys.argv[1:]]),
+        "commit": args.commit, "date_utc": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+        "torch": torch.__version__, "triton": triton.__version__,
+        "python": platform.python_version(), "dry_run": args.dry_run,
+        "gpu": torch.cuda.get_device_name() if device == "cuda" else "cpu",
+        "timing": "CUDA graph replay, L2 flushed per replay (triton.testing.do_bench "
+        "quantiles 0.2/0.5/0.8); floor = bytes_moved / copy bandwidth of this run",
+        "checks": "float64 recurrence over all requests of every cell; rows carry the worst "
+        "per-(request, head) committed-state error", "state_tol": STATE_TOL,
+        "contract_tol": CONTRACT_TOL, "o_tol": O_TOL, "storeall_config": STOREALL_CONFIG,
+        "notes": [], "phase_s": {},
+    }  # fmt: skip
+
+
+def _collect(args, meta: dict) -> None:
+    """Phase notes and the checks summary from the children's files."""
+    for path in sorted(WORK.glob("*.notes.jsonl")):
+        for line in path.read_text().splitlines():
+            meta["notes"] += json.loads(line)["notes"]
+    if (WORK / "step_ops.json").is_file():
+        step = json.loads((WORK / "step_ops.json").read_text())
+        meta["step_ops"] = step["meta"]
+        meta["notes"] += step["notes"]
+    rows = [r for p in sorted(args.out.glob("round6_gdn_*.csv")) for r in _read_rows(p)]
+    timed = [r for r in rows if r.get("p50_us")]
+    # a kernel whose float64 check failed is never timed: every timed row passed its check
+    meta["num_rows"], meta["num_timed"] = len(rows), len(timed)
+    meta["checks_ok"] = bool(timed) and all(r["check_ok"] == "True" for r in timed)
+    meta["failed_checks"] = [f"{r['kernel']} {r['model_shape']} {r['tree']} B={r['B']}"
+                             for r in rows if r["check_ok"] != "True"]  # fmt: skip
+    meta["contract_misses"] = [f"{r['kernel']} {r['model_shape']} {r['tree']} B={r['B']} "
+                               f"{r['err_max_req_head']}" for r in rows
+                               if r["contract_ok"] != "True"]  # fmt: skip
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = _parser().parse_args(argv)
+    if args.warm_worker is not None:
+        return warm_worker(args.warm_worker, args.vllm_src)
+    WORK.mkdir(parents=True, exist_ok=True)
+    if args.phase is None:  # the orchestrator starts from a clean progress folder
+        for stale in WORK.glob("*"):
+            stale.unlink()
+    if args.phase == "step_ops":
+        return run_step_phase(args)
+    if args.phase is not None:
+        return run_phase(args.phase, args, args.start)
+    import torch
+
+    t0 = time.time()
+    device = "cpu" if args.dry_run else "cuda"
+    if device == "cuda" and not torch.cuda.is_available():
+        print("no CUDA device (use --dry-run on a CPU)", file=sys.stderr)
+        return 2
+    args.out.mkdir(parents=True, exist_ok=True)
+    phases = args.phases.split(",")
+    meta = _meta(args, device)
+    end = {k: t0 + f * args.budget_s for k, f in PHASE_END.items()}
+
+    def save() -> None:
+        meta["elapsed_s"] = round(time.time() - t0, 1)
+        atomic_write(args.out / "round6_meta.json", json.dumps(meta, indent=1, default=str))
+
+    if "warm" in phases and args.workers > 0:
+        meta["phase_s"]["warm"] = round(
+            warm(args.workers, args.vllm_src, time.monotonic() + end["warm"] - time.time(),
+                 args.dry_run, meta["notes"]), 1)  # fmt: skip
+        save()
+    from ..timing import measure_copy_gbps
+
+    args.copy_gbps = measure_copy_gbps() if device == "cuda" else 1000.0
+    meta["copy_gbps"] = round(args.copy_gbps, 1)
+    print(f"copy bandwidth {args.copy_gbps:.1f} GB/s (read + write)", flush=True)
+    save()
+    for phase in ("gdn_main", "step_ops", "gdn_tp", "gdn_p2"):
+        if phase in phases:
+            t1 = time.time()
+            orchestrate_phase(args, phase, end[phase], meta)
+            meta["phase_s"][phase] = round(time.time() - t1, 1)
+            save()
+    _collect(args, meta)
+    save()
+    print(f"round6 done: {meta['num_timed']} timed GDN rows, {meta['elapsed_s']} s", flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
