@@ -85,7 +85,11 @@ def test_run_quantiles_are_numpys(seed: int) -> None:
     "load",
     [
         {"mode": "rate", "rate_req_per_s": 40.0},
-        {"mode": "concurrency", "concurrency": 300, "engine": EngineConfig(gmu=0.6)},
+        {
+            "mode": "concurrency",
+            "concurrency": 300,
+            "engine": EngineConfig(gmu=0.62, max_num_seqs=256),
+        },
         {
             "mode": "rate",
             "rate_req_per_s": 30.0,
