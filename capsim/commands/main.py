@@ -13,7 +13,7 @@ from typing import Any
 import click
 
 from capsim.commands.memory import memory_mode_options, run_memory_mode
-from capsim.commands.options import collect, options
+from capsim.commands.options import collect, fold_speculative_config, options
 from capsim.config import (
     AcceptanceConfig,
     EngineConfig,
@@ -87,6 +87,9 @@ ENGINE_OPTIONS = (
     "max_num_batched_tokens",
     "max_model_len",
     "ssm_state_dtype",
+    "kv_cache_dtype",
+    "quantization",
+    "max_cudagraph_capture_size",
     "vllm_version",
     "kv_cache_memory",
     "num_gpu_blocks_override",
@@ -94,7 +97,7 @@ ENGINE_OPTIONS = (
     "enforce_eager",
     "prefix_caching",
 )
-SPEC_OPTIONS = ("spec_tokens", "tree", "commit", "acceptance")
+SPEC_OPTIONS = ("speculative_config", "spec_tokens", "tree", "commit", "acceptance")
 ACCEPTANCE_OPTIONS = ("tree_model", "temperature")  # how drafts are accepted: simulate only
 
 
@@ -102,7 +105,7 @@ def spec_config(params: dict[str, Any]) -> SpecDecodeConfig:
     acc = params.get("acceptance")
     extra = collect("acceptance", params)
     return SpecDecodeConfig(
-        **collect("spec", params),
+        **collect("spec", fold_speculative_config(params)),
         acceptance=AcceptanceConfig(conditional=acc, **extra) if acc else AcceptanceConfig(**extra),
     )
 
@@ -221,7 +224,11 @@ def memory(ctx: click.Context, as_json: bool, **params: Any) -> None:
     ):
         return
     plan = plan_memory(
-        get_model(params["model"]), get_gpu(params["gpu"]), engine, spec, lookup=measured_term
+        engine.model_for(get_model(params["model"])),
+        get_gpu(params["gpu"]),
+        engine,
+        spec,
+        lookup=measured_term,
     )
     if as_json:
         click.echo(dumps_json(memory_json(plan)))

@@ -68,9 +68,7 @@ class HybridKVCacheCoordinator:
         # group order as vLLM builds it for Qwen hybrids: the first layer is a GDN layer,
         # so the GDN groups come before the attention group
         g = layout.num_gdn_groups
-        self._gdn_mgrs = [
-            MambaManager(pool, i, self._bs, layout.num_spec_blocks) for i in range(g)
-        ]
+        self._gdn_mgrs = [MambaManager(pool, i, self._bs, layout.num_spec_blocks) for i in range(g)]
         self._attn_mgrs = [
             FullAttentionManager(pool, g + i, self._bs) for i in range(layout.num_attn_groups)
         ]

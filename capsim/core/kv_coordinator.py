@@ -69,9 +69,7 @@ class KVCacheCoordinatorNoPrefixCache:
         need = self.rule.attn_blocks(req.num_tokens) + self.gdn_blocks_per_request
         return need + self.watermark_blocks <= self.pool.num_free_blocks
 
-    def _grow(
-        self, held_attn: int, held_gdn: int, end_tok: int
-    ) -> tuple[int, int] | None:
+    def _grow(self, held_attn: int, held_gdn: int, end_tok: int) -> tuple[int, int] | None:
         extra_attn = max(self.rule.attn_blocks(end_tok) - held_attn, 0)
         extra_gdn = self.gdn_blocks_per_request if held_gdn == 0 else 0
         if extra_attn + extra_gdn > self.pool.num_free_blocks:

@@ -80,7 +80,6 @@ class PoolLayout:
         return BlockRule(self.block_size_tok, self.num_attn_groups, self.max_model_len)
 
 
-
 class KVCacheManager:
     """Block accounting for all groups of one pool, through the run's coordinator."""
 
