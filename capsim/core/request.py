@@ -77,24 +77,39 @@ _COUNTERS: tuple[str, ...] = tuple(f.name for f in fields(RequestColumns))
 
 
 class RequestStore:
-    """Column store of request counters; row = slot, assigned in add order."""
+    """Column store of request counters; row = slot, assigned in add order.
+
+    ``release(slot)`` hands a finished request's row back for the next ``add`` (with
+    prefix caching off no memo is keyed by slot), so the store can hold the requests in
+    flight rather than every request of the run.
+    """
 
     def __init__(self, capacity: int = 64) -> None:
         self.size = 0
         self.cols = RequestColumns.zeros(max(capacity, 1))
         self.handles: list[Request] = []
+        self._free: list[int] = []
+
+    def release(self, slot: int) -> None:
+        """Row ``slot`` (a finished request's) is reused by a later ``add`` (its handle is
+        kept until then)."""
+        self._free.append(slot)
 
     def add(self, req: Request) -> int:
-        """Store ``req``'s counters in the next row; ``req.slot`` is that row from now on."""
+        """Store ``req``'s counters in a free or the next row; ``req.slot`` is that row."""
         cols = self.cols
-        if self.size == cols.capacity:
-            cols.grow(2 * cols.capacity)
-        slot = self.size
+        if self._free:
+            slot = self._free.pop()
+            self.handles[slot] = req
+        else:
+            if self.size == cols.capacity:
+                cols.grow(2 * cols.capacity)
+            slot = self.size
+            self.size += 1
+            self.handles.append(req)
         own = req._own  # ints (the counter setters store int(value))
         for name in _COUNTERS:
             getattr(cols, name)[slot] = own[name]
-        self.size += 1
-        self.handles.append(req)
         req._store = self
         req._slot = slot
         return slot

@@ -11,6 +11,7 @@ Qwen3-Next (and other Qwen3 names) Qwen3 counts (``shared/traces/NOTES.md`` §6)
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from types import MappingProxyType
@@ -59,8 +60,7 @@ def tokenizer_family(model: str) -> str:
     )
 
 
-def _sharegpt(num_requests: int, seed: int, model: str, root: Path | None) -> RequestTable:
-    family = tokenizer_family(model)
+def _sharegpt(num_requests: int, seed: int, family: str, root: Path | None) -> RequestTable:
     frame = read_compact("sharegpt", root)
     prompt = frame[f"{family}_prompt_tok"].to_numpy(np.int64)
     output = frame[f"{family}_output_tok"].to_numpy(np.int64)
@@ -74,8 +74,7 @@ def _sharegpt(num_requests: int, seed: int, model: str, root: Path | None) -> Re
     )
 
 
-def _spec_bench(num_requests: int, seed: int, model: str, root: Path | None) -> RequestTable:
-    family = tokenizer_family(model)
+def _spec_bench(num_requests: int, seed: int, family: str, root: Path | None) -> RequestTable:
     frame = read_compact("spec_bench", root)
     prompt = frame[f"{family}_prompt_tok"].to_numpy(np.int64)
     # NOTE: vLLM builds SpecBench without --seed (always 0); pass seed=0 to match its order.
@@ -139,8 +138,13 @@ def _burstgpt(num_requests: int, seed: int, model: str, root: Path | None) -> Re
     return burstgpt_standin(num_requests=num_requests, seed=seed)
 
 
-def _multiturn(num_requests: int, seed: int, model: str, root: Path | None) -> RequestTable:
-    return load_multiturn(num_requests, seed, tokenizer_family(model), root)
+def _by_tokenizer(load: Callable[[int, int, str, Path | None], RequestTable]) -> Loader:
+    """A loader of per-tokenizer token counts: the model picks the family."""
+
+    def load_for_model(num_requests: int, seed: int, model: str, root: Path | None) -> RequestTable:
+        return load(num_requests, seed, tokenizer_family(model), root)
+
+    return load_for_model
 
 
 def _shared_prefix(num_requests: int, seed: int, model: str, root: Path | None) -> RequestTable:
@@ -157,13 +161,13 @@ WORKLOAD_REGISTRY: MappingProxyType[str, Workload] = _entries(
         "sharegpt",
         "ShareGPT V3 first turn pairs (17,400-entry subset), vLLM filter/shuffle/oversample; "
         "closed loop",
-        _sharegpt,
+        _by_tokenizer(_sharegpt),
     ),
     (
         "spec-bench",
         "Spec-Bench 480 questions, turn 1 in the chat template, output 256 tokens "
         "(vLLM default); closed loop",
-        _spec_bench,
+        _by_tokenizer(_spec_bench),
     ),
     (
         "synthetic-balanced",
@@ -190,7 +194,7 @@ WORKLOAD_REGISTRY: MappingProxyType[str, Workload] = _entries(
         "sharegpt-multiturn",
         "ShareGPT V3 multi-turn conversations replayed turn by turn (prompt = history + new "
         "user message; next turn sent when the previous one finished); closed loop",
-        _multiturn,
+        _by_tokenizer(load_multiturn),
     ),
     (
         "shared-prefix",
