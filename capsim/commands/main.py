@@ -69,7 +69,7 @@ def _debug(ctx: click.Context) -> bool:
 
 @click.group(cls=CapsimGroup, context_settings=CONTEXT_SETTINGS)
 @click.version_option(package_name="capsim")
-@click.option("--debug", is_flag=True, help="show Python tracebacks (also CAPSIM_DEBUG=1)")
+@options("main.debug")
 @click.pass_context
 def main(ctx: click.Context, debug: bool) -> None:
     """capsim: how many requests a vLLM deployment of a GDN hybrid admits, where it
@@ -196,7 +196,7 @@ def memory_json(plan) -> dict:  # type: ignore[no-untyped-def,type-arg]
 @main.command(context_settings=CONTEXT_SETTINGS)
 @options(*ENGINE_OPTIONS, *SPEC_OPTIONS)
 @memory_mode_options
-@click.option("--json", "as_json", is_flag=True, help="print the plan as JSON")
+@options("memory.json")
 @click.pass_context
 def memory(ctx: click.Context, as_json: bool, **params: Any) -> None:
     """Print the KV/state pool vLLM would build: budget, weights, page, block size,
@@ -271,21 +271,11 @@ def step_time_label(model: dict[str, Any]) -> str:
 @main.command(context_settings=CONTEXT_SETTINGS)
 @options(*ENGINE_OPTIONS, *SPEC_OPTIONS, *ACCEPTANCE_OPTIONS)
 @options("dataset", "max_concurrency", "request_rate")
-@click.option("--replay", is_flag=True, help="send at the trace's own timestamps")
+@options("simulate.replay")
 @options("burstiness", "num_prompts", "seed", "step_time", "out")
-@click.option("--json", "as_json", is_flag=True, help="print the summary as JSON")
-@click.option(
-    "--save-result",
-    is_flag=True,
-    help="also write the result as vllm bench serve does (its metric names, ms)",
-)
-@click.option(
-    "--result-filename",
-    type=click.Path(dir_okay=False, path_type=Path),
-    default=Path("capsim-bench-result.json"),
-    show_default=True,
-    help="where --save-result writes",
-)
+@options("simulate.json")
+@options("simulate.save_result")
+@options("simulate.result_filename")
 def simulate(
     workload: str,
     concurrency: int | None,

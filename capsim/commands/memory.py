@@ -12,51 +12,20 @@ gives the release's default gpu_memory_utilization when ``--gmu`` is not given.
 from __future__ import annotations
 
 import json
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import click
 
+from capsim.commands.options import options
 from capsim.config import EngineConfig, SpecDecodeConfig
 from capsim.vllm_rules import rules_table
 
 MODE_KEYS: tuple[str, ...] = ("from_log", "validate", "version_rules", "validate_out")
 
 
-def _opts(options: list[Callable[[Any], Any]]) -> Callable[[Any], Any]:
-    def wrap(fn: Any) -> Any:
-        for opt in reversed(options):
-            fn = opt(fn)
-        return fn
-
-    return wrap
-
-
-memory_mode_options = _opts(
-    [
-        click.option(
-            "--from-log",
-            type=click.Path(exists=True, dir_okay=False, path_type=Path),
-            default=None,
-            help="a vLLM start-up log: plan with its settings and compare term by term",
-        ),
-        click.option(
-            "--validate",
-            type=click.Path(exists=True, file_okay=False, path_type=Path),
-            default=None,
-            help="a directory with startups.csv (+ models/): reproduce every row",
-        ),
-        click.option(
-            "--validate-out",
-            type=click.Path(dir_okay=False, path_type=Path),
-            default=None,
-            help="with --validate: also write the per-row table as CSV here",
-        ),
-        click.option(
-            "--version-rules", is_flag=True, help="print the vLLM version rules table and exit"
-        ),
-    ]
+memory_mode_options = options(
+    "memory.from_log", "memory.validate", "memory.validate_out", "memory.version_rules"
 )
 
 

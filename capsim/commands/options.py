@@ -19,11 +19,13 @@ spellings (``--gmu``, ``--tp``, ``-k``, ...) stay as aliases.
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import MISSING, dataclass, fields
+from dataclasses import replace
 from typing import Any
 
 import click
 
+from capsim.commands.command_flags import COMMAND_FLAGS
+from capsim.commands.opt import Opt, dc_default
 from capsim.commands.param_types import (
     SPEC_METHODS,
     FiniteFloat,
@@ -65,59 +67,9 @@ MAX_MM_PER_PROMPT = 1024
 """Most images per prompt accepted by --limit-mm-per-prompt."""
 
 
-def _field(cls: type, name: str) -> Any:
-    for f in fields(cls):
-        if f.name == name:
-            return f
-    raise KeyError(f"{cls.__name__} has no field {name!r}")
-
-
-def dc_default(cls: type, name: str) -> Any:
-    """The dataclass default of ``cls.name`` (``default_factory`` called)."""
-    f = _field(cls, name)
-    if f.default is not MISSING:
-        return f.default
-    if f.default_factory is not MISSING:  # type: ignore[misc]
-        return f.default_factory()  # type: ignore[misc]
-    return None
-
-
-def dc_help(cls: type, name: str) -> str:
-    return str(_field(cls, name).metadata.get("help", ""))
-
-
-@dataclass(frozen=True, slots=True)
-class Opt:
-    """One option: its flags, type, default/help (or the dataclass field they come from)."""
-
-    decls: tuple[str, ...]
-    type: Any = None
-    default: Any = None
-    help: str = ""
-    source: tuple[type, str] | None = None  # (dataclass, field) giving default and help
-    target: str | None = None  # "engine" | "spec" | "acceptance" | "load": collected there
-    dest: str | None = None  # parameter / config field name (default: from the flag)
-    extra: tuple[tuple[str, Any], ...] = ()
-
-    def decorator(self, **override: Any) -> Callable[[Any], Any]:
-        kw: dict[str, Any] = {"type": self.type, "help": self.help, "show_default": True}
-        if self.source is not None:
-            cls, name = self.source
-            kw["default"] = dc_default(cls, name)
-            kw["help"] = self.help or dc_help(cls, name)
-        else:
-            kw["default"] = self.default
-        kw.update(dict(self.extra))
-        kw.update(override)
-        if kw["default"] is None:
-            kw["show_default"] = False
-        decls = self.decls + ((self.dest,) if self.dest else ())
-        return click.option(*decls, **kw)
-
-
 _ENG, _SPEC, _LOAD = EngineConfig, SpecDecodeConfig, LoadConfig
 
-OPTIONS: dict[str, Opt] = {
+SHARED_OPTIONS: dict[str, Opt] = {
     # deployment
     "model": Opt(
         ("--model", "-m"),
@@ -352,13 +304,16 @@ OPTIONS: dict[str, Opt] = {
         help="worker processes (default: cores; never more than there are tasks)",
     ),
 }
+"""Flags several commands share: engine (``target="engine"``), speculation, load."""
+
+OPTIONS: dict[str, Opt] = {**SHARED_OPTIONS, **COMMAND_FLAGS}
+"""The one option registry: every flag of every ``capsim`` command is an entry here
+(``tests/commands/test_options.py`` checks that no command declares a raw click option)."""
 
 
 def _resolved(name: str) -> Opt:
     opt = OPTIONS[name]
     if name == "dataset":
-        from dataclasses import replace
-
         return replace(opt, type=WorkloadName(workload_names(), "workload"))
     return opt
 
