@@ -31,6 +31,7 @@ from capsim.commands.param_types import (
     FiniteFloat,
     KvCacheDtype,
     ListOf,
+    ModelName,
     NameOrFile,
     OutDir,
     SpeculativeConfigJSON,
@@ -54,7 +55,7 @@ from capsim.config import (
 )
 from capsim.draft_rank import MAX_TEMPERATURE, TREE_MODELS
 from capsim.gpus import GPUS
-from capsim.models import PRESETS, QUANT_METHOD_FORMATS
+from capsim.models import QUANT_METHOD_FORMATS
 from capsim.treeshape import format_tree
 from capsim.units import GiB
 from capsim.vllm_rules import DEFAULT_VLLM_VERSION, rules_for
@@ -73,9 +74,9 @@ SHARED_OPTIONS: dict[str, Opt] = {
     # deployment
     "model": Opt(
         ("--model", "-m"),
-        type=NameOrFile(PRESETS, "model preset"),
+        type=ModelName(),
         source=(SimConfig, "model"),
-        help="model preset or path to an HF config.json",
+        help="model preset, its HF id (Qwen/Qwen3.5-35B-A3B, ...) or path to an HF config.json",
     ),
     "gpu": Opt(
         ("--gpu", "-g"),

@@ -106,6 +106,33 @@ class NameOrFile(click.Choice):
         return f"[{'|'.join(map(str, self.choices))}|FILE]"
 
 
+class ModelName(NameOrFile):
+    """A model preset, an HF id of one (``Qwen/Qwen3.5-35B-A3B``, turned into the preset
+    name), or a path to a config.json."""
+
+    def __init__(self) -> None:
+        from capsim.models import HF_IDS, PRESETS
+
+        super().__init__(PRESETS, "model preset")
+        self.hf_ids = sorted(HF_IDS)
+
+    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> Any:
+        from capsim.models import preset_name
+
+        preset = preset_name(str(value))
+        if preset is not None:
+            return preset
+        text = str(value)
+        if text and Path(text).is_file():
+            return text
+        self.fail(
+            f"{text!r} is neither a model preset ({', '.join(map(str, self.choices))}), an HF id "
+            f"({', '.join(self.hf_ids)}) nor an existing file",
+            param,
+            ctx,
+        )
+
+
 class WorkloadName(NameOrFile):
     """A workload name, optionally with shared system prompts (``sharegpt+sys=16,2048``,
     ``capsim.traces.sharing``), or a path to an existing trace file."""
