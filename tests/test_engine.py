@@ -62,7 +62,11 @@ def test_three_request_timeline() -> None:
 def test_huge_pool_closed_loop_has_no_queueing() -> None:
     table = synthetic_table(200, seed=1)
     res = simulate(
-        _cfg(spec=SpecDecodeConfig(), load=LoadConfig(concurrency=16, num_requests=200)),
+        _cfg(
+            spec=SpecDecodeConfig(),
+            load=LoadConfig(concurrency=16, num_requests=200),
+            gpu="B200",  # the 178 GiB GPU: the pool holds all 16 requests
+        ),
         workload=table,
         cost=ConstantStepTime(0.005),
     )
