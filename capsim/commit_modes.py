@@ -11,7 +11,7 @@ GDN state handling during verification:
 A new mode is one entry here (plus its kernel and its measured series). The places that
 read an entry: ``config.SpecDecodeConfig`` (name check, pool slots), ``cost.roofline``
 (state bytes), ``cost.calibrated`` (kernel series), ``memory.treewy_pending`` (pending
-bytes), ``reports.figures`` (label, colour). Bottom layer: imports nothing from capsim.
+bytes), ``reports.style`` (label, colour). Bottom layer: imports nothing from capsim.
 """
 
 from __future__ import annotations

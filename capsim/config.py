@@ -103,6 +103,17 @@ class EngineConfig:
         metadata={"help": "images per prompt (0: text only, no vision tower; None: model's)"},
     )
     enforce_eager: bool = field(default=False, metadata={"help": "no CUDA graphs"})
+    disable_custom_all_reduce: bool = field(
+        default=False,
+        metadata={"help": "vLLM --disable-custom-all-reduce (no custom all-reduce buffers)"},
+    )
+    cudagraph_full_graphs: bool = field(
+        default=True,
+        metadata={
+            "help": "FULL decode graphs beside PIECEWISE (vLLM's default for hybrids; False: "
+            "a backend without FULL graphs for drafts, vLLM falls back to PIECEWISE)"
+        },
+    )
 
     def __post_init__(self) -> None:
         o = "engine"

@@ -102,7 +102,7 @@ GPUS: dict[str, GpuSpec] = {
         GpuSpec(
             name="H200",
             device_name="NVIDIA H200",
-            total_memory_bytes=143771 * MiB,
+            total_memory_bytes=round(139.80 * GiB),
             hbm_bandwidth_bytes_per_s=4.8e12,
             dense_bf16_flop_per_s=989e12,
             interconnect_bytes_per_s=450e9,
@@ -113,7 +113,9 @@ GPUS: dict[str, GpuSpec] = {
             sources=(
                 "non-torch memory: HOPPER_NVSWITCH_NON_TORCH (H100 logs, vLLM 0.19; assumed "
                 "the same on the H200: same NVSwitch generation)",
-                "143771 MiB: nvidia-smi on the lent H200 (device/KINDS.md, 2026-10-27)",
+                "139.80 GiB: what torch reports as total on the lent H200 (vLLM 0.26.0 log 'Free "
+                "memory on device (139.29/139.8 GiB)', REAL_VLLM_H200.md); nvidia-smi's 143771 MiB "
+                "(140.40 GiB, device/KINDS.md) is not what gmu multiplies",
                 "132 SMs: the split-KV heuristic of kernels/bench/model_ops.py, H200 runs",
                 "4.8 TB/s HBM3e, 989 TFLOP/s dense BF16, NVLink4 900 GB/s bidirectional: "
                 "NVIDIA H200 datasheet",
@@ -122,7 +124,7 @@ GPUS: dict[str, GpuSpec] = {
         GpuSpec(
             name="H100",
             device_name="NVIDIA H100 80GB HBM3",
-            total_memory_bytes=81559 * MiB,
+            total_memory_bytes=round(79.19 * GiB),
             hbm_bandwidth_bytes_per_s=3.35e12,
             dense_bf16_flop_per_s=989e12,
             interconnect_bytes_per_s=450e9,
@@ -130,7 +132,9 @@ GPUS: dict[str, GpuSpec] = {
             compute_capability=(9, 0),
             non_torch_bytes=HOPPER_NVSWITCH_NON_TORCH,
             sources=(
-                "81559 MiB: nvidia-smi total on H100 SXM 80GB (public nvidia-smi outputs)",
+                "79.19 GiB: what torch reports (vLLM 0.19.0 logs 'Free memory on device "
+                "(../79.19 GiB)', 21 llm-d-planner start-ups in experiments/vllm_logs); "
+                "nvidia-smi's 81559 MiB (79.65 GiB) is not what gmu multiplies",
                 "non-torch memory: HOPPER_NVSWITCH_NON_TORCH (vLLM 0.19 logs)",
                 "3.35 TB/s HBM3, 989 TFLOP/s dense BF16, 132 SMs: NVIDIA H100 SXM datasheet",
             ),

@@ -90,6 +90,13 @@ class ModelSpec:
     vision: VisionSpec | None = field(
         default=None, metadata={"help": "vision tower (multimodal checkpoints)"}
     )
+    quant_ignore: tuple[str, ...] = field(
+        default=(),
+        metadata={
+            "help": "components a quantized checkpoint keeps in weight_dtype, from its "
+            "quantization_config ignore list: attention, gdn, shared_expert, experts"
+        },
+    )
     quant_scope: str = field(
         default="linear",
         metadata={
@@ -341,6 +348,7 @@ def _model_from_dict(cfg: dict[str, Any], path: Path, raw: dict[str, Any]) -> Mo
     ssm_dtype = cfg.get("mamba_ssm_dtype") or "float32"
     return ModelSpec(
         quantization=_quant_method(raw),
+        quant_ignore=quant_ignore(raw),
         vision=_vision_from(raw.get("vision_config")),
         name=str(cfg.get("_name_or_path") or Path(path).stem),
         hidden_size=int(_get(cfg, "hidden_size", path)),
@@ -352,7 +360,11 @@ def _model_from_dict(cfg: dict[str, Any], path: Path, raw: dict[str, Any]) -> Mo
             cfg.get("head_dim")
             or int(_get(cfg, "hidden_size", path)) // int(_get(cfg, "num_attention_heads", path))
         ),
-        attn_output_gate=bool(cfg.get("attn_output_gate", True)),
+        # transformers' Qwen3-Next / Qwen3.5 configs default attn_output_gate to True; a
+        # dense (non-GDN) config without the field has no output gate.
+        attn_output_gate=bool(
+            cfg.get("attn_output_gate", bool(cfg.get("linear_num_value_heads")))
+        ),
         linear_num_key_heads=int(cfg.get("linear_num_key_heads", 0)),
         linear_num_value_heads=int(cfg.get("linear_num_value_heads", 0)),
         linear_key_head_dim=int(cfg.get("linear_key_head_dim", 128)),
@@ -421,6 +433,41 @@ def _quant_method(raw: dict[str, Any]) -> str:
     if method in _QUANT_ALIASES:
         return _QUANT_ALIASES[method]
     raise ValueError(f"quantization_config.quant_method={method!r} is not supported")
+
+
+# Module-name fragments of a quantization ignore list -> the capsim component kept unquantized.
+_IGNORE_COMPONENTS: tuple[tuple[str, str], ...] = (
+    ("linear_attn", "gdn"),
+    ("shared_expert.", "shared_expert"),
+    ("shared_expert$", "shared_expert"),
+    ("mlp.experts", "experts"),
+    ("self_attn", "attention"),
+)
+
+
+def quant_ignore(raw: dict[str, Any]) -> tuple[str, ...]:
+    """Components a checkpoint's ``quantization_config`` keeps unquantized: its ``ignore``
+    (compressed-tensors), ``modules_to_not_convert`` (HF fp8/awq) or ``exclude_modules``
+    (ModelOpt) list, matched by module-name fragment (regex entries like 're:.*linear_attn.*'
+    included). Embeddings, lm_head, routers, norms and vision towers are unquantized anyway."""
+    q = raw.get("quantization_config") or (raw.get("text_config") or {}).get("quantization_config")
+    if not isinstance(q, dict):
+        return ()
+    entries: list[str] = []
+    for key in ("ignore", "modules_to_not_convert", "exclude_modules"):
+        value = q.get(key)
+        if isinstance(value, list):
+            entries += [str(v) for v in value[:100_000]]
+    found = set()
+    for entry in entries:
+        text = entry.removeprefix("re:").replace("\\", "").replace("\\.", ".")
+        for frag, comp in _IGNORE_COMPONENTS:
+            if frag.endswith("$"):
+                if text.rstrip("$").endswith(frag[:-1].rstrip(".")):
+                    found.add(comp)
+            elif frag in text:
+                found.add(comp)
+    return tuple(sorted(found))
 
 
 def _vision_from(vc: dict[str, Any] | None) -> VisionSpec | None:

@@ -52,16 +52,16 @@ RULES: tuple[VersionRule, ...] = (
         "CUDA-graph estimate subtracted from the KV budget",
         False,
         True,
-        (0, 21),
-        "envs.VLLM_MEMORY_PROFILER_ESTIMATE_CUDAGRAPHS default 1; 0.33 gpu_worker."
-        "determine_available_memory logs 'default since v0.21.0'; 0.18 logs announce it "
-        "as opt-in (vllm PR #39559 log)",
+        (0, 20),
+        "envs.VLLM_MEMORY_PROFILER_ESTIMATE_CUDAGRAPHS defaults to '1' in the 0.20.0 wheel "
+        "('0' in 0.19.0) although the log says 'default since v0.21.0' (capsim/memory/"
+        "release_rules.py charge_cudagraph_estimate, patch-exact)",
     ),
     VersionRule(
         "gdn_capture_transient",
         "first FULL capture (profile_seq_lens = mnbt // size) charges a GDN transient "
-        "that grows with max_num_batched_tokens as graph memory (capsim flags it in the "
-        "plan's labels; its size is not modelled: no measurement isolates it)",
+        "that grows with max_num_batched_tokens as graph memory (sized in capsim/memory/"
+        "cudagraph.py from the H200 start-ups)",
         False,
         True,
         (0, 26),
@@ -83,10 +83,10 @@ RULES: tuple[VersionRule, ...] = (
         "default max_cudagraph_capture_size ceiling on SM100 (B200/B300); 512 elsewhere",
         512,
         1024,
-        (0, 27),
-        "vllm PR #49390 (opened 2026-07-22, 'Raise Blackwell CUDA graph capture default "
-        "to 1024'); config/vllm.py:_set_cudagraph_sizes in 0.33 (first release not "
-        "pinned down, taken as 0.27)",
+        (0, 28),
+        "vllm PR #49390 ('Raise Blackwell CUDA graph capture default to 1024'); "
+        "config/vllm.py:_set_cudagraph_sizes has it in the 0.28.0 wheel, not in 0.27.0 "
+        "(capsim/memory/release_rules.py)",
     ),
 )
 

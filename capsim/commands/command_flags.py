@@ -22,6 +22,14 @@ MODES = ListOf(click.Choice(COMMIT_MODES))
 """Commit modes, comma-separated (``--modes storeall,reconstruct``)."""
 
 COMMAND_FLAGS: dict[str, Opt] = {
+    "stats.block_size": raw_opt(
+        "--block-size",
+        "block_size_tok",
+        type=click.IntRange(1, MAX_TOKENS),
+        default=1,
+        show_default=True,
+        help="also report the ideal prefix hit rate in blocks of this many tokens",
+    ),
     "calibrate.check": raw_opt(
         "--check", is_flag=True, help="Report predicted vs measured on held-back points."
     ),
@@ -58,6 +66,12 @@ COMMAND_FLAGS: dict[str, Opt] = {
     "calibrate.json_out": raw_opt(
         "--json-out", type=click.Path(path_type=Path), default=None, help="write data as JSON"
     ),
+    "traces.root": raw_opt(
+        "--root",
+        type=click.Path(file_okay=False, path_type=Path),
+        default=None,
+        help="folder of compact Parquet files (default: the shipped ones)",
+    ),
     "live.url": raw_opt(
         "--url", required=True, help="OpenAI-compatible vLLM server, e.g. http://127.0.0.1:8077"
     ),
@@ -89,7 +103,13 @@ COMMAND_FLAGS: dict[str, Opt] = {
         default=None,
         help="the server's engine arguments (for crosscheck); copied into --out",
     ),
-    "live.out": raw_opt("--out", "out_dir", type=OutDir(), required=True),
+    "live.out": raw_opt(
+        "--out",
+        "out_dir",
+        type=OutDir(),
+        required=True,
+        help="directory for summary.json, requests.parquet and the copied logs",
+    ),
     "stepcheck.scenario": raw_opt(
         "--scenario", "names", multiple=True, help="scenario name (repeatable); default: the CI set"
     ),
@@ -150,7 +170,11 @@ COMMAND_FLAGS: dict[str, Opt] = {
         help="results directory; rerunning into it resumes",
     ),
     "sweep.executor": raw_opt(
-        "--executor", type=click.Choice(EXECUTORS), default="local", show_default=True
+        "--executor",
+        type=click.Choice(EXECUTORS),
+        default="local",
+        show_default=True,
+        help="where points run: serial, a local process pool (--jobs) or dask (--scheduler)",
     ),
     "sweep.scheduler": raw_opt(
         "--scheduler", default=None, help="dask scheduler address (with --executor dask)"
@@ -182,7 +206,11 @@ COMMAND_FLAGS: dict[str, Opt] = {
         help="TPOT target (ms)",
     ),
     "whatif.tpot_stat": raw_opt(
-        "--tpot-stat", type=click.Choice(["mean", "p99"]), default="mean", show_default=True
+        "--tpot-stat",
+        type=click.Choice(["mean", "p99"]),
+        default="mean",
+        show_default=True,
+        help="which TPOT --tpot-ms bounds",
     ),
     "whatif.tree": raw_opt(
         "--tree",
@@ -203,6 +231,7 @@ COMMAND_FLAGS: dict[str, Opt] = {
         type=click.Choice(["concurrency", "rate"]),
         default="concurrency",
         show_default=True,
+        help="search concurrent clients (closed loop) or an arrival rate in req/s (open loop)",
     ),
     "whatif.max_load": raw_opt(
         "--max-load",
@@ -232,20 +261,132 @@ COMMAND_FLAGS: dict[str, Opt] = {
         show_default=True,
         help="where --save-result writes",
     ),
-    "stats.block_size": raw_opt(
-        "--block-size",
-        "block_size_tok",
-        type=click.IntRange(1, MAX_TOKENS),
-        default=1,
+    "engine.jobs.gmu": raw_opt(
+        "--gmu",
+        "gpu_memory_utilization",
+        type=click.FloatRange(0, 1, min_open=True),
+        default=0.9,
         show_default=True,
-        help="also report the ideal prefix hit rate in blocks of this many tokens",
+        help="vLLM --gpu-memory-utilization",
     ),
-    "traces.root": raw_opt(
-        "--root",
-        type=click.Path(file_okay=False, path_type=Path),
+    "engine.jobs.num_speculative_tokens": raw_opt(
+        "-k",
+        "--num-speculative-tokens",
+        type=click.IntRange(0, 16),
+        default=3,
+        show_default=True,
+        help="MTP depth (synthetic acceptance, capsim's default chain)",
+    ),
+    "engine.jobs.max_num_seqs": raw_opt(
+        "--max-num-seqs",
+        type=click.IntRange(1),
         default=None,
-        help="folder of compact Parquet files (default: the shipped ones)",
+        help="vLLM --max-num-seqs (default: vLLM's)",
     ),
+    "engine.jobs.max_concurrency": raw_opt(
+        "--max-concurrency",
+        "concurrency",
+        default="1,16,64",
+        show_default=True,
+        help="closed-loop concurrencies, comma-separated",
+    ),
+    "engine.jobs.input_len": raw_opt(
+        "--input-len", type=click.IntRange(1), default=1024, show_default=True, help="prompt tokens"
+    ),
+    "engine.jobs.output_len": raw_opt(
+        "--output-len", type=click.IntRange(1), default=256, show_default=True, help="output tokens"
+    ),
+    "engine.jobs.waves": raw_opt(
+        "--waves",
+        type=click.IntRange(1),
+        default=4,
+        show_default=True,
+        help="measured prompts = waves x concurrency (one warm-up wave first)",
+    ),
+    "engine.jobs.dummy_weights": raw_opt(
+        "--dummy-weights/--real-weights",
+        default=True,
+        show_default=True,
+        help="add --load-format dummy",
+    ),
+    "engine.jobs.out": raw_opt(
+        "-o",
+        "--out",
+        type=click.Path(dir_okay=False, path_type=Path),
+        required=True,
+        help="job list file to write",
+    ),
+    "engine.run.jobs": raw_opt(
+        "--jobs",
+        "jobs_file",
+        type=click.Path(exists=True, dir_okay=False),
+        required=True,
+        help="job list (capsim engine jobs writes one)",
+    ),
+    "engine.run.model": raw_opt(
+        "--model", required=True, help="model dir or HF name given to vllm serve"
+    ),
+    "engine.run.out": raw_opt(
+        "-o",
+        "--out",
+        type=click.Path(file_okay=False),
+        required=True,
+        help="results folder (one sub-folder per job)",
+    ),
+    "engine.run.deadline_s": raw_opt(
+        "--deadline-s",
+        type=click.FloatRange(1),
+        default=3600.0,
+        show_default=True,
+        help="wall-clock budget: a job whose est_s does not fit what is left is skipped",
+    ),
+    "engine.run.payload_flags": raw_opt(
+        "--payload-flags/--no-payload-flags",
+        default=False,
+        show_default=True,
+        help="the lent-H200 payload's flags (dummy weights, Triton GDN prefill, no "
+        "FlashInfer sampler); a normal `pip install vllm` needs none",
+    ),
+    "engine.record.dest": raw_opt(
+        "--dest",
+        type=click.Path(file_okay=False, path_type=Path),
+        default=Path("experiments/engine"),
+        show_default=True,
+        help="where runs/, startups/ and startups.csv go",
+    ),
+    "engine.compare.dest": raw_opt(
+        "--dest",
+        type=click.Path(exists=True, file_okay=False, path_type=Path),
+        default=Path("experiments/engine"),
+        show_default=True,
+        help="a folder `capsim engine record` wrote",
+    ),
+    "doctor.command": raw_opt(
+        "--command", "command", default=None, help="a 'vllm serve MODEL --flags' line (or a file)"
+    ),
+    "doctor.from_log": raw_opt(
+        "--from-log",
+        "log_path",
+        type=click.Path(exists=True, dir_okay=False, path_type=Path),
+        default=None,
+        help="a vLLM start-up log instead of a command line",
+    ),
+    "doctor.vllm_version": raw_opt(
+        "--vllm-version", required=True, help="the vLLM release, e.g. 0.26.0"
+    ),
+    "doctor.gpu": raw_opt(
+        "--gpu", "-g", "gpu_name", default=None, help="GPU registry name (e.g. H200)"
+    ),
+    "doctor.gpu_total_gib": raw_opt(
+        "--gpu-total-gib", type=float, default=None, help="GPU memory as torch reports it"
+    ),
+    "doctor.model": raw_opt(
+        "--model", "-m", "model_name", default=None, help="preset or config.json"
+    ),
+    "doctor.context": raw_opt(
+        "--context", "contexts", type=int, multiple=True, help="context lengths (tokens) to admit"
+    ),
+    "doctor.json": raw_opt("--json", "as_json", is_flag=True, help="print the report as JSON"),
     "memory.from_log": raw_opt(
         "--from-log",
         type=click.Path(exists=True, dir_okay=False, path_type=Path),
@@ -266,5 +407,12 @@ COMMAND_FLAGS: dict[str, Opt] = {
     ),
     "memory.version_rules": raw_opt(
         "--version-rules", is_flag=True, help="print the vLLM version rules table and exit"
+    ),
+    "memory.gpu_total_gib": raw_opt(
+        "--gpu-total-gib",
+        type=click.FloatRange(min=1.0, max=4096.0),
+        default=None,
+        help="the GPU's total memory as torch reports it (vLLM's 'Free memory on device "
+        "(F/T GiB)' T); default: the registry's",
     ),
 }

@@ -6,13 +6,12 @@ import math
 import os
 import sys
 import time
-from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
 import click
 
-from capsim.commands.memory import memory_mode_options, run_memory_mode
+from capsim.commands.memory import apply_pool_flags, memory_mode_options, run_memory_mode
 from capsim.commands.options import collect, fold_speculative_config, options
 from capsim.config import (
     AcceptanceConfig,
@@ -186,7 +185,7 @@ def contexts_for(plan) -> tuple[int, ...]:  # type: ignore[no-untyped-def]
 
 
 def memory_json(plan) -> dict:  # type: ignore[no-untyped-def,type-arg]
-    d = asdict(plan)
+    d = plan.as_json()
     d["max_concurrency_at_context_tok"] = {
         str(ctx): plan.max_concurrency(ctx) for ctx in contexts_for(plan)
     }
@@ -223,13 +222,13 @@ def memory(ctx: click.Context, as_json: bool, **params: Any) -> None:
         gpu_given=given("gpu"),
     ):
         return
-    plan = plan_memory(
-        engine.model_for(get_model(params["model"])),
-        get_gpu(params["gpu"]),
-        engine,
-        spec,
-        lookup=measured_term,
-    )
+    gpu = get_gpu(params["gpu"])
+    if params.get("gpu_total_gib") is not None:
+        from capsim.gpus import with_total_memory
+
+        gpu = with_total_memory(gpu, round(float(params["gpu_total_gib"]) * GiB))
+    model, engine = apply_pool_flags(params, engine.model_for(get_model(params["model"])), engine)
+    plan = plan_memory(model, gpu, engine, spec, lookup=measured_term)
     if as_json:
         click.echo(dumps_json(memory_json(plan)))
     else:
@@ -416,11 +415,25 @@ def summary_rows(
 def _register_commands() -> None:
     """Attach the commands that live in their own packages (imported lazily by click)."""
     from capsim.commands.calibrate import calibrate
+    from capsim.commands.doctor import doctor
+    from capsim.commands.engine import engine
     from capsim.commands.live import crosscheck_cmd, live, stepcheck
     from capsim.commands.sweep import knee, report, sweep, whatif
     from capsim.commands.traces import traces
 
-    for cmd in (traces, sweep, knee, report, whatif, calibrate, live, crosscheck_cmd, stepcheck):
+    for cmd in (
+        traces,
+        sweep,
+        knee,
+        report,
+        whatif,
+        calibrate,
+        live,
+        crosscheck_cmd,
+        stepcheck,
+        doctor,
+        engine,
+    ):
         main.add_command(cmd)
 
 

@@ -21,12 +21,39 @@ from capsim.commands.options import options
 from capsim.config import EngineConfig, SpecDecodeConfig
 from capsim.vllm_rules import rules_table
 
-MODE_KEYS: tuple[str, ...] = ("from_log", "validate", "version_rules", "validate_out")
+MODE_KEYS: tuple[str, ...] = (
+    "from_log",
+    "validate",
+    "version_rules",
+    "validate_out",
+    "gpu_total_gib",
+    "kv_cache_dtype",
+    "quantization",
+)
 
 
 memory_mode_options = options(
-    "memory.from_log", "memory.validate", "memory.validate_out", "memory.version_rules"
+    "memory.from_log",
+    "memory.validate",
+    "memory.validate_out",
+    "memory.version_rules",
+    "memory.gpu_total_gib",
 )
+
+
+def apply_pool_flags(
+    params: dict[str, Any], model: Any, engine: EngineConfig
+) -> tuple[Any, EngineConfig]:
+    """--kv-cache-dtype and --quantization, in vLLM's spelling, onto the model and engine."""
+    from dataclasses import replace
+
+    from capsim.memory.log_compare import KV_DTYPES, QUANT
+
+    if params.get("kv_cache_dtype"):
+        engine = replace(engine, kv_cache_dtype=KV_DTYPES[params["kv_cache_dtype"]])
+    if params.get("quantization"):
+        model = replace(model, quantization=QUANT[params["quantization"]])
+    return model, engine
 
 
 def run_memory_mode(
@@ -42,7 +69,11 @@ def run_memory_mode(
 ) -> bool:
     """Run --version-rules / --validate / --from-log if one was given; True if it ran."""
     if params.get("version_rules"):
+        from capsim.memory.release_rules import rules_markdown
+
         click.echo(rules_table())
+        click.echo("")
+        click.echo(rules_markdown())
         return True
     if params.get("validate") is not None:
         _validate(Path(params["validate"]), params.get("validate_out"), as_json)
@@ -91,6 +122,7 @@ def _from_log(
         guess_preset,
         settings_from_log,
     )
+    from capsim.memory.log_fixes import missing_lines, preset_for
     from capsim.memory.log_validate import gpu_from_text
     from capsim.memory.vllm_log import read_vllm_log
     from capsim.models import get_model
@@ -98,17 +130,25 @@ def _from_log(
     log = read_vllm_log(path)
     if not model_given:
         guessed = guess_preset(log.model) or guess_preset(log.served_model_name)
+        guessed = guessed or preset_for(
+            log.architecture, [log.model, log.served_model_name], log.weights_gib
+        )
         if guessed is None:
             raise ValueError(
-                f"--from-log {path}: model {log.model or log.served_model_name!r} is not a "
-                "capsim preset; "
+                f"--from-log {path}: model {log.model or log.served_model_name!r} "
+                f"(architecture {log.architecture or 'not logged'}) is not a capsim preset; "
                 "give --model PRESET or --model config.json"
             )
         model_name = guessed
-    if gpu_given or log.gpu_total_gib is None:
+    if gpu_given:
         gpu = get_gpu(gpu_name)
-    else:  # the log's total memory, no GPU name: vLLM's size-based defaults
+    elif log.gpu_total_gib is not None:  # the log's total memory: vLLM's size-based defaults
         gpu = gpu_from_text("unnamed", log.gpu_total_gib)
+    else:
+        raise ValueError(
+            f"--from-log {path}: the log has no 'Free memory on device (F/T GiB)' line (the "
+            "GPU's total memory); give --gpu NAME"
+        )
     settings = settings_from_log(
         log, model=get_model(model_name), gpu=gpu, engine=engine, spec=spec
     )
@@ -118,7 +158,7 @@ def _from_log(
             json.dumps(
                 {
                     "log": log.as_dict(),
-                    "missing": list(c.missing),
+                    "missing": missing_lines(log),
                     "notes": list(settings.notes),
                     "terms": [_row(r) for r in c.rows],
                     "differs": c.differing,

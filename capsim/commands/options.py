@@ -297,7 +297,12 @@ SHARED_OPTIONS: dict[str, Opt] = {
         type=click.Choice(["roofline", "calibrated"]),
         source=(SimConfig, "step_time"),
     ),
-    "out": Opt(("--out", "-o"), type=OutDir(), default=None),
+    "out": Opt(
+        ("--out", "-o"),
+        type=OutDir(),
+        default=None,
+        help="write summary.json, requests.parquet and steps.parquet into this directory",
+    ),
     "jobs": Opt(
         ("--jobs",),
         type=click.IntRange(1, 256),

@@ -15,11 +15,14 @@ from typing import Any
 import click
 import pandas as pd
 
-from capsim.commands.options import collect, options
+from capsim.commands.options import ListOf, collect, options
+from capsim.commit_modes import COMMIT_MODES
 from capsim.sweep.executors import make_executor
 from capsim.sweep.grid import PUBLISHED_GRID, SweepSpec, restrict, with_pool
 from capsim.sweep.grid_toml import load_spec
 from capsim.vllm_rules import resolve_gmu
+
+MODES = ListOf(click.Choice(COMMIT_MODES))
 
 POOL_OPTIONS = (
     "vllm_version",
@@ -110,7 +113,7 @@ def sweep_cmd(
     **pool: Any,
 ) -> None:
     """Simulate the experiment grid (store-all vs TreeWY at matched points); resumable."""
-    from capsim.sweep.runner import run_sweep, summary_table
+    from capsim.sweep.runner import format_summary, run_sweep, summary_table
 
     try:
         full = load_spec(grid_path or PUBLISHED_GRID)
@@ -148,9 +151,7 @@ def sweep_cmd(
         )
     except ValueError as exc:
         raise _value_error(exc) from None
-    table = summary_table(report.matched)
-    with pd.option_context("display.width", 200, "display.float_format", "{:.3f}".format):
-        click.echo(table.to_string(index=False) if not table.empty else "(no matched points)")
+    click.echo(format_summary(summary_table(report.matched)))
     per_pt = report.point_wall_s
     timing = (
         f"{sum(per_pt) / len(per_pt):.3f} s per simulated point on average"
@@ -179,13 +180,15 @@ def _read_results(result_dir: Path) -> tuple[pd.DataFrame, pd.DataFrame]:
 
 
 def memory_bound_grid(matched: pd.DataFrame) -> pd.DataFrame:
-    """Every matched point's class as a grid: rows (model, gmu, workload, tree), cols load."""
+    """Every matched point's class as a grid: rows (deployment, workload, tree, caching,
+    mode), columns the loads."""
     if matched.empty:
         return pd.DataFrame()
     m = matched.copy()
     m["class"] = m["memory_bound"].map({True: "MEM", False: "ok"})
+    index = ["model", "gpu", "tp", "gmu", "workload", "tree", "prefix_caching", "mode"]
     return m.pivot_table(
-        index=["model", "gmu", "workload", "tree", "mode"],
+        index=[c for c in index if c in m.columns],
         columns="load",
         values="class",
         aggfunc="first",
@@ -196,7 +199,8 @@ def memory_bound_grid(matched: pd.DataFrame) -> pd.DataFrame:
 @click.argument("result_dir", type=click.Path(exists=True, file_okay=False, path_type=Path))
 @options("knee.csv")
 def knee_cmd(result_dir: Path, csv_out: bool) -> None:
-    """Knee per (model, gpu, gmu, workload) and the memory-bound class of every matched point."""
+    """Knee per deployment, workload and setting, and the memory-bound class of every
+    matched point."""
     from capsim.sweep.knee import format_knee, knee_table
 
     points, matched = _read_results(result_dir)
@@ -220,7 +224,8 @@ def knee_cmd(result_dir: Path, csv_out: bool) -> None:
 @click.argument("result_dir", type=click.Path(exists=True, file_okay=False, path_type=Path))
 @options("report.out")
 def report_cmd(result_dir: Path, out_dir: Path | None) -> None:
-    """Figures 1-4, Table 1 and the knee table as PNGs plus one self-contained HTML page."""
+    """Figures 1-5, Table 1 and the knee table as PNGs plus one self-contained, responsive
+    HTML page; every point of the grid is drawn in some figure."""
     from capsim.reports.build import build_report
 
     try:

@@ -10,11 +10,15 @@ independently of the non-KV terms).
 from __future__ import annotations
 
 import math
+import re
 from dataclasses import dataclass, field, replace
 
 from capsim.config import EngineConfig, SpecDecodeConfig
 from capsim.gpus import GpuSpec, with_total_memory
+from capsim.memory.log_fixes import dev_build
 from capsim.memory.memory_plan import MemoryPlan, plan_memory
+from capsim.memory.term_lookup import measured_term
+from capsim.memory.terms import Source
 from capsim.memory.vllm_log import VllmLog
 from capsim.models import QUANT_METHOD_FORMATS, ModelSpec
 from capsim.units import GiB
@@ -47,6 +51,25 @@ class Settings:
     notes: tuple[str, ...] = ()
 
 
+def _compressed_tensors(log: VllmLog) -> str | None:
+    """compressed-tensors names no format: the checkpoint's config does. Without it the
+    logged model name decides (FP8, NVFP4, W4A16/INT4), else the format is refused."""
+    if log.quantization != "compressed-tensors":
+        return None
+    name = f"{log.model or ''} {log.served_model_name or ''}".lower()
+    for tags, fmt in (
+        (("nvfp4", "fp4"), "nvfp4"),
+        (("w4a16", "int4", "awq", "gptq"), "gptq"),
+        (("fp8",), "fp8"),
+    ):
+        if any(t in name for t in tags):
+            return fmt
+    raise ValueError(
+        "quantization='compressed-tensors': the log does not say which scheme (FP8, NVFP4, "
+        "W4A16); give --model config.json of the checkpoint (its quantization_config)"
+    )
+
+
 def settings_from_log(
     log: VllmLog,
     *,
@@ -66,6 +89,7 @@ def settings_from_log(
         ("max_num_batched_tokens", "max_num_batched_tokens"),
         ("enable_prefix_caching", "enable_prefix_caching"),
         ("enforce_eager", "enforce_eager"),
+        ("disable_custom_all_reduce", "disable_custom_all_reduce"),
         ("limit_mm_per_prompt", "limit_mm_per_prompt"),
         ("kv_cache_memory_bytes", "kv_cache_memory_bytes"),
         ("num_gpu_blocks_override", "num_gpu_blocks_override"),
@@ -73,8 +97,26 @@ def settings_from_log(
         value = getattr(log, attr)
         if value is not None:
             upd[field_name] = value
+    if log.vllm_version and dev_build(log.vllm_version):
+        raise ValueError(
+            f"vllm_version={log.vllm_version!r}: a development build without a release tag; "
+            "give --vllm-version X.Y (the release it was built from)"
+        )
+    if log.full_graphs is not None:
+        upd["cudagraph_full_graphs"] = log.full_graphs
+    if log.prefix_caching_disabled_by_vllm:
+        notes.append("vLLM's log says it disabled prefix caching: planned with it off")
     if log.vllm_version:
         upd["vllm_version"] = log.vllm_version
+    if log.enable_prefix_caching is None and model.is_hybrid and log.vllm_version:
+        from capsim.memory.release_rules import rule
+
+        default_on = bool(rule("hybrid_prefix_caching_default", log.vllm_version))
+        upd["enable_prefix_caching"] = default_on
+        notes.append(
+            f"prefix caching not in the log: vLLM {log.vllm_version}'s default for hybrids "
+            f"({'on' if default_on else 'off'})"
+        )
         from capsim.vllm_rules import rules_for
 
         if not rules_for(log.vllm_version).v1_engine:
@@ -96,15 +138,16 @@ def settings_from_log(
             notes.append("int8_per_token_head KV: 1 byte/element, its per-head scales not counted")
     if log.enable_prefix_caching and model.is_hybrid:
         notes.append(
-            "prefix caching on (mamba_cache_mode 'align'): per-request mamba blocks and "
-            "the logged token count follow align-mode accounting (issue 14), not modelled here"
+            "prefix caching on (mamba_cache_mode 'align'): the size line counts 2 + k pages "
+            "per GDN group (MambaSpec.max_memory_usage_bytes); checkpoint pages at every "
+            "block boundary (club-3090 PR #1170) are not charged"
         )
     if log.gpu_total_gib:
         gpu = with_total_memory(gpu, round(log.gpu_total_gib * GiB))
     else:
         notes.append(f"GPU total memory not in the log: {gpu.name} registry value")
     if log.quantization and model.quantization == "none":
-        q = QUANT.get(log.quantization)
+        q = QUANT.get(log.quantization) or _compressed_tensors(log)
         if q is None:
             raise ValueError(f"quantization={log.quantization!r} is not supported")
         if log.quantization == "modelopt" and "fp4" in (log.model or "").lower():
@@ -171,69 +214,71 @@ def _row(
 
 
 def _graph_row(log: VllmLog, plan: MemoryPlan | None, g, src: dict[str, str]) -> TermRow:  # type: ignore[no-untyped-def]
+    """vLLM's logged estimate beside capsim's estimate (also where it is not charged)."""
     label = src.get("cudagraph", "")
-    if label.startswith("not charged"):
-        return TermRow(
-            "CUDA graph estimate (GiB)",
-            log.cudagraph_estimate_gib,
-            0.0,
-            "GiB",
-            "not charged in this version",
-            label,
-        )
-    return _row(
+    row = _row(
         "CUDA graph estimate (GiB)",
         log.cudagraph_estimate_gib,
-        g(plan.cudagraph_bytes) if plan else None,
+        g(plan.cudagraph_estimate_bytes) if plan else None,
         "GiB",
-        0.10,
+        0.20,
         label,
     )
+    if plan is not None and plan.terms["cudagraph"].source is Source.NOT_CHARGED:
+        return replace(row, status=row.status + "; not charged in this version")
+    return row
 
 
-def compare(settings: Settings, log: VllmLog) -> Comparison:
-    """Plan with the log's settings and set every term beside the log's value."""
-    s = settings
+def _plan(s: Settings, log: VllmLog) -> tuple[Settings, MemoryPlan | None, str | None]:
+    """capsim's plan of the row; past the Mamba-blocks refusal (which vLLM raises after it has
+    sized the pool) the pool is planned as vLLM sized it."""
     try:
-        plan = plan_memory(s.model, s.gpu, s.engine, s.spec)
+        return s, plan_memory(s.model, s.gpu, s.engine, s.spec, lookup=measured_term), None
     except ValueError as exc:
-        plan, failure = None, str(exc)
-    else:
-        failure = None
-    pinned = None
-    if log.available_kv_gib is not None:
-        pin = replace(s.engine, kv_cache_memory_bytes=round(log.available_kv_gib * GiB))
-        try:
-            pinned = plan_memory(s.model, s.gpu, pin, s.spec)
-        except ValueError:
-            pinned = None
-    notes = list(s.notes)
-    if plan is not None and s.model.quantization != "none" and s.model.quant_scope == "linear":
-        # The checkpoint's ignore list is rarely in a log: show the other common layout.
-        alt_model = replace(s.model, quant_scope="experts")
-        try:
-            alt = plan_memory(alt_model, s.gpu, s.engine, s.spec)
-        except ValueError as exc:
-            alt = None
-            notes.append(
-                f"{s.model.quantization} weights assumed on attention, GDN and expert/MLP "
-                f"linears; with those projections in bf16 this deployment would not start "
-                f"({str(exc)[:80]}...)"
-            )
-        if alt is not None:
-            err = ""
-            if log.available_kv_gib:
-                rel = _rel(alt.kv_budget_bytes / GiB, log.available_kv_gib)
-                err = f", available KV {100 * rel:+.1f}%"
-            notes.append(
-                f"{s.model.quantization} weights assumed on attention, GDN and expert linears; "
-                f"experts-only would give weights {alt.weights_bytes / GiB:.2f} GiB{err} "
-                "(not chosen: the checkpoint's ignore list is not in the row)"
-            )
-    s = replace(s, notes=tuple(notes))
+        failure = str(exc)
+    m = re.search(r"exceeds available Mamba cache blocks \((\d+)\)", failure)
+    if not m:
+        return s, None, failure
+    # vLLM sizes the pool (profile run at its max_num_seqs) before this check refuses: plan
+    # that pool. If the log ran, its unlogged max_num_seqs was within the pool.
+    note = f"vLLM {'refuses' if log.max_num_seqs is not None else 'would refuse'} here " + (
+        f"({m.group(0)}); pool planned as vLLM sizes it before the check"
+    )
+    s = replace(s, notes=(*s.notes, note))
+    plan = plan_memory(s.model, s.gpu, s.engine, s.spec, lookup=measured_term, refuse=False)
+    return s, plan, None
+
+
+def _quant_notes(s: Settings, log: VllmLog, plan: MemoryPlan | None) -> list[str]:
+    """The other common quantization layout (experts only), priced, when the log cannot
+    say which one the checkpoint uses."""
+    if plan is None or s.model.quantization == "none" or s.model.quant_scope != "linear":
+        return []
+    alt_model = replace(s.model, quant_scope="experts")
+    try:
+        alt = plan_memory(alt_model, s.gpu, s.engine, s.spec, lookup=measured_term)
+    except ValueError as exc:
+        return [
+            f"{s.model.quantization} weights assumed on attention, GDN and expert/MLP "
+            f"linears; with those projections in bf16 this deployment would not start "
+            f"({str(exc)[:80]}...)"
+        ]
+    err = ""
+    if log.available_kv_gib:
+        rel = _rel(alt.kv_budget_bytes / GiB, log.available_kv_gib)
+        err = f", available KV {100 * rel:+.1f}%"
+    return [
+        f"{s.model.quantization} weights assumed on the linears the checkpoint quantizes by "
+        f"default; experts-only would give weights {alt.weights_bytes / GiB:.2f} GiB{err} "
+        "(not chosen: the checkpoint's ignore list is not in the row)"
+    ]
+
+
+def _term_rows(log: VllmLog, plan: MemoryPlan | None, pinned: MemoryPlan | None) -> list[TermRow]:
+    """Every term capsim plans, beside the log's value and its tolerance."""
     g = (lambda b: round(b / GiB, 2)) if plan else (lambda b: None)
     src = plan.term_sources if plan else {}
-    rows = [
+    return [
         _row(
             "weights (GiB)",
             log.weights_gib,
@@ -308,6 +353,21 @@ def compare(settings: Settings, log: VllmLog) -> Comparison:
             "groups and pages",
         ),
     ]
+
+
+def compare(settings: Settings, log: VllmLog) -> Comparison:
+    """Plan with the log's settings and set every term beside the log's value."""
+    s, plan, failure = _plan(settings, log)
+    pinned = None
+    if log.available_kv_gib is not None:
+        pin = replace(s.engine, kv_cache_memory_bytes=round(log.available_kv_gib * GiB))
+        try:
+            pinned = plan_memory(s.model, s.gpu, pin, s.spec, lookup=measured_term, refuse=False)
+        except ValueError:
+            pinned = None
+    notes = list(s.notes) + _quant_notes(s, log, plan)
+    s = replace(s, notes=tuple(notes))
+    rows = _term_rows(log, plan, pinned)
     errors: dict[str, float] = {}
     if plan is not None:
         for key, logged, mine in (
@@ -316,6 +376,10 @@ def compare(settings: Settings, log: VllmLog) -> Comparison:
         ):
             if logged:
                 errors[key] = _rel(mine, logged)
+    if plan is not None and log.cudagraph_estimate_gib:
+        errors["cudagraph_estimate"] = _rel(
+            plan.cudagraph_estimate_bytes / GiB, log.cudagraph_estimate_gib
+        )
     if pinned is not None and log.kv_cache_tokens:
         errors["kv_cache_tokens_pinned"] = _rel(pinned.vllm_kv_cache_tokens(), log.kv_cache_tokens)
     return Comparison(s, plan, pinned, tuple(rows), tuple(log.missing()), errors, failure)

@@ -23,19 +23,14 @@ from typing import Any
 from capsim.config import EngineConfig, SpecDecodeConfig
 from capsim.gpus import GpuSpec, get_gpu
 from capsim.memory.log_compare import Comparison, compare, settings_from_log
+from capsim.memory.terms import Source
 from capsim.memory.vllm_log import VllmLog
 from capsim.models import PRESETS, ModelSpec, model_from_hf_config
 from capsim.units import GiB
 
-# Rows whose figures informed a decision in capsim (everything else is a prediction).
-ROLES: dict[str, str] = {
-    "llama31-8b-h100-tp1-llmdplanner": "fit: non-torch memory at tp=1 (gpus.py)",
-    "llama31-8b-h100-tp2-llmdplanner": "fit: non-torch memory added by tp>1 (gpus.py)",
-    "qwen35-35b-tp4-gh50722": (
-        "fit: read to settle the log semantics (0.26 'peak activation' excludes the graph "
-        "estimate; 'Current kv cache memory in use' is the available KV)"
-    ),
-}
+# Rows whose figures informed a decision in capsim, for a startups.csv without a ``role``
+# column (experiments/vllm_logs/startups.csv has one: "fit: ..." or "prediction").
+ROLES: dict[str, str] = {}
 
 
 @dataclass(frozen=True, slots=True)
@@ -132,6 +127,42 @@ def log_from_row(row: dict[str, str]) -> VllmLog:
     return log
 
 
+# Figures an excerpt states more exactly than the CSV (the CSV's cudagraph_gib is the actual
+# pool on some rows, the estimate on others; the excerpt's "Estimated CUDA graph memory" line
+# is the estimate).
+_EXCERPT_WINS: tuple[str, ...] = ("cudagraph_estimate_gib",)
+_EXCERPT_FILLS: tuple[str, ...] = (
+    "full_graphs",
+    "cudagraph_piecewise",
+    "cudagraph_full",
+    "cudagraph_largest",
+    "attention_block_size",
+    "mamba_page_padding_pct",
+    "num_speculative_tokens",
+    "architecture",
+)
+
+
+def with_excerpt(log: VllmLog, path: Path) -> VllmLog:
+    """The row's log completed by its excerpt's lines (parsed with ``parse_vllm_log``)."""
+    if not path.is_file():
+        return log
+    from capsim.memory.vllm_log import read_vllm_log
+
+    try:
+        ex = read_vllm_log(path)
+    except ValueError:
+        return log
+    for name in _EXCERPT_WINS:
+        if getattr(ex, name) is not None:
+            setattr(log, name, getattr(ex, name))
+    for name in _EXCERPT_FILLS:
+        if getattr(log, name) is None and getattr(ex, name) is not None:
+            setattr(log, name, getattr(ex, name))
+    log.cudagraph_samples_mib = dict(ex.cudagraph_samples_mib)
+    return log
+
+
 def model_configs(directory: Path) -> dict[str, Path]:
     """HF id -> config.json path of ``directory/models``."""
     out: dict[str, Path] = {}
@@ -186,10 +217,10 @@ def _why(row: dict[str, str], c: Comparison | None, failure: str | None) -> str:
         reasons.append(f"cannot plan: {failure}")
     if c is not None:
         reasons.extend(c.settings.notes)
-        src = c.plan.term_sources if c.plan else {}
-        for term, label in src.items():
-            if "not modelled" in label:
-                reasons.append(f"{term}: {label}")
+        terms = c.plan.terms if c.plan else {}
+        for term, t in terms.items():
+            if t.source is Source.NOT_CHARGED and term != "cudagraph":
+                reasons.append(f"{term}: {t.label()}")
         if c.differing:
             reasons.append("differs: " + ", ".join(c.differing))
     return "; ".join(reasons)
@@ -206,8 +237,8 @@ def validate_dir(directory: Path, *, default_engine: EngineConfig | None = None)
         rows = list(csv.DictReader(fh))
     for row in rows:
         rid = row.get("id", "?")
-        role = ROLES.get(rid, "prediction")
-        log = log_from_row(row)
+        role = (row.get("role") or "").strip() or ROLES.get(rid, "prediction")
+        log = with_excerpt(log_from_row(row), directory / "excerpts" / f"{rid}.log")
         comparison = None
         failure = None
         if (row.get("pp") or "1").strip() not in ("", "1"):
@@ -275,17 +306,37 @@ def _cell(c: Comparison | None, term_prefix: str) -> str:
 
 def summary(results: list[RowResult]) -> dict[str, Any]:
     out: dict[str, Any] = {"rows": len(results)}
-    for key in ("available_kv", "weights", "kv_cache_tokens_pinned"):
+    for key in ("available_kv", "weights", "kv_cache_tokens_pinned", "cudagraph_estimate"):
         for subset in ("all", "prediction"):
-            vals = [
-                abs(e)
+            signed = [
+                e
                 for r in results
                 if (e := r.err(key)) is not None and (subset == "all" or r.role == "prediction")
             ]
+            vals = [abs(e) for e in signed]
             out[f"{key}_{subset}_n"] = len(vals)
             out[f"{key}_{subset}_median_abs"] = statistics.median(vals) if vals else None
             out[f"{key}_{subset}_max_abs"] = max(vals) if vals else None
+            out[f"{key}_{subset}_median_signed"] = statistics.median(signed) if signed else None
+            out[f"{key}_{subset}_within_20pct"] = sum(v <= 0.2 for v in vals)
+    exact = [_exact(r) for r in results]
+    out["block_and_padding_logged"] = sum(1 for e in exact if e is not None)
+    out["block_and_padding_exact"] = sum(1 for e in exact if e)
     return out
+
+
+def _exact(r: RowResult) -> bool | None:
+    """True when every logged block size / mamba padding matches; None when none is logged."""
+    if r.comparison is None:
+        return None
+    rows = [
+        t
+        for t in r.comparison.rows
+        if t.term.startswith(("attention block", "mamba page")) and t.log is not None
+    ]
+    if not rows:
+        return None
+    return all(t.status == "same" for t in rows)
 
 
 def format_table(results: list[RowResult]) -> str:
@@ -306,17 +357,28 @@ def format_table(results: list[RowResult]) -> str:
     s = summary(results)
     lines.append("")
     lines.append("* tokens: vLLM's 'GPU KV cache size' from capsim's pool pinned to the row's KV")
-    for key, tol in (("available_kv", "5% median / 10% max"), ("weights", "2%")):
+    for key, tol in (
+        ("available_kv", "predictions: 3% median, 10% max, signed median within 1%"),
+        ("weights", "2%"),
+        ("cudagraph_estimate", "within 20%"),
+    ):
         med, mx, n = (
             s[f"{key}_all_median_abs"],
             s[f"{key}_all_max_abs"],
             s[f"{key}_all_n"],
         )
         pm, pn = s[f"{key}_prediction_median_abs"], s[f"{key}_prediction_n"]
+        pmax, psig = s[f"{key}_prediction_max_abs"], s[f"{key}_prediction_median_signed"]
         lines.append(
             f"{key}: {n} rows, median |error| {_abs_pct(med)}, max {_abs_pct(mx)} "
-            f"(predictions only: {pn} rows, median {_abs_pct(pm)}); target {tol}"
+            f"(predictions only: {pn} rows, median {_abs_pct(pm)}, max {_abs_pct(pmax)}, "
+            f"median signed {_pct(psig)}, within 20%: {s[f'{key}_prediction_within_20pct']}); "
+            f"target {tol}"
         )
+    lines.append(
+        f"block size and padding exact on {s['block_and_padding_exact']} of "
+        f"{s['block_and_padding_logged']} rows that log them"
+    )
     return "\n".join(lines)
 
 

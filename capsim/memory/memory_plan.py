@@ -1,6 +1,6 @@
 """gpu_memory_utilization -> KV/state pool -> blocks, as vLLM v1 sizes it (VLLM.md s1, s2, s7).
 
-What vLLM does at start-up (0.33 source, paths relative to the ``vllm/`` package):
+What vLLM does at start-up (0.26.0/0.33.0 source, paths relative to the ``vllm/`` package):
 
 - ``v1/worker/gpu_worker.py:Worker.init_device`` snapshots free memory *after* the CUDA
   context, NCCL and cuBLAS handles exist: they sit in the ``1 - gmu`` margin, uncharged.
@@ -20,39 +20,33 @@ What vLLM does at start-up (0.33 source, paths relative to the ``vllm/`` package
     ``multimodal/encoder_budget.py``, ``v1/core/encoder_cache_manager.py:
     compute_mm_encoder_budget``), then ``_dummy_run(max_num_tokens)`` (one forward over
     ``max_num_batched_tokens`` tokens: GDN chunked prefill, fused-MoE workspace,
-    attention), then ``_dummy_sampler_run`` (``compute_logits`` over ``max_num_seqs``
-    rows, fp32 [rows, vocab], top-k/top-p sampling twice). Peak = max(encoder forward,
-    encoder cache + forward, encoder cache + sampler); ``sampler_peak_bytes`` counts the
-    sampler's live [rows, vocab] tensors.
+    attention), then ``_dummy_sampler_run`` (``compute_logits`` over ``min(max_num_seqs,
+    mnbt)`` rows, fp32 [rows, vocab], top-k/top-p sampling) and, with drafts, the
+    rejection-sampler dummy run over the same rows (``activation.py``). Peak = max(encoder
+    forward, encoder cache + max(forward, sampler, rejection sampler)).
   * **runner buffers**: persistent input/position/hidden-state buffers sized by
     ``max_num_tokens`` (``GPUModelRunner.__init__``), part of ``total_consumed``.
-  * **non-torch memory** (``total_consumed`` minus torch's growth: NCCL/custom
-    all-reduce buffers, cuBLAS workspaces created after the snapshot). Not derivable
-    from vLLM's code (NCCL's buffers depend on the node): the GPU registry's
-    ``non_torch_bytes`` (vLLM 0.19 H100 logs) where known, else 0 ("not modelled").
-  * **CUDA graphs** (``GPUModelRunner.profile_cudagraph_memory``): captures the first two
-    graphs of each mode (FULL, PIECEWISE) into a scratch pool; per mode
-    ``first + (n - 1) * max(second, 1 MiB)``; FULL and PIECEWISE overlay one pool, so the
-    estimate is ``max(first over modes) + sum((n - 1) * per_graph)``. Charged only when
-    ``VLLM_MEMORY_PROFILER_ESTIMATE_CUDAGRAPHS`` is on (default since 0.21). Capture sizes:
-    ``config/vllm.py:VllmConfig._set_cudagraph_sizes`` (1, 2, 4, steps of 8 to 256, then
-    16, up to ``min(max_num_seqs * (1 + k) * 2, ceiling)``, ceiling 1024 on SM100).
-    Since 0.26 the first FULL capture runs with ``profile_seq_lens = mnbt // size``
-    context per request, and on GDN hybrids that charges a transient growing with
-    ``max_num_batched_tokens`` as graph memory (vllm issue #50780).
+  * **non-torch memory** (NCCL buffers, cuBLAS workspaces created after the snapshot):
+    ``terms.non_torch_term`` (fit on two named H100 rows; TP>1 only on NVSwitch Hopper).
+  * **CUDA graphs** (``GPUModelRunner.profile_cudagraph_memory``): reproduced in
+    ``cudagraph.py`` (capture sizes per release, two-graph sampling and linear
+    extrapolation, FlashAttention split buffers, the GDN transient of #50780), charged
+    since 0.20.0 (``release_rules.py``).
 - ``kv_cache_memory_bytes`` (``--kv-cache-memory``) replaces the formula (gmu ignored);
   ``num_gpu_blocks_override`` replaces the block count (``v1/core/kv_cache_planning.py``).
 
-Each non-KV term carries a source label: "measured (H200)" (capsim/calibration/data/
-h200_memory_terms.csv, exact configuration), "from log" (a user's vLLM log), "pinned"
-or "modelled" (the shape estimates below). Version-dependent rules: ``vllm_versions.py``.
+Each non-KV term is a ``terms.Term(bytes, source, detail)``, one function per term in
+``terms.py``; ``source`` is a ``terms.Source`` (measured: the H200 table handed in as
+``lookup``; from log; pinned; modelled; not charged). Version rules: ``release_rules.py``
+(patch-exact, read from the wheels) and ``capsim/vllm_rules.py`` (batch tiers, gmu).
+vLLM's start-up refusals are raised from ``check_refusals`` (``refusals.py``).
 
 Per GPU (every rank sizes its own pool; the engine takes the minimum, and all ranks are
 alike under TP, so one rank is planned)::
 
     budget_bytes    = ceil(gmu * total_memory_bytes)                      (s1.2)
     kv_budget_bytes = budget - weights - activation_peak - runner_buffers
-                      - non_torch - cudagraph_bytes (vLLM >= 0.21)          (s1.5)
+                      - non_torch - cudagraph_bytes (vLLM >= 0.20.0)        (s1.5)
     num_blocks      = kv_budget_bytes // bytes_per_block                  (s1.6)
     usable_blocks   = num_blocks - 1   (block 0 is the null block)
 
@@ -79,23 +73,34 @@ request.
 from __future__ import annotations
 
 import math
-from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 
 from capsim.config import EngineConfig, SpecDecodeConfig
 from capsim.gpus import GpuSpec
+from capsim.memory import refusals as rf
+from capsim.memory.activation import (  # noqa: F401  (re-exported for callers)
+    encoder_profile_bytes,
+    forward_activation_bytes,
+    forward_parts_bytes,
+    sampler_peak_bytes,
+)
+from capsim.memory.cudagraph import CaptureDescs
+from capsim.memory.release_rules import rule
+from capsim.memory.terms import (
+    PlanInputs,
+    Source,
+    Term,
+    TermLookup,
+    activation_term,
+    cudagraph_term,
+    non_torch_term,
+    runner_buffers_term,
+    weights_term,
+)
 from capsim.memory.treewy_pending import pending_bytes_per_request
-from capsim.memory.weights import kv_heads_per_rank, padded_vocab, weight_breakdown_bytes
+from capsim.memory.weights import kv_heads_per_rank
 from capsim.models import ModelSpec
 from capsim.units import GiB, MiB, cdiv, dtype_bytes
-from capsim.vllm_rules import VllmRules, rules_for
-
-# vLLM's floor per additional captured graph in profile_cudagraph_memory (VLLM.md s1.4).
-CUDAGRAPH_PER_GRAPH_FLOOR_BYTES: int = 1 * MiB
-
-# A measured-term lookup: (term, model, tp, value on the term's axis) -> bytes or None.
-# capsim.memory.term_lookup.measured_term (the H200 table) is the default.
-TermLookup = Callable[[str, str, int, int], "int | None"]
 
 NON_KV_TERMS: tuple[str, ...] = (
     "weights",
@@ -117,17 +122,11 @@ class MemoryPlan:
     vllm_version: str
     total_memory_bytes: int
     budget_bytes: int
-    weights_bytes: int
+    terms: dict[str, Term] = field(repr=False)
     weights_breakdown_bytes: dict[str, int] = field(repr=False)
-    activation_peak_bytes: int
     activation_parts_bytes: dict[str, int] = field(repr=False)
-    runner_buffers_bytes: int
-    non_torch_bytes: int
-    cudagraph_bytes: int
-    cudagraph_capture_max: int
-    cudagraph_piecewise_graphs: int
-    cudagraph_full_graphs: int
-    term_sources: dict[str, str] = field(repr=False)
+    capture: CaptureDescs = field(repr=False)
+    cudagraph_estimate_bytes: int
     kv_budget_bytes: int
     kv_cache_memory_pinned: bool
     kv_heads_per_rank: int
@@ -148,6 +147,7 @@ class MemoryPlan:
     num_blocks: int
     usable_blocks: int
     gdn_slots_per_group: int
+    size_line_gdn_slots: int
     pending_bytes_per_request: int
     pending_blocks_per_request: int
     gdn_blocks_per_request: int
@@ -156,6 +156,76 @@ class MemoryPlan:
     max_num_seqs: int
     max_num_batched_tokens: int
     multimodal: bool
+    prefix_caching: bool
+
+    # The terms' bytes under their historic names (callers read these).
+    @property
+    def weights_bytes(self) -> int:
+        return self.terms["weights"].bytes
+
+    @property
+    def activation_peak_bytes(self) -> int:
+        return self.terms["activation_peak"].bytes
+
+    @property
+    def runner_buffers_bytes(self) -> int:
+        return self.terms["runner_buffers"].bytes
+
+    @property
+    def non_torch_bytes(self) -> int:
+        return self.terms["non_torch"].bytes
+
+    @property
+    def cudagraph_bytes(self) -> int:
+        return self.terms["cudagraph"].bytes
+
+    @property
+    def cudagraph_capture_max(self) -> int:
+        return self.capture.largest_tok
+
+    @property
+    def cudagraph_piecewise_graphs(self) -> int:
+        return len(self.capture.piecewise_tok)
+
+    @property
+    def cudagraph_full_graphs(self) -> int:
+        return len(self.capture.full_tok)
+
+    @property
+    def term_sources(self) -> dict[str, str]:
+        """Each term's label, for display only (read ``terms[name].source`` in code)."""
+        return {name: t.label() for name, t in self.terms.items()}
+
+    def as_json(self) -> dict[str, object]:
+        """Every field, the terms as {bytes, source, detail} and their historic *_bytes names."""
+        out: dict[str, object] = {}
+        for f in fields(self):
+            value = getattr(self, f.name)
+            if f.name == "terms":
+                value = {
+                    k: {"bytes": t.bytes, "source": t.source.value, "detail": t.detail}
+                    for k, t in value.items()
+                }
+            elif f.name == "capture":
+                value = {
+                    "piecewise_tok": list(value.piecewise_tok),
+                    "full_tok": list(value.full_tok),
+                }
+            out[f.name] = value
+        for name in (
+            "weights_bytes",
+            "activation_peak_bytes",
+            "runner_buffers_bytes",
+            "non_torch_bytes",
+            "cudagraph_bytes",
+            "cudagraph_capture_max",
+            "cudagraph_piecewise_graphs",
+            "cudagraph_full_graphs",
+            "term_sources",
+        ):
+            out[name] = getattr(self, name)
+        out["vllm_kv_cache_tokens"] = self.vllm_kv_cache_tokens()
+        return out
 
     def attn_blocks_for(self, num_tok: int) -> int:
         """Attention blocks (all attention groups) holding ``num_tok`` tokens."""
@@ -170,23 +240,35 @@ class MemoryPlan:
         return self.usable_blocks // self.blocks_per_request(context_tok)
 
     def vllm_kv_cache_tokens(self) -> int:
-        """vLLM's logged "GPU KV cache size: N tokens" (``get_max_concurrency_for_kv_cache_
-        config`` times max_model_len; one request = attention blocks at max_model_len plus
-        ``1 + num_speculative_blocks`` pages per GDN group, no lookahead)."""
+        """vLLM's logged "GPU KV cache size: N tokens".
+
+        Since 0.20.1 (``get_kv_cache_capacity``): max_concurrency x max_model_len, one
+        request = attention blocks at max_model_len plus ``MambaSpec.max_memory_usage_bytes``
+        pages per GDN group (1 + k, or 2 + k in align mode). Up to 0.20.0: ``num_blocks //
+        len(kv_cache_groups) * block_size`` (release_rules.kv_size_line_concurrency).
+        """
+        if not rule("kv_size_line_concurrency", self.vllm_version):
+            groups = self.num_attn_groups + self.num_gdn_groups
+            return self.num_blocks // groups * self.block_size_tok
         per_req = self.num_attn_groups * cdiv(self.max_model_len, self.block_size_tok)
-        per_req += self.num_gdn_groups * self.gdn_slots_per_group
+        per_req += self.num_gdn_groups * self.size_line_gdn_slots
         return int(self.num_blocks / per_req * self.max_model_len)
 
 
 def block_size_and_page(
     model: ModelSpec, engine: EngineConfig, spec: SpecDecodeConfig
 ) -> tuple[int, int, int, int, int]:
-    """(block_size_tok, page_bytes, attn_bytes_per_tok, conv_bytes, ssm_bytes) per layer."""
+    """(block_size_tok, page_bytes, attn_bytes_per_tok, conv_bytes, ssm_bytes) per layer.
+
+    ``Platform._align_hybrid_block_size``: the kernel alignment is max(backend minimum,
+    --block-size) (16 on FA/FlashInfer); with prefix caching on (mode 'align') it is LCM-ed
+    with the GDN prefill checkpoint alignment (64) only since 0.33.0 (release_rules
+    ``align_mode_checkpoint_lcm``); 0.20.0-0.32.0 keep the plain alignment.
+    """
     tp = engine.tp
     attn_per_tok = (
         kv_heads_per_rank(model, tp) * model.head_dim * 2 * dtype_bytes(engine.kv_cache_dtype)
     )
-    # kernel_align = max(backend minimum, --block-size) (Platform.update_block_size_for_backend)
     align = max(engine.kernel_block_align_tok, engine.block_size_tok or 16)
     if not model.is_hybrid:
         return align, align * attn_per_tok, attn_per_tok, 0, 0
@@ -205,8 +287,7 @@ def block_size_and_page(
         * model.linear_key_head_dim
         * dtype_bytes(ssm_dtype)
     )
-    if engine.enable_prefix_caching:
-        # mamba_cache_mode "align": LCM with the FlashInfer GDN prefill checkpoint (64).
+    if engine.enable_prefix_caching and rule("align_mode_checkpoint_lcm", engine.vllm_version):
         align = math.lcm(align, 64)
     block = align * cdiv(conv_bytes + ssm_bytes, align * attn_per_tok)
     return block, block * attn_per_tok, attn_per_tok, conv_bytes, ssm_bytes
@@ -223,127 +304,7 @@ def group_layout(num_attn: int, num_gdn: int) -> tuple[int, int, int, int]:
     return group_size, num_attn_groups, num_gdn_groups, padding
 
 
-def capture_sizes(max_size: int) -> list[int]:
-    """vLLM's default CUDA-graph capture sizes up to ``max_size``: 1, 2, 4, then steps of 8
-    up to 256, then steps of 16."""
-    sizes = [1, 2, 4, *range(8, 256, 8), *range(256, max_size + 1, 16)]
-    return [s for s in sizes if s <= max_size]
-
-
-def graph_descs(
-    max_num_seqs: int, query_len: int, ceiling: int, max_num_batched_tokens: int
-) -> tuple[list[int], list[int]]:
-    """(PIECEWISE sizes, FULL decode sizes) vLLM captures by default.
-
-    ``config/vllm.py:VllmConfig._set_cudagraph_sizes`` (0.33): the largest size is
-    ``min(max_num_seqs * query_len * 2, ceiling, max_num_batched_tokens)``; the token grid
-    ``capture_sizes`` up to it, plus, with drafts (query_len > 1), the uniform-decode sizes
-    ``n * query_len`` for the request-count grid of ``max_num_seqs`` (or ``max_num_seqs``
-    itself without drafts). PIECEWISE graphs cover every size, FULL graphs (mode
-    FULL_AND_PIECEWISE, the default) the uniform decode batches up to ``max_num_seqs``
-    requests. Backends that cannot run FULL graphs with drafts fall back to PIECEWISE only
-    (vLLM logs it); capsim counts both modes.
-    """
-    cap = min(max_num_seqs * query_len * 2, ceiling)
-    reqs = min(max_num_seqs, ceiling)
-    counts = sorted(
-        {n for n in (1, 2, 4) if n <= reqs}
-        | set(range(8, min(reqs + 1, 256), 8))
-        | set(range(256, reqs + 1, 16))
-        | {reqs}
-    )
-    if query_len > 1:
-        uniform = {n * query_len for n in counts if n * query_len <= cap}
-    else:
-        uniform = {max_num_seqs} if max_num_seqs <= cap else set()
-    cap = min(cap, max_num_batched_tokens)
-    sizes = sorted((set(capture_sizes(cap)) | uniform) - {s for s in uniform if s > cap})
-    full = [s for s in sizes if s <= max_num_seqs * query_len and s % query_len == 0]
-    return sizes, full
-
-
-def forward_parts_bytes(model: ModelSpec, tp: int, num_tok: int) -> dict[str, int]:
-    """Live tensors of one forward over ``num_tok`` tokens (bf16 activations), by part.
-
-    ``stream``: residual + hidden stream. The largest per-layer intermediate is one of
-    ``gdn`` (qkvz/ba projection output, conv output, core output), ``moe`` (vLLM's
-    fused_moe caches: [T, topk, 2I], [T*topk, I], [T, topk, H]; the dense MLP otherwise)
-    and ``attention`` (q/k/v projections). Estimates from tensor shapes; ``plan_memory``
-    replaces ``gdn`` and ``moe`` by H200 measurements where the table has them.
-    """
-    b = dtype_bytes(model.weight_dtype)
-    h = model.hidden_size
-    hk, hv = model.linear_num_key_heads, model.linear_num_value_heads
-    dk, dv = model.linear_key_head_dim, model.linear_value_head_dim
-    gdn = num_tok * ((2 * hk * dk + 2 * hv * dv + 2 * hv) // tp + model.conv_dim // tp) * b
-    gdn += num_tok * (hv * dv // tp) * b
-    if model.num_experts:
-        inter, k = model.moe_intermediate_size // tp, model.num_experts_per_tok
-        ffn = num_tok * k * (2 * inter + inter + h) * b
-    else:
-        ffn = num_tok * 3 * (model.dense_intermediate_size // tp) * b
-    q_out = model.num_attention_heads * model.head_dim * (2 if model.attn_output_gate else 1)
-    attn = num_tok * (q_out // tp + 2 * kv_heads_per_rank(model, tp) * model.head_dim) * b
-    return {
-        "stream": 2 * num_tok * h * b,
-        "gdn": gdn if model.is_hybrid else 0,
-        "moe": ffn,
-        "attention": attn,
-    }
-
-
-def forward_activation_bytes(model: ModelSpec, tp: int, num_tok: int) -> int:
-    """Peak of one forward: the stream plus the largest per-layer intermediate."""
-    p = forward_parts_bytes(model, tp, num_tok)
-    return p["stream"] + max(p["gdn"], p["moe"], p["attention"])
-
-
-def sampler_peak_bytes(model: ModelSpec, num_reqs: int) -> int:
-    """Peak of ``GPUModelRunner._dummy_sampler_run`` over ``num_reqs`` rows.
-
-    vLLM 0.33 (``v1/sample/sampler.py:Sampler.forward``, ``ops/topk_topp_sampler.py``):
-    ``compute_logits`` returns [rows, padded vocab] in the model dtype (held by the
-    caller), ``Sampler.forward`` makes an fp32 copy, top-k/top-p masks it in place (the
-    Triton kernel), then the second, generator-seeded call takes ``forward_native``:
-    ``softmax`` -> fp32 probs and ``empty_exponential_noise_like`` -> fp32 q (divided in
-    place). Live at the peak: logits + fp32 logits + probs + q.
-    """
-    b = dtype_bytes(model.weight_dtype)
-    return num_reqs * (padded_vocab(model) * b + 3 * model.vocab_size * 4)
-
-
-def encoder_profile_bytes(
-    model: ModelSpec, tp: int, max_num_batched_tokens: int
-) -> tuple[int, int]:
-    """(encoder_cache_bytes, vision_forward_peak_bytes) of profile_run's multimodal pass.
-
-    vLLM profiles ``max_items = max(encoder_budget // max_tok, 1)`` images of the largest
-    size, where ``encoder_budget = max(max_num_batched_tokens, max_tok)``
-    (``compute_mm_encoder_budget``), and keeps their outputs ([tokens, out_hidden *
-    (1 + deepstack)] bf16) in ``encoder_cache`` during the decoder forward. The vision
-    forward peak is estimated from shapes: per patch, the residual stream, the qkv output
-    and the MLP hidden of one block (bf16, split by tp), as for the decoder.
-    """
-    v = model.vision
-    if v is None:
-        return 0, 0
-    b = dtype_bytes(model.weight_dtype)
-    max_tok = v.max_tokens_per_image
-    items = max(max(max_num_batched_tokens, max_tok) // max_tok, 1)
-    tokens = items * max_tok
-    cache = tokens * v.out_hidden_size * (1 + v.num_deepstack) * b
-    patches = tokens * v.spatial_merge_size**2
-    per_patch = 2 * v.hidden_size + max(3 * v.hidden_size, v.intermediate_size) // tp
-    return cache, patches * per_patch * b
-
-
-def _default_lookup() -> TermLookup:
-    from capsim.memory.term_lookup import measured_term
-
-    return measured_term
-
-
-def plan_memory(
+def plan_inputs(
     model: ModelSpec,
     gpu: GpuSpec,
     engine: EngineConfig,
@@ -351,189 +312,102 @@ def plan_memory(
     *,
     log_terms: dict[str, int] | None = None,
     lookup: TermLookup | None = None,
-) -> MemoryPlan:
-    """Size the KV/state pool; raises ValueError for configs vLLM would refuse to start.
-
-    ``log_terms`` (bytes by ``NON_KV_TERMS`` name) replace capsim's value of a term
-    ("from log"); ``lookup`` finds measured terms (default: the H200 table).
-    """
-    rules: VllmRules = rules_for(engine.vllm_version)
-    lookup = lookup or _default_lookup()
-    log_terms = log_terms or {}
-    tp = engine.tp
+) -> PlanInputs:
+    """The settings every term reads, with vLLM's defaults for the GPU and release."""
     max_num_seqs, max_batched = engine.resolved_batch_defaults(gpu)
-    max_model_len = engine.check_vllm_limits(gpu, model.max_position_embeddings)
-    with_mtp = spec.depth > 0
-    multimodal = model.vision is not None and engine.limit_mm_per_prompt != 0
-    breakdown = weight_breakdown_bytes(model, tp, with_mtp=with_mtp, with_vision=multimodal)
-    sources: dict[str, str] = {}
+    return PlanInputs(
+        model=model,
+        gpu=gpu,
+        engine=engine,
+        spec=spec,
+        vllm_version=engine.vllm_version,
+        max_num_seqs=max_num_seqs,
+        max_num_batched_tokens=max_batched,
+        max_model_len=engine.check_vllm_limits(gpu, model.max_position_embeddings),
+        multimodal=model.vision is not None and engine.limit_mm_per_prompt != 0,
+        log_terms=dict(log_terms or {}),
+        lookup=lookup,
+    )
 
-    def pick(term: str, modelled: int, measured_key: tuple[str, int] | None) -> int:
-        if term in log_terms:
-            sources[term] = "from log"
-            return int(log_terms[term])
-        if measured_key is not None:
-            got = lookup(measured_key[0], model.name, tp, measured_key[1])
-            if got is not None:
-                sources[term] = "measured (H200)"
-                return int(got)
-        sources[term] = "modelled"
-        return int(modelled)
 
-    weights = pick("weights", sum(breakdown.values()), None)
-    budget = math.ceil(engine.gmu * gpu.total_memory_bytes)
+@dataclass(frozen=True, slots=True)
+class NonKv:
+    terms: dict[str, Term]
+    weight_parts: dict[str, int]
+    activation_parts: dict[str, int]
+    capture: CaptureDescs
+    cudagraph_estimate_bytes: int
 
-    # Activation peak of profile_run: the encoder pass (outputs kept), one forward over
-    # max_num_batched_tokens, and the dummy sampler over max_num_seqs fp32 logit rows.
-    # Measured parts (H200 table, exact model and tp, within the measured range) replace
-    # the shape estimates: moe_workspace at max_num_batched_tokens, sampler_dummy_run at
-    # max_num_seqs.
-    enc_cache, enc_forward = encoder_profile_bytes(model, tp, max_batched) if multimodal else (0, 0)
-    fwd = forward_parts_bytes(model, tp, max_batched)
-    measured_parts: list[str] = []
-    # Not gdn_prefill_transient: vLLM's profile run never reaches the chunk kernel
-    # (_forward_core returns while attn_metadata is None; kernels/MEMORY_TERMS.md), so the
-    # chunk scratch is a serving-time transient, not part of the profiled peak.
-    for part, term, x in (("moe", "moe_workspace", max_batched),):
-        got = lookup(term, model.name, tp, x) if fwd[part] else None
-        if got is not None:
-            fwd[part] = int(got)
-            measured_parts.append(part)
-    forward = fwd["stream"] + max(fwd["gdn"], fwd["moe"], fwd["attention"])
-    num_reqs = min(max_num_seqs, max_batched)
-    sampler = sampler_peak_bytes(model, num_reqs)
-    got = lookup("sampler_dummy_run", model.name, tp, num_reqs)
-    if got is not None:
-        sampler = int(got)
-        measured_parts.append("sampler")
-    parts = {
-        "forward": forward,
-        **{f"forward.{k}": v for k, v in fwd.items()},
-        "sampler": sampler,
-        "encoder_cache": enc_cache,
-        "encoder_forward": enc_forward,
+
+def non_kv_terms(p: PlanInputs) -> NonKv:
+    """Every non-KV term (NON_KV_TERMS order), the weight and activation parts, the captures."""
+    weights, w_parts = weights_term(p)
+    activation, a_parts = activation_term(p)
+    graphs, descs, estimate = cudagraph_term(p)
+    terms = {
+        "weights": weights,
+        "activation_peak": activation,
+        "runner_buffers": runner_buffers_term(p),
+        "non_torch": non_torch_term(p),
+        "cudagraph": graphs,
     }
-    modelled_peak = max(enc_forward, enc_cache + max(forward, sampler))
-    if "activation_peak" in log_terms:
-        activation = int(log_terms["activation_peak"])
-        sources["activation_peak"] = "from log"
-    else:
-        activation = modelled_peak
-        top = (
-            "sampler"
-            if sampler >= forward
-            else max(("gdn", "moe", "attention"), key=lambda k: fwd[k])
-        )
-        if top in measured_parts:
-            sources["activation_peak"] = f"measured (H200): {top}" + (
-                f"; also measured: {', '.join(p for p in measured_parts if p != top)}"
-                if len(measured_parts) > 1
-                else ""
-            )
-        else:
-            sources["activation_peak"] = "modelled" + (
-                f" (measured: {', '.join(measured_parts)}; the peak is {top})"
-                if measured_parts
-                else ""
-            )
-    # Persistent runner buffers: input ids/positions (int64) and hidden-state staging.
-    runner = max_batched * (2 * 8 + 2 * model.hidden_size * dtype_bytes(model.weight_dtype))
-    sources["runner_buffers"] = "modelled"
-    if gpu.non_torch_bytes is not None:
-        base_nt, tp_nt = gpu.non_torch_bytes
-        non_torch = pick("non_torch", base_nt + (tp_nt if tp > 1 else 0), None)
-        if sources["non_torch"] == "modelled":
-            sources["non_torch"] = f"from logs ({gpu.name} registry, vLLM 0.19 H100 rows)"
-    else:
-        non_torch = pick("non_torch", 0, None)
-        if sources["non_torch"] == "modelled":
-            sources["non_torch"] = "not modelled (0): no log for this GPU"
-    # CUDA graphs (profile_cudagraph_memory): the pool keeps the intermediates of the
-    # largest captured batch plus vLLM's 1 MiB floor for every further graph.
-    # profile_cudagraph_memory: max over modes of the first (largest) capture, plus each
-    # mode's further graphs at max(second capture, 1 MiB); the first capture holds the
-    # intermediates of a forward at the largest size.
-    sizes: list[int] = []
-    full: list[int] = []
-    if not engine.enforce_eager:
-        sizes, full = graph_descs(
-            max_num_seqs, spec.window_tok, rules.capture_ceiling(gpu), max_batched
-        )
-    cap_max = max(sizes, default=0)
-    modelled_cg = (
-        forward_activation_bytes(model, tp, cap_max)
-        + (max(len(sizes) - 1, 0) + max(len(full) - 1, 0)) * CUDAGRAPH_PER_GRAPH_FLOOR_BYTES
-        if sizes
-        else 0
-    )
-    charge_cg = (
-        rules.charge_cudagraph_memory
-        if engine.subtract_cudagraph_memory is None
-        else engine.subtract_cudagraph_memory
-    )
-    cudagraph = pick(
-        "cudagraph", modelled_cg, ("cudagraph_pool_vllm_estimate", cap_max) if sizes else None
-    )
-    if sources["cudagraph"].startswith("measured"):
-        sources["cudagraph"] += " (full graphs of a stand-in decode step; piecewise not counted)"
-    if not charge_cg and "cudagraph" not in log_terms:
-        cudagraph, sources["cudagraph"] = 0, f"not charged (vLLM {rules.label})"
-    elif (
-        rules.gdn_capture_transient
-        and model.is_hybrid
-        and sizes
-        and sources["cudagraph"].startswith(("modelled", "measured"))
-    ):
-        sources["cudagraph"] += "; GDN capture transient (vllm #50780) not modelled"
-    if engine.kv_cache_memory_bytes is not None:
-        kv_budget = engine.kv_cache_memory_bytes
-        sources["kv_cache_memory"] = "pinned"
-    else:
-        kv_budget = budget - weights - activation - runner - non_torch - cudagraph
+    return NonKv(terms, w_parts, a_parts, descs, estimate)
 
+
+def _refuse_budget(
+    p: PlanInputs, terms: dict[str, Term], kv: int, per_block: int, budget: int
+) -> None:
+    if kv >= 2 * per_block:
+        return
+    parts = ", ".join(f"{k} {t.bytes / GiB:.2f} GiB" for k, t in terms.items())
+    raise ValueError(
+        f"engine.gmu={p.engine.gmu}: budget {budget / GiB:.2f} GiB on {p.gpu.name} cannot hold "
+        f"{parts} and a KV pool (left: {kv / GiB:.2f} GiB, one block is "
+        f"{per_block / MiB:.2f} MiB) for {p.model.name} at tp={p.engine.tp} (vLLM refuses "
+        "when nothing is left: 'No available memory for the cache blocks.')"
+    )
+
+
+def bytes_per_block_of(model: ModelSpec, engine: EngineConfig, spec: SpecDecodeConfig) -> int:
+    """``group_size * page``: what one block id costs in the shared pool (VLLM.md s2.5)."""
+    _block, page, _a, _c, _s = block_size_and_page(model, engine, spec)
+    num_attn = model.num_attn_layers + (model.num_mtp_layers if spec.depth > 0 else 0)
+    return group_layout(num_attn, model.num_gdn_layers)[0] * page
+
+
+def _layout(p: PlanInputs, nk: NonKv, budget: int, kv_budget: int) -> MemoryPlan:
+    """The page/group layout of the pool and the plan that holds it."""
+    model, engine, spec = p.model, p.engine, p.spec
     block, page, attn_per_tok, conv_b, ssm_b = block_size_and_page(model, engine, spec)
+    with_mtp = spec.depth > 0
     num_attn = model.num_attn_layers + (model.num_mtp_layers if with_mtp else 0)
     group_size, n_attn_groups, n_gdn_groups, padding = group_layout(num_attn, model.num_gdn_layers)
     bytes_per_block = group_size * page
     if engine.num_gpu_blocks_override is not None:
         num_blocks = engine.num_gpu_blocks_override
     else:
-        if kv_budget < 2 * bytes_per_block:
-            raise ValueError(
-                f"engine.gmu={engine.gmu}: budget {budget / GiB:.2f} GiB on {gpu.name} cannot "
-                f"hold weights {weights / GiB:.2f} GiB + activations {activation / GiB:.2f} GiB "
-                f"+ buffers {runner / GiB:.2f} GiB + CUDA graphs "
-                f"{cudagraph / GiB:.2f} GiB and a KV pool "
-                f"(left: {kv_budget / GiB:.2f} GiB, one block is {bytes_per_block / MiB:.2f} MiB)"
-                f" for {model.name} at tp={tp}"
-            )
         num_blocks = kv_budget // bytes_per_block
     gdn_slots = spec.state_slots_per_group if model.is_hybrid else 0
-    pending = pending_bytes_per_request(model, tp, spec)
+    pending = pending_bytes_per_request(model, engine.tp, spec)
     pending_blocks = cdiv(pending, bytes_per_block) if pending else 0
     mamba_unpadded = conv_b + ssm_b
-    plan = MemoryPlan(
+    align_mode = engine.enable_prefix_caching and model.is_hybrid
+    return MemoryPlan(
         model=model.name,
-        gpu=gpu.name,
-        tp=tp,
+        gpu=p.gpu.name,
+        tp=engine.tp,
         gmu=engine.gmu,
-        vllm_version=rules.label,
-        total_memory_bytes=gpu.total_memory_bytes,
+        vllm_version=engine.vllm_version,
+        total_memory_bytes=p.gpu.total_memory_bytes,
         budget_bytes=budget,
-        weights_bytes=weights,
-        weights_breakdown_bytes=breakdown,
-        activation_peak_bytes=activation,
-        activation_parts_bytes=parts,
-        runner_buffers_bytes=runner,
-        non_torch_bytes=non_torch,
-        cudagraph_bytes=cudagraph,
-        cudagraph_capture_max=cap_max,
-        cudagraph_piecewise_graphs=len(sizes),
-        cudagraph_full_graphs=len(full),
-        term_sources=sources,
+        terms=nk.terms,
+        weights_breakdown_bytes=nk.weight_parts,
+        activation_parts_bytes=nk.activation_parts,
+        capture=nk.capture,
+        cudagraph_estimate_bytes=nk.cudagraph_estimate_bytes,
         kv_budget_bytes=int(kv_budget),
         kv_cache_memory_pinned=engine.kv_cache_memory_bytes is not None,
-        kv_heads_per_rank=kv_heads_per_rank(model, tp),
+        kv_heads_per_rank=kv_heads_per_rank(model, engine.tp),
         attn_bytes_per_tok_per_layer=attn_per_tok,
         conv_state_bytes=conv_b,
         ssm_state_bytes=ssm_b,
@@ -553,22 +427,87 @@ def plan_memory(
         num_blocks=int(num_blocks),
         usable_blocks=int(num_blocks) - 1,
         gdn_slots_per_group=gdn_slots,
+        size_line_gdn_slots=(1 + spec.num_draft_nodes + (1 if align_mode else 0))
+        if model.is_hybrid
+        else 0,
         pending_bytes_per_request=pending,
         pending_blocks_per_request=pending_blocks,
         gdn_blocks_per_request=n_gdn_groups * gdn_slots + pending_blocks,
         lookahead_tok=spec.num_draft_nodes,
-        max_model_len=max_model_len,
-        max_num_seqs=max_num_seqs,
-        max_num_batched_tokens=max_batched,
-        multimodal=multimodal,
+        max_model_len=p.max_model_len,
+        max_num_seqs=p.max_num_seqs,
+        max_num_batched_tokens=p.max_num_batched_tokens,
+        multimodal=p.multimodal,
+        prefix_caching=engine.enable_prefix_caching,
     )
-    # vLLM's _check_enough_kv_cache_memory: one max_model_len request must fit at startup.
-    if engine.num_gpu_blocks_override is None and plan.blocks_per_request(max_model_len) > (
-        plan.usable_blocks
-    ):
-        raise ValueError(
-            f"engine.max_model_len={max_model_len}: one request of that length needs "
-            f"{plan.blocks_per_request(max_model_len)} blocks but the pool has "
-            f"{plan.usable_blocks} usable at gmu={engine.gmu}; raise gmu or lower max_model_len"
-        )
+
+
+def plan_memory(
+    model: ModelSpec,
+    gpu: GpuSpec,
+    engine: EngineConfig,
+    spec: SpecDecodeConfig,
+    *,
+    log_terms: dict[str, int] | None = None,
+    lookup: TermLookup | None = None,
+    refuse: bool = True,
+) -> MemoryPlan:
+    """Budget minus the non-KV terms, then the page/group layout; raises ValueError for
+    configurations vLLM refuses to start (with vLLM's reason) unless ``refuse`` is False
+    (the pool vLLM computed before refusing, e.g. to compare with a refused start-up's log).
+
+    ``log_terms`` (bytes by ``NON_KV_TERMS`` name) replace capsim's value of a term
+    ("from log"); ``lookup`` finds measured terms (the caller hands in the H200 table).
+    """
+    p = plan_inputs(model, gpu, engine, spec, log_terms=log_terms, lookup=lookup)
+    nk = non_kv_terms(p)
+    terms = nk.terms
+    budget = math.ceil(engine.gmu * gpu.total_memory_bytes)
+    if engine.kv_cache_memory_bytes is not None:
+        kv_budget = engine.kv_cache_memory_bytes
+        terms["kv_cache_memory"] = Term(kv_budget, Source.PINNED, "--kv-cache-memory")
+    else:
+        kv_budget = budget - sum(terms[k].bytes for k in NON_KV_TERMS)
+    if engine.num_gpu_blocks_override is None:
+        per_block = bytes_per_block_of(model, engine, spec)
+        _refuse_budget(p, terms, kv_budget, per_block, budget)
+    plan = _layout(p, nk, budget, int(kv_budget))
+    if refuse:
+        check_refusals(plan, model, engine)
     return plan
+
+
+def check_refusals(plan: MemoryPlan, model: ModelSpec, engine: EngineConfig) -> None:
+    """vLLM's start-up refusals that depend on the pool (refusals.py), raised as ValueError."""
+    if engine.num_gpu_blocks_override is not None:
+        return
+    need = plan.blocks_per_request(plan.max_model_len)
+    if need > plan.usable_blocks:
+        # estimated max length: the longest request whose blocks fit the pool
+        lo, hi = 0, plan.max_model_len
+        while lo < hi:
+            mid = (lo + hi + 1) // 2
+            lo, hi = (
+                (mid, hi) if plan.blocks_per_request(mid) <= plan.usable_blocks else (lo, mid - 1)
+            )
+        r = rf.max_model_len_too_long(
+            max_model_len=plan.max_model_len,
+            needed_bytes=need * plan.bytes_per_block,
+            available_kv_bytes=plan.usable_blocks * plan.bytes_per_block,
+            estimated_max_len=lo,
+        )
+        raise ValueError(
+            f"engine.max_model_len={plan.max_model_len}: {r.vllm_message} Fix: {r.fix}"
+        )
+    full = bool(plan.capture.full_tok)
+    if rule("mamba_blocks_refusal", engine.vllm_version):
+        r = rf.mamba_blocks(
+            max_num_seqs=plan.max_num_seqs,
+            num_blocks=plan.num_blocks,
+            has_mamba=model.is_hybrid,
+            full_graphs=full,
+        )
+        if r is not None:
+            raise ValueError(
+                f"engine.max_num_seqs={plan.max_num_seqs}: {r.vllm_message} Fix: {r.fix}"
+            )

@@ -35,6 +35,14 @@ from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
+from capsim.memory.log_fixes import (
+    MAX_LITERAL_CHARS,
+    apply_line_fixes,
+    bounded_lines,
+    finish,
+    read_bounded,
+)
+
 _NUM = r"([0-9][0-9,]*\.?[0-9]*)"
 
 
@@ -57,6 +65,7 @@ class VllmLog:
     kv_cache_dtype: str | None = None
     quantization: str | None = None
     enforce_eager: bool | None = None
+    disable_custom_all_reduce: bool | None = None
     enable_prefix_caching: bool | None = None
     num_speculative_tokens: int | None = None
     speculative_method: str | None = None
@@ -84,6 +93,10 @@ class VllmLog:
     mamba_page_padding_pct: float | None = None
     padding_layers: list[int] = field(default_factory=list)
     num_gpu_blocks: int | None = None
+    architecture: str | None = None
+    full_graphs: bool | None = None
+    prefix_caching_disabled_by_vllm: bool = False
+    cudagraph_samples_mib: dict[str, tuple[float, int, float]] = field(default_factory=dict)
     lines_read: int = 0
 
     # The figures a memory comparison needs; ``missing()`` names the absent ones.
@@ -118,6 +131,7 @@ _ARG_KEYS: dict[str, str] = {
     "kv_cache_dtype": "kv_cache_dtype",
     "quantization": "quantization",
     "enforce_eager": "enforce_eager",
+    "disable_custom_all_reduce": "disable_custom_all_reduce",
     "enable_prefix_caching": "enable_prefix_caching",
     "kv_cache_memory_bytes": "kv_cache_memory_bytes",
     "num_gpu_blocks_override": "num_gpu_blocks_override",
@@ -127,12 +141,13 @@ _ARG_KEYS: dict[str, str] = {
 def _non_default_args(text: str) -> dict[str, Any]:
     """The dict after "non-default args:"; a truncated dict is read key by key."""
     body = text.split("non-default args:", 1)[1].strip()
-    try:
-        parsed = ast.literal_eval(body)
-        if isinstance(parsed, dict):
-            return parsed
-    except (ValueError, SyntaxError):
-        pass
+    if len(body) <= MAX_LITERAL_CHARS:
+        try:
+            parsed = ast.literal_eval(body)
+            if isinstance(parsed, dict):
+                return parsed
+        except (ValueError, SyntaxError, MemoryError, RecursionError):
+            pass
     out: dict[str, Any] = {}
     for m in re.finditer(r"'(\w+)':\s*('[^']*'|-?[0-9.]+(?:e-?\d+)?|True|False|None)", body):
         try:
@@ -151,7 +166,8 @@ def _non_default_args(text: str) -> dict[str, Any]:
     m = re.search(r"'limit_mm_per_prompt':\s*(\{[^}]*\})", body)
     if m:
         with contextlib.suppress(ValueError, SyntaxError):
-            out["limit_mm_per_prompt"] = ast.literal_eval(m.group(1))
+            if len(m.group(1)) <= MAX_LITERAL_CHARS:
+                out["limit_mm_per_prompt"] = ast.literal_eval(m.group(1))
     return out
 
 
@@ -192,12 +208,15 @@ def _engine_config(log: VllmLog, line: str) -> None:
         m = re.search(rf"\b{key}=(\d+)", line)
         if m and getattr(log, attr) is None:
             setattr(log, attr, conv(m.group(1)))
-    m = re.search(r"\bquantization=(\w+)", line)
+    m = re.search(r"\bquantization=([\w-]+)", line)
     if m and log.quantization is None and m.group(1) != "None":
         log.quantization = m.group(1)
     m = re.search(r"\bkv_cache_dtype=(\w+)", line)
     if m and log.kv_cache_dtype is None:
         log.kv_cache_dtype = m.group(1)
+    m = re.search(r"\bdisable_custom_all_reduce=(True|False)", line)
+    if m and log.disable_custom_all_reduce is None:
+        log.disable_custom_all_reduce = m.group(1) == "True"
     m = re.search(r"\benforce_eager=(True|False)", line)
     if m and log.enforce_eager is None:
         log.enforce_eager = m.group(1) == "True"
@@ -275,8 +294,14 @@ _LINE_FIELDS: tuple[tuple[re.Pattern[str], tuple[tuple[str, Any], ...]], ...] = 
         ),
         (r"Setting attention block size to (\d+) tokens", (("attention_block_size", int),)),
         (rf"Padding mamba page size by {_NUM}%", (("mamba_page_padding_pct", _f),)),
-        (r"with num_gpu_blocks_override=(\d+)", (("num_gpu_blocks_override", int),)),
-        (r"with num_gpu_blocks_override=(\d+)", (("num_gpu_blocks", int),)),
+        (
+            r"Overriding num_gpu_blocks=[1-9]\d* with num_gpu_blocks_override=(\d+)",
+            (("num_gpu_blocks_override", int),),
+        ),
+        (
+            r"Overriding num_gpu_blocks=[1-9]\d* with num_gpu_blocks_override=(\d+)",
+            (("num_gpu_blocks", int),),
+        ),
         (r"# GPU blocks: (\d+)", (("num_gpu_blocks", int),)),
     )
 )
@@ -290,15 +315,16 @@ def parse_vllm_log(text: str) -> VllmLog:
         if getattr(log, attr) is None:
             setattr(log, attr, value)
 
-    for line in text.splitlines():
+    for line in bounded_lines(text):
         if line.startswith("#"):
             continue
         before = log.as_dict()
+        apply_line_fixes(log, line)
         if "non-default args:" in line:
             _apply_args(log, _non_default_args(line))
         if "Initializing a V1 LLM engine" in line or "SpeculativeConfig(" in line:
             _engine_config(log, line)
-        m = re.search(r"(?:\bversion|API server version)\s+v?(\d+\.\d+\.\d+\S*)", line)
+        m = re.search(r"(?:\bversion|API server version)\s+v?(\d+\.\d+\.(?:\d+|dev\d+)\S*)", line)
         if m and "Initializing" not in line:
             first("vllm_version", m.group(1))
         for pattern, attrs in _LINE_FIELDS:
@@ -324,12 +350,13 @@ def parse_vllm_log(text: str) -> VllmLog:
         log.non_torch_gib = round(log.consumed_gib - log.weights_gib, 2)
     if isinstance(log.tp, str):
         log.tp = int(log.tp)
+    finish(log)
     return log
 
 
 def read_vllm_log(path: Path) -> VllmLog:
     try:
-        text = Path(path).read_text(errors="replace")
+        text = read_bounded(Path(path))
     except FileNotFoundError:
         raise ValueError(f"--from-log {path}: file does not exist") from None
     log = parse_vllm_log(text)

@@ -107,6 +107,25 @@ def vision_params(model: ModelSpec, tp: int) -> int:
     return v.depth * block + patch + v.num_position_embeddings * h + merger + deepstack
 
 
+# What a quantized GDN-hybrid MoE checkpoint keeps in bf16 when its own ignore list is unknown
+# (a log names the method, not the list): the GDN (linear_attn) projections and the shared
+# expert, as llm-compressor's Qwen3.5-MoE recipes ignore them ("re:.*linear_attn.*",
+# "re:.*mlp\\.shared_expert$"; vllm-project/llm-compressor examples/quantization_w8a8_fp8/
+# qwen3_5_moe.py). A cited default, not a fit; a config.json with an ignore list replaces it.
+HYBRID_DEFAULT_QUANT_IGNORE: frozenset[str] = frozenset({"gdn", "shared_expert"})
+
+
+def default_quant_ignore(model: ModelSpec) -> set[str]:
+    if (
+        model.quantization != "none"
+        and model.is_hybrid
+        and model.num_experts  # the recipes cited are Qwen3.5-MoE ones; dense hybrids differ
+        and model.quant_scope == "linear"
+    ):
+        return set(HYBRID_DEFAULT_QUANT_IGNORE)
+    return set()
+
+
 def weight_breakdown_bytes(
     model: ModelSpec, tp: int, *, with_mtp: bool, with_vision: bool = False
 ) -> dict[str, int]:
@@ -132,8 +151,15 @@ def weight_breakdown_bytes(
     else:
         router = 0
     experts_only = model.quant_scope == "experts"
-    attn_q = 0 if experts_only else attention_quantizable_params(model, tp)
-    gdn_q = gdn_quantizable_params(model, tp) if model.num_gdn_layers and not experts_only else 0
+    keep = set(model.quant_ignore) or default_quant_ignore(model)
+    attn_q = 0 if experts_only or "attention" in keep else attention_quantizable_params(model, tp)
+    gdn_q = (
+        gdn_quantizable_params(model, tp)
+        if model.num_gdn_layers and not experts_only and "gdn" not in keep
+        else 0
+    )
+    shared_q = 0 if "shared_expert" in keep else ffn_dense - router
+    experts_q = 0 if "experts" in keep else ffn_experts
 
     def mixed(total: int, quantized: int) -> int:
         return round((total - quantized) * b + quantized * qb)
@@ -145,8 +171,8 @@ def weight_breakdown_bytes(
         "gdn": model.num_gdn_layers * mixed(gdn_layer_params(model, tp), gdn_q)
         if model.num_gdn_layers
         else 0,
-        "ffn_shared_and_router": num_layers * mixed(ffn_dense, ffn_dense - router),
-        "ffn_routed_experts": num_layers * mixed(ffn_experts, ffn_experts),
+        "ffn_shared_and_router": num_layers * mixed(ffn_dense, shared_q),
+        "ffn_routed_experts": num_layers * mixed(ffn_experts, experts_q),
         "final_norm": model.hidden_size * b,
         "mtp": 0,
         "vision": vision_params(model, tp) * b if with_vision else 0,

@@ -1,201 +1,207 @@
-"""Figures 1-3 and Table 1: DataFrames in, matplotlib Figures / DataFrames out (pure).
+"""Figures 1-3 and Table 1: DataFrames in, ``Drawn`` figure images / DataFrames out (pure).
 
-Inputs are the sweep's ``points.parquet`` and ``matched.parquet`` tables. Nothing here
-reads or writes files or simulates; ``build.py`` does the I/O. Colours are fixed per
-commit mode across every figure (store-all red, TreeWY reconstruct blue, deferred green).
-Only fixed-concurrency, chain-draft points enter Figures 1-2 and Table 1 (tree shapes and
-arrival-rate workloads are different experiments); Figure 3 uses every matched point.
-Figures are built as ``matplotlib.figure.Figure`` objects, never through pyplot, so no
-global figure state is touched and building is safe in threads.
+Inputs are the sweep's ``points.parquet`` and ``matched.parquet`` tables; ``build.py`` does
+the I/O. Colours are fixed per commit mode across every figure (store-all red, TreeWY
+reconstruct blue, deferred green); prefix caching off is a solid line, on a dotted one.
+
+- Figure 1: peak pool usage vs load, one panel per (deployment, load mode), chain drafts,
+  caching off when a grid has both (Figure 5 has caching on); every panel on one y scale.
+- Figure 2: p99 TTFT vs load, one image per deployment, one panel per workload (rate
+  workloads included, x in req/s), every chain point (caching on and off); every panel of
+  every image on one log y scale, every panel of one load mode on one x scale.
+- Figure 3: the matched ratios, memory-bound vs headroom, per TreeWY mode, one log scale.
+- Table 1: geometric means at each model's tightest gmu (concurrency, chain, caching off).
+
+Figures are ``matplotlib.figure.Figure`` objects, never pyplot: no global state, thread-safe.
 """
 
 from __future__ import annotations
 
 import math
-import textwrap
 
 import numpy as np
 import pandas as pd
 from matplotlib.axes import Axes
-from matplotlib.figure import Figure
-from matplotlib.ticker import FuncFormatter, LogLocator, NullFormatter
 
-from capsim.commit_modes import MODES
-from capsim.sweep.matched import geomean
-
-MODE_COLOUR: dict[str, str] = {name: m.colour for name, m in MODES.items()}
-MODE_LABEL: dict[str, str] = {name: m.label for name, m in MODES.items()}
-GIB = 1024**3
-
-
-def step_time_suffix(points: pd.DataFrame) -> str:
-    """'\nstep time: ...' naming every step-time label in the data (projections say so)."""
-    if "step_time_label" not in points.columns:
-        return ""
-    labels = sorted({str(x) for x in points["step_time_label"].dropna()})
-    return ("\nstep time: " + "; ".join(labels)) if labels else ""
+from capsim.reports.style import (
+    CACHING_STYLE,
+    GIB,
+    LOAD_AXIS,
+    Drawn,
+    caching_of,
+    chunks,
+    facet_cols,
+    facet_label,
+    grid_shape,
+    groups,
+    ids,
+    legend_below,
+    load_x,
+    log_range,
+    log_y,
+    mode_colour,
+    mode_label,
+    new_figure,
+    step_time_note,
+    suptitle,
+    unique_handles,
+)
+from capsim.sweep.matched import BASELINE, geomean
 
 
 def caching_off(points: pd.DataFrame) -> pd.DataFrame:
     """The prefix-caching-off points when a grid has both (Figure 5 shows caching on)."""
-    if "prefix_caching" in points.columns and (~points["prefix_caching"].astype(bool)).any():
-        return points[~points["prefix_caching"].astype(bool)]
-    return points
+    pc = caching_of(points)
+    return points[~pc] if (~pc).any() else points
 
 
-def _chain_concurrency(points: pd.DataFrame) -> pd.DataFrame:
-    points = caching_off(points)
-    return points[(points["load_mode"] == "concurrency") & (points["tree"] == "chain")]
+def chain(points: pd.DataFrame) -> pd.DataFrame:
+    return points[points["tree"] == "chain"]
 
 
-def _panels(df: pd.DataFrame) -> list[tuple[str, float]]:
-    return sorted({(str(m), float(g)) for m, g in zip(df["model"], df["gmu"], strict=True)})
+def _series(
+    ax: Axes, sub: pd.DataFrame, col: str, scale: float = 1.0, name_caching: bool | None = None
+) -> None:
+    """One line per (commit mode, caching): colour = mode, line style = caching; labels
+    name the caching setting when ``name_caching`` (default: when ``sub`` has both).
 
-
-def _empty(title: str) -> Figure:
-    fig = Figure(figsize=(6, 2))
-    fig.text(0.5, 0.5, f"{title}: no data", ha="center", va="center")
-    return fig
-
-
-def _short(model: str) -> str:
-    """'qwen3.5-35b-a3b' -> 'Qwen3.5-35B-A3B'."""
-    head, _, rest = model.partition("-")
-    return head.replace("qwen", "Qwen") + ("-" + rest.upper() if rest else "")
-
-
-_PLAIN = FuncFormatter(lambda v, _pos: f"{v:g}")
-
-
-def _log_y(ax: Axes) -> None:
-    """Log y axis labelled 0.5, 1, 2, 5, 10, ... instead of powers of ten."""
-    ax.set_yscale("log")
-    lo, hi = ax.get_ylim()
-    # Less than a decade of data: label more steps so the axis never shows a single tick.
-    subs = (1.0, 2.0, 5.0) if hi / max(lo, 1e-300) >= 10 else (1.0, 1.2, 1.5, 2.0, 3.0, 5.0, 7.0)
-    ax.yaxis.set_major_locator(LogLocator(base=10, subs=subs))
-    ax.yaxis.set_major_formatter(_PLAIN)
-    ax.yaxis.set_minor_formatter(NullFormatter())
-
-
-def _load_x(ax: Axes, loads: np.ndarray) -> None:
-    """Log-2 x axis with a tick at every swept load, labelled as plain numbers."""
-    ax.set_xscale("log", base=2)
-    ax.set_xticks(sorted({float(x) for x in loads}))
-    ax.xaxis.set_major_formatter(_PLAIN)
-    ax.xaxis.set_minor_formatter(NullFormatter())
-
-
-def figure1_pool_usage(points: pd.DataFrame) -> Figure:
-    """Peak KV/state pool usage (GiB) vs concurrency per (model, gmu), both modes.
-
-    Line: median over the fixed-concurrency workloads; band: their min-max. The dashed
-    line is the pool ceiling (usable blocks x bytes per block).
+    TreeWY first, store-all on top with hollow markers: where they coincide both show.
     """
-    df = _chain_concurrency(points)
+    pc = caching_of(sub)
+    keys = sorted({(str(m), bool(c)) for m, c in zip(sub["commit"], pc, strict=True)})
+    keys.sort(key=lambda k: k[0] == BASELINE)
+    both = pc.nunique() > 1 if name_caching is None else name_caching
+    for mode, cached in keys:
+        g = sub[(sub["commit"] == mode) & (pc == cached)].sort_values("load")
+        ls, marker = CACHING_STYLE[cached]
+        label = mode_label(mode) + (f", caching {'on' if cached else 'off'}" if both else "")
+        ax.plot(
+            g["load"],
+            g[col].astype(float) * scale,
+            ls=ls,
+            marker=marker,
+            ms=4,
+            mfc="none" if mode == BASELINE else None,
+            color=mode_colour(mode),
+            label=label,
+        )
+
+
+def figure1_pool_usage(points: pd.DataFrame) -> list[Drawn]:
+    """Peak KV/state pool usage (GiB per GPU) vs load per (deployment, load mode).
+
+    Line: median over the workloads of that load mode; band: their min-max. Dashed black:
+    the pool ceiling (usable blocks x bytes per block).
+    """
+    df = caching_off(chain(points))
     if df.empty:
-        return _empty("Figure 1")
+        return []
     df = df.assign(peak_gib=df["peak_kv_blocks"] * df["bytes_per_block"] / GIB)
-    panels = _panels(df)
-    ncol = min(3, len(panels))
-    nrow = math.ceil(len(panels) / ncol)
-    fig = Figure(figsize=(4.6 * ncol, 3.6 * nrow))
-    axes = fig.subplots(nrow, ncol, squeeze=False)
-    for ax, (model, gmu) in zip(axes.flat, panels, strict=False):
-        sub = df[(df["model"] == model) & (df["gmu"] == gmu)]
-        for mode, g in sub.groupby("commit", sort=False):
-            stats = g.groupby("load")["peak_gib"].agg(["median", "min", "max"])
-            c = MODE_COLOUR.get(str(mode), "grey")
-            ax.plot(stats.index, stats["median"], "o-", color=c, label=MODE_LABEL.get(mode, mode))
-            ax.fill_between(stats.index, stats["min"], stats["max"], color=c, alpha=0.18)
-        ceiling = float((sub["usable_blocks"] * sub["bytes_per_block"]).max()) / GIB
-        ax.axhline(ceiling, color="black", ls="--", lw=1, label=f"pool ceiling {ceiling:.1f} GiB")
-        _load_x(ax, sub["load"].to_numpy())
-        ax.set_title(f"{_short(model)}, gmu {gmu:g}")
-        ax.set_xlabel("offered concurrency (requests)")
-        ax.set_ylabel("peak pool usage (GiB per GPU)")
-        ax.set_ylim(bottom=0, top=ceiling * 1.12)
-        ax.grid(alpha=0.3)
-        ax.legend(fontsize=7, loc="upper left")
-    for ax in list(axes.flat)[len(panels) :]:
-        ax.set_visible(False)
-    fig.suptitle(
-        "Figure 1: peak KV/state pool usage vs load (median over workloads, band = min-max)"
-        + step_time_suffix(points)
-    )
-    fig.tight_layout()
-    return fig
+    ceil_gib = df["usable_blocks"] * df["bytes_per_block"] / GIB
+    top = float(ceil_gib.max()) * 1.12
+    panels = groups(df, [*facet_cols(df), "load_mode"])
+    out: list[Drawn] = []
+    by_mode = [[p for p in panels if p[0]["load_mode"] == m] for m in ("concurrency", "rate")]
+    parts = [c for ps in by_mode for c in chunks(ps)]
+    for i, part in enumerate(parts):
+        nrow, ncol = grid_shape(len(part))
+        fig = new_figure(nrow, ncol)
+        axes = fig.subplots(nrow, ncol, squeeze=False, sharey=True)
+        mode = str(part[0][0]["load_mode"])
+        for ax, (key, sub) in zip(axes.flat, part, strict=False):
+            for commit, g in sub.groupby("commit", sort=True):
+                stats = g.groupby("load")["peak_gib"].agg(["median", "min", "max"])
+                c = mode_colour(str(commit))
+                ax.plot(stats.index, stats["median"], "o-", ms=4, color=c, label=mode_label(commit))
+                ax.fill_between(stats.index, stats["min"], stats["max"], color=c, alpha=0.18)
+            ceiling = float((sub["usable_blocks"] * sub["bytes_per_block"]).max()) / GIB
+            ax.axhline(ceiling, color="black", ls="--", lw=1, label="pool ceiling")
+            ax.text(
+                0.02,
+                ceiling,
+                f" {ceiling:.1f} GiB",
+                transform=ax.get_yaxis_transform(),
+                va="bottom",
+                fontsize=7,
+            )
+            load_x(ax, sub["load"].to_numpy(), mode)
+            ax.set_title(facet_label(key), fontsize=8)
+            ax.set_ylim(0, top)
+            ax.grid(alpha=0.3)
+        for ax in axes[:, 0]:
+            ax.set_ylabel("peak pool usage (GiB per GPU)", fontsize=8)
+        for ax in list(axes.flat)[len(part) :]:
+            ax.set_visible(False)
+        legend_below(fig, *unique_handles(axes.flat))
+        shown = pd.concat([s for _, s in part])
+        suptitle(
+            fig,
+            f"Figure 1: peak KV/state pool usage vs {LOAD_AXIS[mode].split(' (')[0]}"
+            " (median over workloads, band = min-max)",
+            step_time_note(shown),
+        )
+        out.append(Drawn("figure1_pool_usage", _title("Figure 1", i, len(parts)), fig, ids(shown)))
+    return out
 
 
-def figure2_ttft(points: pd.DataFrame) -> Figure:
-    """p99 TTFT vs concurrency (log y), rows (model, gmu) x columns workloads.
+def _title(name: str, i: int, n: int) -> str:
+    return name if n == 1 else f"{name}{'abcdefghijklmnopqrstuvwxyz'[i]}"
 
-    The store-all / TreeWY ratio at the highest load is written on each panel.
-    """
-    df = _chain_concurrency(points)
+
+def _ratio_note(sub: pd.DataFrame) -> str:
+    """'p99 SA/TW at 256: 1.71x' per caching setting, at the panel's highest load."""
+    top = sub[sub["load"] == sub["load"].max()]
+    pc = caching_of(top)
+    notes = []
+    for cached in sorted(set(pc)):
+        at = top[pc == cached]
+        sa = at.loc[at["commit"] == BASELINE, "ttft_p99_s"]
+        tw = at.loc[at["commit"] == "reconstruct", "ttft_p99_s"]
+        if len(sa) and len(tw) and float(tw.iloc[0]) > 0:
+            tag = f"caching {'on' if cached else 'off'} " if pc.nunique() > 1 else ""
+            notes.append(f"{tag}{float(sa.iloc[0]) / float(tw.iloc[0]):.2f}x")
+    if not notes:
+        return ""
+    return f"p99 SA/TW at {float(sub['load'].max()):g}: " + ", ".join(notes)
+
+
+def figure2_ttft(points: pd.DataFrame) -> list[Drawn]:
+    """p99 TTFT vs load: one image per deployment, one panel per workload, shared axes."""
+    df = chain(points)
     if df.empty:
-        return _empty("Figure 2")
-    panels = _panels(df)
-    workloads = sorted(df["workload"].unique())
-    width_in = max(3.3 * len(workloads), 10.0)
-    title = "Figure 2: p99 TTFT vs concurrency (log scale); ratio at the highest load"
-    # wrap long step-time labels to the figure, and make room for them above the panels
-    lines = [title, *textwrap.wrap(step_time_suffix(points).strip(), int(width_in * 10))]
-    head_in, foot_in = 0.2 + 0.25 * len(lines), 0.45
-    fig = Figure(figsize=(width_in, 2.7 * len(panels) + head_in + foot_in))
-    axes = fig.subplots(len(panels), len(workloads), squeeze=False, sharex=True)
-    for i, (model, gmu) in enumerate(panels):
-        for j, wl in enumerate(workloads):
-            ax = axes[i, j]
-            sub = df[(df["model"] == model) & (df["gmu"] == gmu) & (df["workload"] == wl)]
-            last: dict[str, float] = {}
-            panel_ms = sub["ttft_p99_s"].to_numpy(dtype=float) * 1e3
-            panel_ms = panel_ms[np.isfinite(panel_ms) & (panel_ms > 0)]
-            # TreeWY first, store-all dashed on top: where they coincide both stay visible.
-            for mode, g in sorted(sub.groupby("commit"), key=lambda kv: kv[0] == "storeall"):
-                g = g.sort_values("load")
-                ms = g["ttft_p99_s"] * 1e3
-                ax.plot(
-                    g["load"],
-                    ms,
-                    "o--" if mode == "storeall" else "o-",
-                    ms=3,
-                    color=MODE_COLOUR.get(str(mode), "grey"),
-                    label=MODE_LABEL.get(str(mode), str(mode)),
-                )
-                if len(g):
-                    last[str(mode)] = float(ms.iloc[-1])
-            if "storeall" in last and "reconstruct" in last and last["reconstruct"] > 0:
-                r = last["storeall"] / last["reconstruct"]
-                # top left: latency grows with load, so that corner holds no data
-                ax.annotate(
-                    f"SA/TW {r:.2f}x at {sub['load'].max():g}",
-                    xy=(0.03, 0.97),
-                    xycoords="axes fraction",
-                    ha="left",
-                    va="top",
-                    fontsize=8,
-                    bbox={"boxstyle": "round", "fc": "white", "ec": "0.6"},
-                )
-            _load_x(ax, df["load"].to_numpy())
-            ax.tick_params(axis="x", labelrotation=60, labelsize=7)
-            if panel_ms.size:
-                # every point inside the axes, with room above for the ratio label
-                ax.set_ylim(panel_ms.min() / 1.5, panel_ms.max() * 3.0)
-            _log_y(ax)
-            ax.grid(alpha=0.3, which="both")
-            if i == 0:
-                ax.set_title(wl, fontsize=9)
-            if j == 0:
-                ax.set_ylabel(f"{_short(model)} gmu {gmu:g}\np99 TTFT (ms)", fontsize=8)
-            if i == len(panels) - 1:
-                ax.set_xlabel("concurrency (requests)")
-    handles, labels = axes[0, 0].get_legend_handles_labels()
-    fig.legend(handles, labels, loc="lower center", ncol=len(labels))
-    fig.suptitle("\n".join(lines), fontsize=11)
-    height = fig.get_figheight()
-    fig.tight_layout(rect=(0, foot_in / height, 1, 1))  # it makes room for the suptitle
-    return fig
+        return []
+    lo, hi = log_range(df["ttft_p99_s"].astype(float) * 1e3, pad=1.5)
+    hi *= 1.5  # room at the top: latency grows with load, so the top right is empty
+    xloads = {m: g["load"].to_numpy() for m, g in df.groupby("load_mode")}
+    both = caching_of(df).nunique() > 1
+    out: list[Drawn] = []
+    deps = groups(df, facet_cols(df))
+    for i, (key, dep) in enumerate(deps):
+        wls = groups(dep, ["load_mode", "workload"])
+        wls.sort(key=lambda kv: (kv[0]["load_mode"] != "concurrency", str(kv[0]["workload"])))
+        for j, part in enumerate(chunks(wls)):
+            nrow, ncol = grid_shape(len(part))
+            fig = new_figure(nrow, ncol)
+            axes = fig.subplots(nrow, ncol, squeeze=False, sharey=True)
+            for ax, (wkey, sub) in zip(axes.flat, part, strict=False):
+                _series(ax, sub, "ttft_p99_s", 1e3, both)
+                mode = str(wkey["load_mode"])
+                load_x(ax, xloads[mode], mode)
+                log_y(ax, lo, hi)
+                note = _ratio_note(sub)
+                title = str(wkey["workload"]) + (" (open loop)" if mode == "rate" else "")
+                ax.set_title(title + (f"\n{note}" if note else ""), fontsize=8)
+                ax.grid(alpha=0.3, which="major")
+            for ax in axes[:, 0]:
+                ax.set_ylabel("p99 TTFT (ms, log scale)", fontsize=8)
+            for ax in list(axes.flat)[len(part) :]:
+                ax.set_visible(False)
+            legend_below(fig, *unique_handles(axes.flat))
+            suptitle(fig, f"Figure 2: p99 TTFT vs load, {facet_label(key)}", step_time_note(dep))
+            name = _title("Figure 2", i, len(deps)) + (f" (part {j + 1})" if j else "")
+            shown = pd.concat([s for _, s in part])
+            out.append(Drawn("figure2_ttft", name, fig, ids(shown)))
+    return out
 
 
 FIG3_METRICS: tuple[tuple[str, str], ...] = (
@@ -207,51 +213,78 @@ FIG3_METRICS: tuple[tuple[str, str], ...] = (
 )
 
 
-def figure3_matched(matched: pd.DataFrame) -> Figure:
-    """Ratios at every matched point, memory-bound vs headroom (> 1 is better for TreeWY)."""
-    m = matched[matched["mode"] == "reconstruct"] if "mode" in matched else matched
-    if m.empty:
-        return _empty("Figure 3")
-    fig = Figure(figsize=(3.1 * len(FIG3_METRICS), 4.0))
-    axes = fig.subplots(1, len(FIG3_METRICS))
+def figure3_matched(matched: pd.DataFrame, points: pd.DataFrame | None = None) -> list[Drawn]:
+    """Ratios at every matched point, memory-bound vs headroom, per TreeWY mode (> 1 is
+    better for TreeWY); every panel on one log scale."""
+    if matched.empty:
+        return []
+    modes = sorted(matched["mode"].unique(), key=lambda m: (m != "reconstruct", m))
+    vals = np.concatenate([matched[c].to_numpy(dtype=float) for c, _ in FIG3_METRICS])
+    lo, hi = log_range(vals, pad=1.25)
+    lo, hi = min(lo, 0.8), max(hi, 1.25)
+    nrow, ncol = grid_shape(len(FIG3_METRICS))
+    fig = new_figure(nrow, ncol, extra_h_in=1.2)
+    grid = fig.subplots(nrow, ncol, squeeze=False, sharey=True)
+    for ax in list(grid.flat)[len(FIG3_METRICS) :]:
+        ax.set_visible(False)
+    axes = list(grid.flat)[: len(FIG3_METRICS)]
     rng = np.random.default_rng(0)  # jitter only; fixed so the figure is reproducible
-    groups = (("memory-bound", True, "#9467bd"), ("headroom", False, "#7f7f7f"))
+    width = 0.7 / len(modes)
     for ax, (col, label) in zip(axes, FIG3_METRICS, strict=True):
-        ticks: list[str] = []
-        for x, (_name, flag, colour) in enumerate(groups):
-            v = m.loc[m["memory_bound"] == flag, col].to_numpy(dtype=float)
-            v = v[np.isfinite(v) & (v > 0)]
-            if v.size:
+        for x, flag in enumerate((True, False)):
+            for k, mode in enumerate(modes):
+                v = matched.loc[(matched["memory_bound"] == flag) & (matched["mode"] == mode), col]
+                v = v.to_numpy(dtype=float)
+                v = v[np.isfinite(v) & (v > 0)]
+                if not v.size:
+                    continue
+                pos = x + (k - (len(modes) - 1) / 2) * width
                 ax.boxplot(
                     [v],
-                    positions=[x],
-                    widths=0.5,
+                    positions=[pos],
+                    widths=width * 0.8,
                     showfliers=False,
                     medianprops={"color": "black"},
                 )
                 ax.scatter(
-                    x + rng.uniform(-0.15, 0.15, v.size),
+                    pos + rng.uniform(-width / 4, width / 4, v.size),
                     v,
-                    s=9,
-                    color=colour,
+                    s=8,
+                    color=mode_colour(mode),
                     alpha=0.7,
                     zorder=3,
+                    label=mode_label(mode),
                 )
-            gm = f", gm {geomean(pd.Series(v)):.2f}" if v.size else ""
-            ticks.append(f"{groups[x][0]}\nn={v.size}{gm}")
         ax.axhline(1.0, color="black", lw=0.8, ls="--")
-        _log_y(ax)
-        ax.set_xticks([0, 1], ticks, fontsize=8)
+        log_y(ax, lo, hi)
+        n = [int((matched["memory_bound"] == f).sum()) for f in (True, False)]
+        ax.set_xticks([0, 1], [f"memory-\nbound\nn={n[0]}", f"head-\nroom\nn={n[1]}"], fontsize=7)
         ax.set_xlim(-0.6, 1.6)
-        ax.set_title(label, fontsize=9)
+        ax.set_title(label, fontsize=8)
+        ax.tick_params(axis="y", labelsize=7)
+        ax.grid(alpha=0.3, axis="y", which="major")
+    for ax in grid[:, 0]:
         ax.set_ylabel("ratio (> 1 better for TreeWY)", fontsize=8)
-        ax.grid(alpha=0.3, axis="y", which="both")
-    fig.suptitle(
-        "Figure 3: matched points, store-all memory-bound vs headroom (gm = geomean)"
-        + step_time_suffix(matched)
+    legend_below(fig, *unique_handles(axes))
+    suptitle(
+        fig, "Figure 3: matched points, store-all memory-bound vs headroom", step_time_note(matched)
     )
-    fig.tight_layout()
-    return fig
+    notes = [_geomeans(matched, m) for m in modes]
+    pid: frozenset[str] = frozenset()
+    if points is not None and "match_id" in points:
+        pid = ids(points[points["match_id"].isin(set(matched["match_id"]))])
+    return [Drawn("figure3_matched", "Figure 3", fig, pid, tuple(notes))]
+
+
+def _geomeans(matched: pd.DataFrame, mode: str) -> str:
+    m = matched[matched["mode"] == mode]
+    parts = []
+    for flag, name in ((True, "memory-bound"), (False, "headroom")):
+        sub = m[m["memory_bound"] == flag]
+        if len(sub):
+            gm = ", ".join(f"{c} {geomean(sub[c]):.2f}" for c, _ in FIG3_METRICS)
+            parts.append(f"{name} (n={len(sub)}): {gm}")
+    return f"{mode_label(mode)} geometric means: " + "; ".join(parts)
 
 
 TABLE1_COLS: tuple[tuple[str, str], ...] = (
@@ -263,98 +296,26 @@ TABLE1_COLS: tuple[tuple[str, str], ...] = (
 )
 
 
-TREE_METRICS: tuple[tuple[str, str, bool], ...] = (
-    ("peak_running", "peak admitted requests", False),
-    ("output_throughput_tok_per_s", "output throughput (tok/s)", False),
-    ("ttft_p99_s", "p99 TTFT (s)", True),
-    ("peak_kv_usage", "peak pool usage (fraction)", False),
-)
-
-
-TREE_MODEL_LABEL = {"rank": "rank model", "independent": "independence upper bound"}
-
-
-def tree_model_suffix(df: pd.DataFrame) -> str:
-    """'; tree acceptance: rank model' (and the temperature when > 0) for figure titles."""
-    if "tree_model" not in df.columns:  # results written before the rank model
-        return "; tree acceptance: independence upper bound"
-    models = sorted(df["tree_model"].dropna().unique())
-    text = "; tree acceptance: " + ", ".join(TREE_MODEL_LABEL.get(m, m) for m in models)
-    temps = sorted(t for t in df.get("temperature", pd.Series(dtype=float)).unique() if t > 0)
-    return text + (f", T={', '.join(f'{t:g}' for t in temps)}" if temps else "")
-
-
-def _tree_points(points: pd.DataFrame) -> pd.DataFrame:
-    """Draft-tree study: every fixed-concurrency point whose shape is given as widths."""
-    conc = caching_off(points)
-    conc = conc[conc["load_mode"] == "concurrency"]
-    return conc[conc["tree"] != "chain"]
-
-
-def figure4_trees(points: pd.DataFrame) -> Figure:
-    """Tree study: admitted requests, throughput, p99 TTFT and pool usage vs concurrency,
-    one line per tree shape; solid = TreeWY (reconstruct), dashed = store-all."""
-    df = _tree_points(points)
-    if df.empty:
-        return _empty("Figure 4")
-    shapes = sorted(df["tree"].unique(), key=lambda t: (len(str(t)), str(t)))
-    cmap = ("#1b9e77", "#d95f02", "#7570b3", "#e7298a", "#66a61e", "#e6ab02")
-    fig = Figure(figsize=(4.2 * len(TREE_METRICS), 3.6))
-    axes = fig.subplots(1, len(TREE_METRICS), squeeze=False)[0]
-    for ax, (col, label, log) in zip(axes, TREE_METRICS, strict=True):
-        for k, shape in enumerate(shapes):
-            for mode, style in (("reconstruct", "o-"), ("storeall", "s--")):
-                sel = df[(df["tree"] == shape) & (df["commit"] == mode)].sort_values("load")
-                if sel.empty:
-                    continue
-                ax.plot(
-                    sel["load"],
-                    sel[col],
-                    style,
-                    color=cmap[k % len(cmap)],
-                    label=f"{shape} {MODE_LABEL.get(mode, mode)}",
-                    markersize=4,
-                )
-        if col == "peak_running":
-            loads = np.sort(df["load"].unique())
-            ax.plot(loads, loads, ":", color="grey", label="offered concurrency")
-        _load_x(ax, df["load"].to_numpy())
-        if log:
-            _log_y(ax)
-        ax.set_xlabel("offered concurrency (requests)")
-        ax.set_ylabel(label)
-        ax.grid(alpha=0.3)
-    axes[0].legend(fontsize=6, loc="upper left")
-    model, gmu = _panels(df)[0]
-    fig.suptitle(
-        f"Figure 4: draft-tree study, {_short(model)} gmu {gmu:g}, "
-        f"{', '.join(sorted(df['workload'].unique()))} (solid TreeWY, dashed store-all)"
-        + tree_model_suffix(df)
-        + step_time_suffix(points)
-    )
-    fig.tight_layout()
-    return fig
-
-
 def table1(matched: pd.DataFrame) -> pd.DataFrame:
-    """Geometric means over the fixed-concurrency chain points at each model's tightest gmu.
-
-    Rows: per model, all matched points and the memory-bound subset.
-    """
+    """Geometric means over the fixed-concurrency chain points at each model's tightest gmu
+    (prefix caching off when a grid has both). Rows: per (model, GPU, TP), all matched
+    points and the memory-bound subset."""
     m = matched[
         (matched["load_mode"] == "concurrency")
         & (matched["tree"] == "chain")
         & (matched["mode"] == "reconstruct")
     ]
+    if "prefix_caching" in m.columns:
+        m = caching_off(m)
     rows = []
-    for model, g in m.groupby("model", sort=True):
+    for (model, gpu, tp), g in m.groupby(["model", "gpu", "tp"], sort=True):
         gmu = float(g["gmu"].min())
         at = g[g["gmu"] == gmu]
         for subset, part in (("all", at), ("memory-bound", at[at["memory_bound"]])):
             row: dict[str, object] = {
                 "model": model,
-                "gpu": str(at["gpu"].iloc[0]),
-                "tp": int(at["tp"].iloc[0]),
+                "gpu": str(gpu),
+                "tp": int(tp),
                 "gmu": gmu,
                 "points": subset,
                 "n": len(part),

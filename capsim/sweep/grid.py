@@ -195,35 +195,47 @@ class SweepSpec:
     temperature: float = field(default=0.0, metadata={"help": "verification temperature"})
 
     def __post_init__(self) -> None:
+        problems = self.problems()
+        if problems:
+            raise ValueError("; ".join(problems))
+
+    def problems(self) -> list[str]:
+        """Every invalid field, one 'sweep.FIELD=VALUE: why' line each (empty = valid)."""
+        out: list[str] = []
+
+        def bad(name: str, value: object, why: str) -> None:
+            out.append(f"sweep.{name}={value!r}: {why}")
+
         if self.tree_model not in TREE_MODELS:
-            _fail("sweep", "tree_model", self.tree_model, f"must be one of {TREE_MODELS}")
+            bad("tree_model", self.tree_model, f"must be one of {TREE_MODELS}")
         if not (
             type(self.temperature) in (int, float)
             and math.isfinite(self.temperature)
             and 0.0 <= self.temperature <= MAX_TEMPERATURE
         ):
-            _fail("sweep", "temperature", self.temperature, f"must be in [0, {MAX_TEMPERATURE}]")
-        if not self.blocks:
-            _fail("sweep", "blocks", self.blocks, "the grid is empty")
+            bad("temperature", self.temperature, f"must be in [0, {MAX_TEMPERATURE}]")
         if not self.commit_modes:
-            _fail("sweep", "commit_modes", self.commit_modes, "list at least one mode")
+            bad("commit_modes", self.commit_modes, "list at least one mode")
         for m in self.commit_modes:
             if m not in COMMIT_MODES:
-                _fail("sweep", "commit_modes", self.commit_modes, f"{m!r} not in {COMMIT_MODES}")
+                bad("commit_modes", self.commit_modes, f"{m!r} not in {COMMIT_MODES}")
         if len(set(self.commit_modes)) != len(self.commit_modes):
-            _fail("sweep", "commit_modes", self.commit_modes, "duplicate mode")
+            bad("commit_modes", self.commit_modes, "duplicate mode")
         if self.num_requests is not None and (
             not isinstance(self.num_requests, int) or self.num_requests < 1
         ):
-            _fail("sweep", "num_requests", self.num_requests, "must be None or an int >= 1")
+            bad("num_requests", self.num_requests, "must be None or an int >= 1")
         if not self.requests_per_concurrency > 0:
-            _fail("sweep", "requests_per_concurrency", self.requests_per_concurrency, "must be > 0")
+            bad("requests_per_concurrency", self.requests_per_concurrency, "must be > 0")
         if not self.rate_window_s > 0:
-            _fail("sweep", "rate_window_s", self.rate_window_s, "must be > 0")
+            bad("rate_window_s", self.rate_window_s, "must be > 0")
         if not 1 <= self.min_requests <= self.max_requests:
-            _fail("sweep", "min_requests", self.min_requests, "need 1 <= min <= max_requests")
+            bad("min_requests", self.min_requests, "need 1 <= min <= max_requests")
         if not isinstance(self.seed, int) or self.seed < 0:
-            _fail("sweep", "seed", self.seed, "must be an int >= 0")
+            bad("seed", self.seed, "must be an int >= 0")
+        if not self.blocks:
+            bad("blocks", self.blocks, "the grid is empty")
+        return out
 
     def requests_for(self, mode: str, load: float, workload: WorkloadLoads | None = None) -> int:
         """Requests simulated at one load.

@@ -1,9 +1,12 @@
-"""A sweep grid read from TOML: the layout's schema, its checks, and ``load_spec``.
+"""Grid TOML files -> ``SweepSpec``, checked against a schema; every error listed at once.
 
-The layout (``experiments/*.toml``): ``[sweep]`` keys, then ``[[block]]`` tables with their
-``[[block.deployment]]`` and ``[[block.workload]]`` arrays. Every unknown key is refused and
-every value's kind checked; errors name the key's path. The grid's dataclasses live in
-``capsim.sweep.grid``.
+The layout is documented in ``experiments/published.toml``. Unknown keys are refused at
+every level and every value's type is checked (a bool is not a number, a scalar is not a
+list); then each deployment, workload, block and the sweep table is validated by its own
+class. Nothing stops at the first problem: the ``ValueError`` raised names every one, each
+by its key's path, e.g. ``grid.toml: 2 errors: block[0].deployment[1].gmu=0.9: must be a
+list of finite numbers, e.g. gmu = [0.9]; block[0].workload[0].loads: missing``. A grid with
+one error gets exactly that error's message.
 """
 
 from __future__ import annotations
@@ -78,6 +81,16 @@ _EXAMPLES = {
 }
 
 
+SCHEMA: dict[str, dict[str, str]] = {
+    "[sweep]": _SWEEP_KEYS,
+    "[[block]]": _BLOCK_KEYS,
+    "[[block.deployment]]": _DEPLOYMENT_KEYS,
+    "[[block.workload]]": _WORKLOAD_KEYS,
+}
+"""Every table of the layout and its keys' kinds (the docs' grid reference reads it)."""
+KIND_WORDS = _KIND_WORDS
+
+
 def _is_kind(value: Any, kind: str) -> bool:
     if kind == "str":
         return isinstance(value, str)
@@ -99,98 +112,139 @@ def _is_kind(value: Any, kind: str) -> bool:
 
 
 def _checked(
-    table: Any, schema: dict[str, str], where: str, required: tuple[str, ...] = ()
-) -> dict[str, Any]:
-    """``table`` with every key known and of its kind; errors name the key's path."""
+    table: Any,
+    schema: dict[str, str],
+    where: str,
+    errors: list[str],
+    required: tuple[str, ...] = (),
+) -> bool:
+    """Append to ``errors`` one line per unknown, mistyped or missing key of ``table``
+    (each naming the key's path); True when there was none."""
     if not isinstance(table, dict):
-        raise ValueError(f"{where}: expected a table, got {type(table).__name__}")
+        errors.append(f"{where}: expected a table, got {type(table).__name__}")
+        return False
+    before = len(errors)
     for key, value in table.items():
         if key not in schema:
-            raise ValueError(f"{where}.{key}: unknown key (known: {', '.join(sorted(schema))})")
+            errors.append(f"{where}.{key}: unknown key (known: {', '.join(sorted(schema))})")
+            continue
         kind = schema[key]
         if not _is_kind(value, kind):
-            shown = _KIND_WORDS.get(kind, kind)
             example = _EXAMPLES.get(kind)
             hint = f", e.g. {key} = {example}" if example else ""
-            raise ValueError(f"{where}.{key}={value!r}: must be {shown}{hint}")
-    for key in required:
-        if key not in table:
-            raise ValueError(f"{where}.{key}: missing")
-    return table
+            errors.append(f"{where}.{key}={value!r}: must be {_KIND_WORDS.get(kind, kind)}{hint}")
+    errors += [f"{where}.{key}: missing" for key in required if key not in table]
+    return len(errors) == before
+
+
+def _build(make: Any, where: str, errors: list[str]) -> Any:
+    """``make()``, or None with its ValueError appended to ``errors`` under ``where``."""
+    try:
+        return make()
+    except ValueError as exc:
+        text = str(exc)
+        errors.append(text if text.startswith(where) else f"{where}: {text}")
+        return None
+
+
+def _deployment(d: dict[str, Any]) -> Deployment:
+    return Deployment(
+        model=d["model"],
+        gpu=d["gpu"],
+        tp=d.get("tp", 1),
+        gmu=tuple(d["gmu"]),
+        **{k: d[k] for k in POOL_KEYS if k in d},
+    )
+
+
+def _workload(w: dict[str, Any]) -> WorkloadLoads:
+    return WorkloadLoads(
+        name=w["name"],
+        mode=w.get("mode", "concurrency"),
+        loads=tuple(w["loads"]),
+        burstiness=float(w.get("burstiness", 1.0)),
+        requests_per_concurrency=w.get("requests_per_concurrency"),
+        min_requests=w.get("min_requests"),
+        acceptance=tuple(w["acceptance"]) if "acceptance" in w else None,
+    )
+
+
+def _block(b: dict[str, Any], i: int, bw: str, errors: list[str]) -> Block | None:
+    from capsim.treeshape import parse_tree
+
+    deps, wls = [], []
+    for j, d in enumerate(b.get("deployment", [])):
+        dw = f"{bw}.deployment[{j}]"
+        if _checked(d, _DEPLOYMENT_KEYS, dw, errors, ("model", "gpu", "gmu")):
+            deps.append(_build(lambda d=d: _deployment(d), dw, errors))
+    for j, w in enumerate(b.get("workload", [])):
+        ww = f"{bw}.workload[{j}]"
+        if _checked(w, _WORKLOAD_KEYS, ww, errors, ("name", "loads")):
+            wls.append(_build(lambda w=w: _workload(w), ww, errors))
+    trees = [
+        _build(lambda j=j, t=t: (parse_tree(t, f"{bw}.trees[{j}]"),), f"{bw}.trees[{j}]", errors)
+        for j, t in enumerate(b.get("trees") or ["chain"])
+    ]
+    if None in deps or None in wls or None in trees:
+        return None
+    pc_raw = b.get("prefix_caching", [False])
+    pc = tuple(pc_raw) if isinstance(pc_raw, list) else (pc_raw,)
+    return _build(
+        lambda: Block(
+            name=str(b.get("name", f"block{i}")),
+            deployments=tuple(deps),
+            workloads=tuple(wls),
+            trees=tuple(t[0] for t in trees),
+            prefix_caching=pc,
+        ),
+        bw,
+        errors,
+    )
 
 
 def spec_from_dict(raw: dict[str, Any], *, where: str = "grid") -> SweepSpec:
-    """Build a SweepSpec from the parsed TOML layout documented in experiments/*.toml.
-
-    Unknown keys are refused at every level and every value's type is checked (a bool is
-    not a number, a scalar is not a list); errors name the key's path, e.g.
-    ``grid.toml: block[0].deployment[1].gmu=0.9: must be a list of finite numbers``.
-    """
-    from capsim.treeshape import parse_tree
-
+    """Build a SweepSpec from the parsed TOML layout; every problem listed in one error."""
+    errors: list[str] = []
     for key in raw:
         if key not in ("sweep", "block"):
-            raise ValueError(f"{where}: {key}: unknown key (known: block, sweep)")
-    top = _checked(raw.get("sweep", {}), _SWEEP_KEYS, f"{where}: sweep")
+            errors.append(f"{where}: {key}: unknown key (known: block, sweep)")
+    top = raw.get("sweep", {})
+    top_ok = _checked(top, _SWEEP_KEYS, f"{where}: sweep", errors)
+    blocks: list[Block | None] = []
     if not _is_kind(raw.get("block"), "tables"):
-        raise ValueError(f"{where}: block: missing or not an array of [[block]] tables")
-    blocks = []
-    for i, b in enumerate(raw["block"]):
-        bw = f"{where}: block[{i}]"
-        _checked(b, _BLOCK_KEYS, bw, ("deployment", "workload"))
+        errors.append(f"{where}: block: missing or not an array of [[block]] tables")
+    else:
+        for i, b in enumerate(raw["block"]):
+            bw = f"{where}: block[{i}]"
+            if _checked(b, _BLOCK_KEYS, bw, errors, ("deployment", "workload")):
+                blocks.append(_block(b, i, bw, errors))
+            else:
+                blocks.append(None)
+    spec = None
+    if top_ok:
+        kwargs = dict(top)
+        if "commit_modes" in kwargs:
+            kwargs["commit_modes"] = tuple(kwargs["commit_modes"])
+        good = tuple(b for b in blocks if b is not None)
         try:
-            blocks.append(_block(b, i, bw, parse_tree))
+            spec = SweepSpec(blocks=good, **kwargs)
         except ValueError as exc:
-            raise ValueError(str(exc) if str(exc).startswith(where) else f"{bw}: {exc}") from None
-    kwargs = dict(top)
-    if "commit_modes" in kwargs:
-        kwargs["commit_modes"] = tuple(kwargs["commit_modes"])
-    try:
-        return SweepSpec(blocks=tuple(blocks), **kwargs)
-    except ValueError as exc:
-        raise ValueError(f"{where}: {exc}") from None
-
-
-def _block(b: dict[str, Any], i: int, bw: str, parse_tree: Any) -> Block:
-    deps = tuple(
-        Deployment(
-            model=d["model"],
-            gpu=d["gpu"],
-            tp=d.get("tp", 1),
-            gmu=tuple(d["gmu"]),
-            **{k: d[k] for k in POOL_KEYS if k in d},
-        )
-        for j, d in enumerate(b["deployment"])
-        if _checked(d, _DEPLOYMENT_KEYS, f"{bw}.deployment[{j}]", ("model", "gpu", "gmu"))
-    )
-    wls = tuple(
-        WorkloadLoads(
-            name=w["name"],
-            mode=w.get("mode", "concurrency"),
-            loads=tuple(w["loads"]),
-            burstiness=float(w.get("burstiness", 1.0)),
-            requests_per_concurrency=w.get("requests_per_concurrency"),
-            min_requests=w.get("min_requests"),
-            acceptance=tuple(w["acceptance"]) if "acceptance" in w else None,
-        )
-        for j, w in enumerate(b["workload"])
-        if _checked(w, _WORKLOAD_KEYS, f"{bw}.workload[{j}]", ("name", "loads"))
-    )
-    trees_raw = b.get("trees") or ["chain"]
-    trees = tuple(parse_tree(t, f"{bw}.trees[{j}]") for j, t in enumerate(trees_raw))
-    pc_raw = b.get("prefix_caching", [False])
-    pc = tuple(pc_raw) if isinstance(pc_raw, list) else (pc_raw,)
-    return Block(
-        name=str(b.get("name", f"block{i}")),
-        deployments=deps,
-        workloads=wls,
-        trees=trees,
-        prefix_caching=pc,
-    )
+            found = str(exc).split("; sweep.")
+            found = [found[0], *(f"sweep.{f}" for f in found[1:])]
+            if errors:  # empty only because its blocks had errors: not news
+                found = [f for f in found if "the grid is empty" not in f]
+            errors += [f"{where}: {f}" for f in found]
+    if errors:
+        if len(errors) == 1:
+            raise ValueError(errors[0])
+        body = "; ".join(e.removeprefix(f"{where}: ") for e in errors)
+        raise ValueError(f"{where}: {len(errors)} errors: {body}")
+    assert spec is not None
+    return spec
 
 
 def load_spec(path: Path | str) -> SweepSpec:
-    """Read a grid TOML file; errors name the file and the field."""
+    """Read a grid TOML file; errors name the file and every bad field."""
     p = Path(path)
     try:
         raw = tomllib.loads(p.read_text())

@@ -9,6 +9,10 @@ summary), so the simulated knee can be checked against the pool arithmetic.
 For arrival-rate workloads "offered concurrency" is undefined; their knee is the smallest
 swept rate at which the mode is memory-bound (no pool headroom, see ``matched.py``).
 A knee of NaN means: never reached within the swept loads.
+
+Rows are split by every setting that changes capacity (``SETTINGS``: prefix caching, the
+number of speculative tokens, the tree model and temperature, besides the deployment, the
+workload and the tree), so caching on and off are never merged into one row.
 """
 
 from __future__ import annotations
@@ -20,6 +24,13 @@ import pandas as pd
 from capsim.sweep.matched import BASELINE, is_memory_bound
 
 GROUP: tuple[str, ...] = ("model", "gpu", "tp", "gmu", "workload", "tree")
+SETTINGS: tuple[str, ...] = ("prefix_caching", "num_spec_tok", "tree_model", "temperature")
+"""Point settings that change a pool's capacity or its use; each value gets its own row."""
+
+
+def group_cols(points: pd.DataFrame) -> list[str]:
+    """GROUP, the settings present in ``points``, and the load mode."""
+    return [*GROUP, *(c for c in SETTINGS if c in points.columns), "load_mode"]
 
 
 def _knee_concurrency(rows: pd.DataFrame) -> float:
@@ -37,10 +48,11 @@ def _knee_rate(rows: pd.DataFrame) -> float:
 
 
 def knee_table(points: pd.DataFrame, *, treewy_mode: str = "reconstruct") -> pd.DataFrame:
-    """One row per (deployment, gmu, workload, tree): knees and analytical capacities."""
+    """One row per (deployment, gmu, workload, tree, setting): knees and analytical
+    capacities."""
+    keys = group_cols(points)
     cols = [
-        *GROUP,
-        "load_mode",
+        *keys,
         "max_load",
         "knee_storeall",
         "knee_treewy",
@@ -51,8 +63,8 @@ def knee_table(points: pd.DataFrame, *, treewy_mode: str = "reconstruct") -> pd.
     if points.empty:
         return pd.DataFrame(columns=cols)
     out = []
-    for key, g in points.groupby([*GROUP, "load_mode"], sort=True):
-        row = dict(zip([*GROUP, "load_mode"], key, strict=True))
+    for key, g in points.groupby(keys, sort=True, dropna=False):
+        row = dict(zip(keys, key, strict=True))
         sa = g[g["commit"] == BASELINE]
         tw = g[g["commit"] == treewy_mode]
         knee = _knee_concurrency if row["load_mode"] == "concurrency" else _knee_rate
@@ -79,6 +91,11 @@ def format_knee(df: pd.DataFrame) -> str:
     if df.empty:
         return "(no points)"
     show = df.copy()
+    same = [c for c in SETTINGS if c in show.columns and show[c].nunique(dropna=False) == 1]
+    header = ""
+    if same:
+        header = "every row: " + ", ".join(f"{c}={show[c].iloc[0]}" for c in same) + "\n"
+        show = show.drop(columns=same)
 
     def fmt(v: float) -> str:
         return "-" if pd.isna(v) else (f"{v:g}")
@@ -93,6 +110,8 @@ def format_knee(df: pd.DataFrame) -> str:
             "capacity_storeall": "cap SA",
             "capacity_treewy": "cap TW",
             "mem_bound_points": "mem-bound",
+            "prefix_caching": "caching",
+            "num_spec_tok": "k",
         }
     )
-    return show.to_string(index=False)
+    return header + show.to_string(index=False)

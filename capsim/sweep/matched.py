@@ -67,6 +67,7 @@ ID_COLS: tuple[str, ...] = (
     "load",
     "tree",
     "num_spec_tok",
+    "prefix_caching",
     "seed",
     "step_time_label",
 )

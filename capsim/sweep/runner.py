@@ -10,6 +10,7 @@ from __future__ import annotations
 import contextlib
 import math
 import os
+import textwrap
 import time
 import traceback
 import warnings
@@ -233,19 +234,71 @@ def _run_locked(  # type: ignore[no-untyped-def]
     )
 
 
+SUMMARY_KEYS: tuple[str, ...] = (
+    "model",
+    "gpu",
+    "tp",
+    "gmu",
+    "workload",
+    "load_mode",
+    "tree",
+    "prefix_caching",
+    "mode",
+)
+SUMMARY_RATIOS: dict[str, str] = {
+    "throughput_ratio": "thru",
+    "kv_reduction": "KV",
+    "admitted_ratio": "admit",
+    "tpot_ratio": "TPOT",
+    "ttft_p99_ratio": "p99TTFT",
+}
+SUMMARY_LEGEND = (
+    "geometric means over the row's loads, > 1 better for TreeWY: thru = output throughput "
+    "TW/SA, KV = peak pool SA/TW, admit = peak running TW/SA, TPOT = mean TPOT SA/TW, "
+    "p99TTFT = p99 TTFT SA/TW; p99@max = p99 TTFT SA/TW at the highest load"
+)
+
+
 def summary_table(matched: pd.DataFrame) -> pd.DataFrame:
-    """Per (model, gpu, gmu, tree, mode): matched count, memory-bound count, geomean ratios."""
+    """One row per (deployment, workload, load mode, tree, caching, TreeWY mode): matched
+    points, memory-bound points and the geometric-mean ratios (``SUMMARY_LEGEND``)."""
     from capsim.sweep.matched import geomean
 
     if matched.empty:
         return pd.DataFrame()
-    cols = ["throughput_ratio", "kv_reduction", "admitted_ratio", "tpot_ratio", "ttft_p99_ratio"]
+    keys = [c for c in SUMMARY_KEYS if c in matched.columns]
     out = []
-    for key, g in matched.groupby(["model", "gpu", "tp", "gmu", "tree", "mode"], sort=True):
-        row = dict(zip(["model", "gpu", "tp", "gmu", "tree", "mode"], key, strict=True))
+    for key, g in matched.groupby(keys, sort=True, dropna=False):
+        row = dict(zip(keys, key, strict=True))
         row["matched"] = len(g)
-        row["memory_bound"] = int(g["memory_bound"].sum())
-        for c in cols:
-            row[c] = geomean(g[c])
+        row["mem-bound"] = int(g["memory_bound"].sum())
+        for c, name in SUMMARY_RATIOS.items():
+            row[name] = geomean(g[c])
+        row["p99@max"] = geomean(g.loc[g["load"] == g["load"].max(), "ttft_p99_ratio"])
         out.append(row)
     return pd.DataFrame(out)
+
+
+def format_summary(table: pd.DataFrame) -> str:
+    """The summary as text: one block per deployment (model, GPU, TP, gmu), columns that
+    are the same in every row named once above the blocks."""
+    if table.empty:
+        return "(no matched points)"
+    dep = [c for c in ("model", "gpu", "tp", "gmu") if c in table.columns]
+    same = [
+        c
+        for c in ("load_mode", "tree", "prefix_caching", "mode")
+        if c in table.columns and table[c].nunique(dropna=False) == 1
+    ]
+    lines = textwrap.wrap(SUMMARY_LEGEND, 100)
+    if same:
+        lines.append("every row: " + ", ".join(f"{c}={table[c].iloc[0]}" for c in same))
+    show = table.drop(columns=same).rename(columns={"prefix_caching": "caching"})
+    if "load_mode" in show.columns:
+        show["load_mode"] = show["load_mode"].map({"concurrency": "conc"}).fillna(show["load_mode"])
+    for key, g in show.groupby(dep, sort=True):
+        model, gpu, tp, gmu = key
+        lines.append(f"\n{model} on {gpu} TP{tp}, gmu {gmu:g}:")
+        with pd.option_context("display.width", 200, "display.float_format", "{:.3f}".format):
+            lines.append(g.drop(columns=dep).to_string(index=False))
+    return "\n".join(lines)

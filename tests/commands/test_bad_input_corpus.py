@@ -187,7 +187,7 @@ def test_help_defaults_come_from_the_config() -> None:
     gmu = rules_for(version).default_gmu
     assert f"gpu_memory_utilization (default: the vLLM version's rule, {gmu} for {version})" in text
     res = run(["report", "--help"])
-    assert "Figures 1-4" in res.output
+    assert "Figures 1-5" in res.output
 
 
 def test_debug_shows_the_traceback_and_internal_errors_are_one_line(files, monkeypatch) -> None:

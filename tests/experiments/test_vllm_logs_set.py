@@ -50,6 +50,7 @@ COLUMNS = [
     "mamba_page_padding_pct",
     "num_gpu_blocks",
     "notes",
+    "role",
 ]
 INT_COLUMNS = [
     "tp",
@@ -124,6 +125,12 @@ def test_schema_ids_and_numbers() -> None:
             assert "method" in json.loads(r["speculative_config"]), r["id"]
         if r["limit_mm_per_prompt"]:
             json.loads(r["limit_mm_per_prompt"])
+
+
+def test_roles_say_fit_or_prediction() -> None:
+    # a row that decided a rule or fitted a constant says so; every other row only predicts
+    for r in _rows():
+        assert r["role"] == "prediction" or r["role"].startswith("fit: "), r["id"]
 
 
 def test_set_covers_gdn_hybrids() -> None:

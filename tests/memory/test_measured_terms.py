@@ -8,7 +8,8 @@ from capsim.config import EngineConfig, SpecDecodeConfig
 from capsim.gpus import get_gpu
 from capsim.memory.measured_terms import COLUMNS, load_memory_terms
 from capsim.memory.memory_plan import plan_memory
-from capsim.memory.term_lookup import lookup_from_table
+from capsim.memory.term_lookup import lookup_from_table, measured_term
+from capsim.memory.terms import Source
 from capsim.models import get_model
 
 GIB = 1 << 30
@@ -35,19 +36,20 @@ def test_measured_sampler_is_used_and_labelled(tmp_path: Path) -> None:
         ],
     )
     lookup = lookup_from_table(load_memory_terms(path))
-    model, gpu, spec = get_model(m), get_gpu("B200"), SpecDecodeConfig()
+    # k=0: without drafts there is no rejection-sampler dummy run, the sampler is the peak
+    model, gpu, spec = get_model(m), get_gpu("B200"), SpecDecodeConfig(num_spec_tok=0)
     engine = EngineConfig(gmu=0.9, limit_mm_per_prompt=0)
     plan = plan_memory(model, gpu, engine, spec, lookup=lookup)
     # max_num_seqs 1024 lies between the measured 512 and 2048: linear, 4 GiB
     assert plan.activation_parts_bytes["sampler"] == 4 * GIB
     assert plan.activation_parts_bytes["forward.moe"] == GIB // 2  # 16384 tokens
-    assert plan.term_sources["activation_peak"].startswith("measured (H200): sampler")
-    assert "moe" in plan.term_sources["activation_peak"]
+    assert plan.terms["activation_peak"].source is Source.MEASURED
+    assert "sampler_dummy_run" in plan.terms["activation_peak"].detail
     # another tp is not measured: modelled
     other = plan_memory(
         get_model("qwen3.5-397b-a17b"), gpu, EngineConfig(tp=8, gmu=0.9), spec, lookup=lookup
     )
-    assert other.term_sources["activation_peak"] == "modelled"
+    assert other.terms["activation_peak"].source is Source.MODELLED
 
 
 def test_log_terms_are_labelled_from_log() -> None:
@@ -61,8 +63,8 @@ def test_log_terms_are_labelled_from_log() -> None:
         lookup=lambda *a: None,
     )
     assert plan.activation_peak_bytes == 5 * GIB
-    assert plan.term_sources["activation_peak"] == "from log"
-    assert plan.term_sources["non_torch"] == "from log"
+    assert plan.terms["activation_peak"].source is Source.FROM_LOG
+    assert plan.terms["non_torch"].source is Source.FROM_LOG
 
 
 def test_text_only_drops_the_vision_tower_and_encoder_profile() -> None:
@@ -81,11 +83,14 @@ def test_committed_h200_table_labels_the_default_plan() -> None:
     """With capsim/calibration/data/h200_memory_terms.csv (kernels/MEMORY_TERMS.md), the
     35B TP1 plan at 1024 rows takes the measured sampler and MoE workspace."""
     plan = plan_memory(
-        get_model("qwen3.5-35b-a3b"), get_gpu("H200"), EngineConfig(gmu=0.9), SpecDecodeConfig()
+        get_model("qwen3.5-35b-a3b"),
+        get_gpu("H200"),
+        EngineConfig(gmu=0.9),
+        SpecDecodeConfig(num_spec_tok=0),
+        lookup=measured_term,
     )
-    assert plan.term_sources["activation_peak"].startswith("measured (H200): sampler")
+    assert plan.terms["activation_peak"].source is Source.MEASURED
     table = load_memory_terms()
     assert plan.activation_parts_bytes["sampler"] == round(
         table.bytes_at("sampler_dummy_run", "qwen3.5-35b-a3b", 1, 1024)
     )
-    assert plan.term_sources["cudagraph"].startswith("measured (H200)")  # 512 captured

@@ -11,6 +11,7 @@ from capsim.commands.main import main
 from capsim.config import EngineConfig, SpecDecodeConfig
 from capsim.gpus import get_gpu
 from capsim.memory.memory_plan import plan_memory
+from capsim.memory.terms import Source
 from capsim.models import get_model
 from capsim.units import GiB
 
@@ -22,7 +23,7 @@ def test_kv_cache_memory_replaces_the_budget_and_ignores_gmu() -> None:
     b = plan_memory(model, gpu, EngineConfig(gmu=0.9, kv_cache_memory_bytes=pinned), spec)
     assert a.kv_budget_bytes == b.kv_budget_bytes == pinned
     assert a.num_blocks == b.num_blocks == pinned // a.bytes_per_block
-    assert a.kv_cache_memory_pinned and a.term_sources["kv_cache_memory"] == "pinned"
+    assert a.kv_cache_memory_pinned and a.terms["kv_cache_memory"].source is Source.PINNED
 
 
 def test_num_gpu_blocks_override_fixes_the_block_count() -> None:
@@ -38,7 +39,13 @@ def test_bad_pin_values_are_refused_naming_the_field() -> None:
 
 def test_memory_cli_pins() -> None:
     r = CliRunner()
-    out = r.invoke(main, ["memory", "--kv-cache-memory", str(20 * GiB), "--json"])
+    # 20 GiB hold fewer blocks than the default 1024 sequences: vLLM would refuse
+    # ("max_num_seqs (1024) exceeds available Mamba cache blocks"), so give 256
+    refused = r.invoke(main, ["memory", "--kv-cache-memory", str(20 * GiB)])
+    assert refused.exit_code != 0 and "exceeds available Mamba cache blocks" in refused.output
+    out = r.invoke(
+        main, ["memory", "--kv-cache-memory", str(20 * GiB), "--max-num-seqs", "256", "--json"]
+    )
     assert out.exit_code == 0, out.output
     d = json.loads(out.output)
     assert d["kv_budget_bytes"] == 20 * GiB and d["kv_cache_memory_pinned"] is True

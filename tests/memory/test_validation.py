@@ -9,7 +9,7 @@ from pathlib import Path
 from click.testing import CliRunner
 
 from capsim.commands.main import main
-from capsim.memory.log_validate import ROLES, validate_dir
+from capsim.memory.log_validate import validate_dir
 from capsim.models import model_from_hf_config
 
 LOGS = Path(__file__).resolve().parents[2] / "experiments" / "vllm_logs"
@@ -24,7 +24,9 @@ def test_every_row_gets_a_result_and_every_miss_a_why(tmp_path: Path) -> None:
         kv = r.err("available_kv")
         if r.comparison is None or (kv is not None and abs(kv) > 0.10):
             assert r.why, r.row_id
-    assert {r.row_id for r in results if r.role != "prediction"} <= set(ROLES)
+    with (LOGS / "startups.csv").open() as fh:
+        fits = {r["id"] for r in csv.DictReader(fh) if r["role"].startswith("fit: ")}
+    assert {r.row_id for r in results if r.role != "prediction"} == fits
     out = tmp_path / "v.csv"
     res = CliRunner().invoke(main, ["memory", "--validate", str(LOGS), "--validate-out", str(out)])
     assert res.exit_code == 0, res.output
@@ -46,3 +48,18 @@ def test_hf_config_vision_and_quantization() -> None:
     assert fp8.quantization == "fp8"
     ct = model_from_hf_config(LOGS / "models" / "llama-3.3-70b-instruct-fp8-dynamic.json")
     assert ct.quantization == "fp8" and ct.vision is None
+
+
+def test_h200_startups_validate_with_their_refusal() -> None:
+    """The real vLLM 0.26.0 H200 start-ups (issue 21's engine runs, one fit row, two
+    predictions): block size exact, and vLLM's Mamba-blocks refusal reproduced."""
+    h200 = LOGS.parents[1] / "experiments" / "memory_plan" / "h200"
+    results = {r.row_id: r for r in validate_dir(h200)}
+    assert results["h200-35b-g090-k3"].role.startswith("fit: ")
+    for rid in ("h200-35b-g090-k3", "h200-35b-g060-k3-mns256"):
+        rows = {t.term: t for t in results[rid].comparison.rows}
+        assert rows["attention block size (tok)"].status == "same", rid
+    refused = results["h200-35b-g060-k3-refused"]
+    assert "exceeds available Mamba cache blocks" in refused.why
+    for r in results.values():
+        assert abs(r.err("available_kv")) < 0.05, r.row_id

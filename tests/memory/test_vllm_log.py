@@ -114,14 +114,28 @@ def test_from_log_unknown_model_asks_for_one(tmp_path: Path) -> None:
 def test_capture_sizes_match_the_logged_graph_counts() -> None:
     """'Profiling CUDA graph memory: PIECEWISE=5 (largest=16)' (club-3090 #104: max_num_seqs
     2, MTP k=3) and 'PIECEWISE=51 (largest=512), FULL=35 (largest=256)' (LMCache #3430:
-    max_num_seqs 256, no drafts, A5000 tier) against capsim's graph_descs."""
-    from capsim.memory.memory_plan import graph_descs
+    max_num_seqs 256, no drafts, A5000 tier) against capsim's capture_descs."""
+    from capsim.memory.cudagraph import capture_descs
 
     log = read_vllm_log(EXCERPTS / "qwen36-27b-ar4-2x3090-c3090i104.log")
     assert (log.cudagraph_piecewise, log.cudagraph_largest) == (5, 16)
-    sizes, _ = graph_descs(2, 4, 512, 8192)
-    assert (len(sizes), max(sizes)) == (5, 16)
+    assert log.full_graphs is False  # PIECEWISE only: the FlashInfer fallback
+    d = capture_descs(
+        vllm_version="0.24",
+        max_num_seqs=2,
+        num_spec_tok=3,
+        max_num_batched_tokens=8192,
+        full_graphs=False,
+    )
+    assert (len(d.piecewise_tok), d.largest_tok) == (5, 16)
     log = read_vllm_log(EXCERPTS / "qwen3-8b-a5000-lmcache3430.log")
     assert (log.cudagraph_piecewise, log.cudagraph_full, log.cudagraph_largest) == (51, 35, 512)
-    sizes, full = graph_descs(256, 1, 512, 2048)
-    assert (len(sizes), len(full), max(sizes), max(full)) == (51, 35, 512, 256)
+    d = capture_descs(
+        vllm_version="0.21", max_num_seqs=256, num_spec_tok=0, max_num_batched_tokens=2048
+    )
+    assert (len(d.piecewise_tok), len(d.full_tok), d.largest_tok, d.full_tok[0]) == (
+        51,
+        35,
+        512,
+        256,
+    )

@@ -51,3 +51,34 @@ def results_dir(tmp_path_factory) -> Path:
     out = tmp_path_factory.mktemp("sweep")
     run_sweep(spec, out, executor=SerialExecutor(), point_fn=fake_simulate, progress=False)
     return out
+
+
+@pytest.fixture(scope="session")
+def report_html(results_dir, tmp_path_factory) -> Path:
+    """The stand-in sweep's report, built once."""
+    from capsim.reports.build import build_report
+
+    return build_report(results_dir, tmp_path_factory.mktemp("report"))
+
+
+CUSTOM_GRID = Path(__file__).resolve().parent / "data" / "custom_grid.toml"
+
+
+@pytest.fixture(scope="session")
+def custom_dir(tmp_path_factory) -> Path:
+    """Issue 22's acceptance grid (rate + concurrency workloads, caching on/off, two GPUs,
+    a tree) run through the real simulator, 48 requests per point."""
+    from capsim.sweep.grid_toml import load_spec
+
+    out = tmp_path_factory.mktemp("custom")
+    run_sweep(
+        load_spec(CUSTOM_GRID), out, executor=SerialExecutor(), keep_steps=False, progress=False
+    )
+    return out
+
+
+@pytest.fixture(scope="session")
+def custom_html(custom_dir) -> Path:
+    from capsim.reports.build import build_report
+
+    return build_report(custom_dir)

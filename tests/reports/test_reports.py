@@ -1,26 +1,19 @@
-"""Figures, Table 1, the HTML page, and a headless-Chromium screenshot of it."""
+"""Figures, Table 1 and the HTML page on a small stand-in sweep (tests/reports/conftest.py)."""
 
 from __future__ import annotations
 
 import base64
 import re
-import shutil
-import subprocess
 
 import numpy as np
 import pandas as pd
 import pytest
 from matplotlib.figure import Figure
 
-from capsim.reports.build import build_report
-from capsim.reports.figures import (
-    MODE_COLOUR,
-    figure1_pool_usage,
-    figure2_ttft,
-    figure3_matched,
-    figure4_trees,
-    table1,
-)
+from capsim.reports.build import build_report, draw_all, file_names
+from capsim.reports.figures import figure1_pool_usage, figure2_ttft, figure3_matched, table1
+from capsim.reports.style import MAX_PANELS, MODE_COLOUR, layout_problems, uncovered
+from capsim.reports.tree_figure import figure4_trees
 from capsim.sweep.matched import geomean
 
 
@@ -32,37 +25,57 @@ def _matched(results_dir):
     return pd.read_parquet(results_dir / "matched.parquet")
 
 
-def test_figure1_panels_labels_ceiling(results_dir):
-    fig = figure1_pool_usage(_points(results_dir))
-    assert isinstance(fig, Figure)
-    axes = [ax for ax in fig.axes if ax.get_visible()]
-    assert len(axes) == 3  # (35B, 0.6), (35B, 0.9), (397B, 0.75)
-    for ax in axes:
-        assert "GiB" in ax.get_ylabel() and "concurrency" in ax.get_xlabel()
-        labels = [t.get_text() for t in ax.get_legend().get_texts()]
+def _visible(fig: Figure):
+    return [ax for ax in fig.axes if ax.get_visible() and ax.axison]
+
+
+def test_figure1_one_panel_per_deployment_and_load_mode(results_dir):
+    drawn = figure1_pool_usage(_points(results_dir))
+    # (35B, 0.6), (35B, 0.9), (397B, 0.75), once for concurrency and once for rate
+    assert [len(_visible(d.fig)) for d in drawn] == [3, 3]
+    xlabels = [{ax.get_xlabel() for ax in _visible(d.fig)} for d in drawn]
+    assert xlabels == [{"offered concurrency (requests)"}, {"request rate (req/s)"}]
+    tops = {ax.get_ylim() for d in drawn for ax in _visible(d.fig)}
+    assert len(tops) == 1  # one y scale for every panel of every image
+    for d in drawn:
+        (legend,) = d.fig.legends
+        labels = [t.get_text() for t in legend.get_texts()]
         assert any("store-all" in t for t in labels) and any("TreeWY" in t for t in labels)
-        assert any("pool ceiling" in t for t in labels)
-        colours = {line.get_color() for line in ax.get_lines()}
-        assert MODE_COLOUR["storeall"] in colours and MODE_COLOUR["reconstruct"] in colours
-        # no curve above the ceiling
-        ceiling = ax.get_lines()[-1].get_ydata()[0]
-        for line in ax.get_lines()[:-1]:
-            assert np.max(line.get_ydata()) <= ceiling + 1e-9
+        assert "pool ceiling" in labels
+        for ax in _visible(d.fig):
+            assert "GiB" in ax.get_ylabel() or ax.get_ylabel() == ""
+            colours = {line.get_color() for line in ax.get_lines()}
+            assert MODE_COLOUR["storeall"] in colours and MODE_COLOUR["reconstruct"] in colours
+            ceiling = ax.get_lines()[-1].get_ydata()[0]
+            for line in ax.get_lines()[:-1]:
+                assert np.max(line.get_ydata()) <= ceiling + 1e-9
 
 
-def test_figure2_log_scale_and_ratio(results_dir):
-    fig = figure2_ttft(_points(results_dir))
-    axes = fig.axes
-    assert len(axes) == 3 * 2  # 3 (model, gmu) rows x 2 fixed-concurrency workloads
-    for ax in axes:
-        assert ax.get_yscale() == "log"
-        assert any("SA/TW" in t.get_text() for t in ax.texts)
+def test_figure2_one_image_per_deployment_rate_workloads_included(results_dir):
+    drawn = figure2_ttft(_points(results_dir))
+    assert len(drawn) == 3  # one per (model, gmu)
+    ylims = set()
+    for d in drawn:
+        axes = _visible(d.fig)
+        titles = [ax.get_title() for ax in axes]
+        # the two closed-loop workloads and the open-loop one, each in its own panel
+        assert [t.split("\n")[0] for t in titles] == [
+            "sharegpt",
+            "spec-bench",
+            "burstgpt-standin (open loop)",
+        ]
+        assert all("p99 SA/TW at" in t for t in titles)
+        assert all(ax.get_yscale() == "log" for ax in axes)
+        ylims |= {ax.get_ylim() for ax in axes}
+        assert len(axes) <= MAX_PANELS
+    assert len(ylims) == 1  # every panel of every image on one scale
 
 
 def test_figure3_and_table1(results_dir):
     matched = _matched(results_dir)
-    fig = figure3_matched(matched)
-    assert len(fig.axes) == 5
+    (d,) = figure3_matched(matched, _points(results_dir))
+    axes = _visible(d.fig)
+    assert len(axes) == 5 and len({ax.get_ylim() for ax in axes}) == 1
     t = table1(matched)
     # tightest gmu per model: 0.6 for the 35B, 0.75 for the 397B
     assert set(zip(t["model"], t["gmu"], strict=True)) == {
@@ -80,76 +93,81 @@ def test_figure3_and_table1(results_dir):
     assert row["p99 TTFT (SA/TW)"] == pytest.approx(geomean(m["ttft_p99_ratio"]))
 
 
-def test_figure4_tree_study(results_dir):
+def test_figure4_tree_study_compact_legend(results_dir):
     points = _points(results_dir)
-    fig = figure4_trees(points)
-    assert len(fig.axes) == 4
-    labels = [t.get_text() for t in fig.axes[0].get_legend().get_texts()]
-    for shape in ("1x1x1", "2x2x2"):
-        assert any(label.startswith(shape) for label in labels), labels
-    assert "offered concurrency" in labels
-    assert all(ax.get_xlabel() == "offered concurrency (requests)" for ax in fig.axes)
-    # chain-only results have no tree study: an explicit empty figure, not an error
-    empty = figure4_trees(points[points["tree"] == "chain"])
-    assert "no data" in empty.texts[0].get_text()
+    (d,) = figure4_trees(points)
+    assert len(_visible(d.fig)) == 4
+    labels = [t.get_text() for t in d.fig.legends[0].get_texts()]
+    # each shape once and each mode once, not shape x mode
+    assert labels == [
+        "tree 1x1x1",
+        "tree 2x2x2",
+        "TreeWY (reconstruct)",
+        "store-all (vLLM)",
+        "offered concurrency",
+    ]
+    admitted = _visible(d.fig)[0]
+    offered = [ln for ln in admitted.get_lines() if ln.get_color() == "black"]
+    assert offered and offered[0].get_zorder() > max(
+        ln.get_zorder() for ln in admitted.get_lines() if ln is not offered[0]
+    )
+    # chain-only results have no tree study: no image at all, not a "no data" box
+    assert figure4_trees(points[points["tree"] == "chain"]) == []
 
 
-def test_html_is_self_contained(results_dir, tmp_path):
-    html_path = build_report(results_dir, tmp_path / "rep")
-    text = html_path.read_text()
-    names = ("figure1_pool_usage", "figure2_ttft", "figure3_matched", "figure4_trees")
+def test_every_figure_lays_out_and_every_point_is_drawn(results_dir):
+    points, matched = _points(results_dir), _matched(results_dir)
+    drawn = draw_all(points, matched)
+    for d in drawn:
+        assert layout_problems(d.fig) == [], d.title
+        assert len(_visible(d.fig)) <= MAX_PANELS
+    assert uncovered(points, drawn).empty
+
+
+def test_one_panel_figure_keeps_its_title(results_dir):
+    points = _points(results_dir)
+    one = points[
+        (points["gmu"] == 0.6) & (points["workload"] == "sharegpt") & (points["tree"] == "chain")
+    ]
+    (fig1,) = figure1_pool_usage(one)
+    assert len(_visible(fig1.fig)) == 1
+    assert layout_problems(fig1.fig) == []  # the title wraps instead of running off the edge
+    assert "Figure 1" in fig1.fig.get_suptitle()
+
+
+def test_layout_check_catches_cut_text_and_legends_on_data():
+    fig = Figure(figsize=(3, 2), layout="constrained")
+    ax = fig.add_subplot()
+    ax.plot([1, 2], [1, 2], label="a line")
+    ax.legend()
+    fig.text(0.9, 0.5, "a note that runs off the right edge of the figure")
+    found = layout_problems(fig)
+    assert any("legend inside axes" in p for p in found)
+    assert any("outside the figure" in p for p in found)
+    empty = Figure(figsize=(3, 2))
+    empty.add_subplot()
+    assert any("without data" in p for p in layout_problems(empty))
+
+
+def test_html_is_self_contained_and_responsive(results_dir, report_html):
+    points, matched = _points(results_dir), _matched(results_dir)
+    text = report_html.read_text()
+    names = file_names(draw_all(points, matched))
+    assert "figure2_ttft_3.png" in names and "figure4_trees.png" in names
     for name in names:
-        assert (tmp_path / "rep" / f"{name}.png").exists()
+        assert (report_html.parent / name).exists()
     images = re.findall(r"src='data:image/png;base64,([A-Za-z0-9+/=]+)'", text)
     assert len(images) == len(names)
     assert all(base64.b64decode(b)[:8] == b"\x89PNG\r\n\x1a\n" for b in images)
-    # nothing is fetched: no other src/href
-    assert not re.search(r"(src|href)=['\"](?!data:)", text)
+    # nothing is fetched: no src/href but inline data and links within the page
+    assert not re.search(r"(src|href)=['\"](?!data:|#)", text)
+    assert "name='viewport'" in text and "@media print" in text and "class='scroll'" in text
+    assert f"Every one of the {len(points)} points is drawn in a figure." in text
     assert "Table 1" in text and "Knee" in text
-    assert (tmp_path / "rep" / "table1.csv").exists()
+    assert "not drawn: the grid has no points with prefix caching on" in text
+    assert (report_html.parent / "table1.csv").exists()
 
 
 def test_report_rejects_non_sweep_dir(tmp_path):
     with pytest.raises(ValueError, match="not a sweep results directory"):
         build_report(tmp_path)
-
-
-CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
-
-
-@pytest.mark.skipif(
-    CHROMIUM is None,
-    reason="headless Chromium not installed (CI: apt-get install -y chromium)",
-)
-def test_html_renders_in_headless_chromium(results_dir, tmp_path):
-    html_path = build_report(results_dir, tmp_path / "rep")
-    shot = tmp_path / "shot.png"
-    cmd = [
-        CHROMIUM,
-        "--headless",
-        "--no-sandbox",
-        "--disable-gpu",
-        "--disable-quic",
-        "--no-first-run",
-        "--disable-background-networking",
-        "--disable-component-update",
-        "--disable-sync",
-        f"--user-data-dir={tmp_path / 'profile'}",
-        "--hide-scrollbars",
-        "--window-size=1400,2000",
-        f"--screenshot={shot}",
-        html_path.as_uri(),
-    ]
-    subprocess.run(cmd, check=True, capture_output=True, timeout=120)
-    from matplotlib.image import imread
-
-    img = imread(shot)
-    assert img.shape[0] == 2000 and img.shape[1] == 1400
-    rgb = img[..., :3]
-    # The page drew something: a good share of non-white pixels, and both mode colours of
-    # Figure 1 (store-all red, TreeWY blue) appear in the screenshot.
-    assert (rgb.min(axis=2) < 0.9).mean() > 0.05
-    for hex_colour in (MODE_COLOUR["storeall"], MODE_COLOUR["reconstruct"]):
-        target = np.array([int(hex_colour[i : i + 2], 16) / 255 for i in (1, 3, 5)])
-        close = (np.abs(rgb - target).max(axis=2) < 0.08).sum()
-        assert close > 200, hex_colour

@@ -44,7 +44,8 @@ def test_sweep_knee_report(fake_sim, grid, tmp_path):
     res = CliRunner().invoke(sweep_cmd, args)
     assert res.exit_code == 0, res.output
     assert "8 points (8 simulated, 0 reused)" in res.output
-    assert "throughput_ratio" in res.output  # the summary table
+    # the summary: one block per deployment, one row per workload and mode, ratio columns
+    assert " on B200 TP1, gmu " in res.output and "p99TTFT" in res.output
     again = CliRunner().invoke(sweep_cmd, args)
     assert "8 points (0 simulated, 8 reused)" in again.output
     changed = CliRunner().invoke(sweep_cmd, [*args, "--num-requests", "31"])

@@ -1,0 +1,151 @@
+"""``capsim engine``: record a real vLLM engine (start-ups, `vllm bench serve` runs) and
+compare capsim with it. Library code: capsim/live/engine_runner.py (stdlib only, runs
+where vLLM runs), engine_record.py, engine_oos.py; docs/engine.md says how.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import click
+
+from capsim.commands.options import options
+
+
+def _ints(text: str, name: str) -> list[int]:
+    try:
+        vals = [int(x) for x in text.split(",") if x.strip()]
+    except ValueError:
+        raise click.BadParameter(f"{text!r}: comma-separated integers", param_hint=name) from None
+    if not vals or min(vals) < 1:
+        raise click.BadParameter(f"{text!r}: integers >= 1", param_hint=name)
+    return vals
+
+
+@click.group("engine")
+def engine() -> None:
+    """Record a real vLLM server and compare capsim with it (docs/engine.md)."""
+
+
+@engine.command("jobs")
+@options("engine.jobs.gmu")
+@options("engine.jobs.num_speculative_tokens")
+@options("engine.jobs.max_num_seqs")
+@options("engine.jobs.max_concurrency")
+@options("engine.jobs.input_len")
+@options("engine.jobs.output_len")
+@options("engine.jobs.waves")
+@options("engine.jobs.dummy_weights")
+@options("engine.jobs.out")
+def jobs_cmd(
+    gpu_memory_utilization: float,
+    num_speculative_tokens: int,
+    max_num_seqs: int | None,
+    concurrency: str,
+    input_len: int,
+    output_len: int,
+    waves: int,
+    dummy_weights: bool,
+    out: Path,
+) -> None:
+    """Write a job list: one full start-up, then one bench per concurrency."""
+    server = {
+        "gpu_memory_utilization": gpu_memory_utilization,
+        "num_speculative_tokens": num_speculative_tokens,
+        "max_num_seqs": max_num_seqs,
+        "extra_args": ["--load-format", "dummy"] if dummy_weights else [],
+    }
+    tag = f"g{round(gpu_memory_utilization * 100):03d}_k{num_speculative_tokens}"
+    jobs = [{"name": f"s_{tag}", "kind": "startup", "mode": "full", "est_s": 900, "server": server}]
+    for c in _ints(concurrency, "--max-concurrency"):
+        jobs.append(
+            {
+                "name": f"{tag}_rand_c{c}",
+                "kind": "bench",
+                "est_s": 600,
+                "bench": {
+                    "num_prompts": waves * c,
+                    "max_concurrency": c,
+                    "input_len": input_len,
+                    "output_len": output_len,
+                    "warmup_prompts": c,
+                },
+            }
+        )
+    out.write_text(json.dumps({"jobs": jobs}, indent=1) + "\n")
+    click.echo(f"wrote {out} ({len(jobs)} jobs)")
+
+
+@engine.command("run")
+@options("engine.run.jobs")
+@options("engine.run.model")
+@options("engine.run.out")
+@options("engine.run.deadline_s")
+@options("engine.run.payload_flags")
+def run_cmd(jobs_file: str, model: str, out: str, deadline_s: float, payload_flags: bool) -> None:
+    """Run a job list against `vllm serve` on this machine's GPU (vLLM must be installed)."""
+    from capsim.live import engine_runner
+
+    argv = [
+        "--jobs",
+        jobs_file,
+        "--model",
+        model,
+        "--out",
+        out,
+        "--deadline-s",
+        str(deadline_s),
+        "--pack",
+        str(Path(out) / "engine_results.tar.xz"),
+    ]
+    if not payload_flags:
+        argv.append("--no-payload-flags")
+    rc = engine_runner.main(argv)
+    if rc:
+        raise SystemExit(rc)
+
+
+@engine.command("record")
+@click.argument("results", type=click.Path(exists=True, file_okay=False, path_type=Path))
+@options("engine.record.dest")
+def record_cmd(results: Path, dest: Path) -> None:
+    """Compact a results folder into DEST/runs/, DEST/startups/ and DEST/startups.csv."""
+    import pandas as pd
+
+    from capsim.live.engine_record import record
+
+    rows = record(results, dest)
+    csv = dest / "startups.csv"
+    if rows:
+        new = pd.DataFrame(rows)
+        if csv.exists():
+            old = pd.read_csv(csv)
+            new = pd.concat([old[~old["job"].isin(new["job"])], new], ignore_index=True)
+        tmp = csv.with_name(csv.name + ".tmp")
+        new.to_csv(tmp, index=False)
+        tmp.replace(csv)
+    click.echo(f"recorded {results} -> {dest} ({len(rows)} start-up(s))")
+
+
+@engine.command("compare")
+@options("engine.compare.dest")
+def compare_cmd(dest: Path) -> None:
+    """capsim vs the recorded runs (the out-of-sample table) as Markdown."""
+    from capsim.live.engine_oos import table
+
+    df, delta = table(dest / "runs", dest / "startups.csv")
+    click.echo(f"engine overhead delta = {1e3 * delta:.3f} ms/step")
+    click.echo(
+        df.to_markdown(index=False, floatfmt=".4g")
+        if _has_tabulate()
+        else df.to_string(index=False)
+    )
+
+
+def _has_tabulate() -> bool:
+    try:
+        import tabulate  # noqa: F401
+    except ImportError:
+        return False
+    return True

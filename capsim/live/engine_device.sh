@@ -1,0 +1,53 @@
+#!/usr/bin/env bash
+# Run a job list against a real vLLM 0.26.0 on the lent H200 (one device call).
+#
+#   bash .devstage/engine/engine_device.sh JOBS.json DEADLINE_S
+#
+# The folder this script lies in (.devstage/engine/, carried with the call) holds the
+# payload built by scripts/engine_payload.py (site.tar.xz, model.tar.xz, MANIFEST.json),
+# engine_runner.py and the job lists. The payload is unpacked to /tmp/capsim_engine once
+# per machine (skipped when the sha256 of the carried file matches what was unpacked:
+# the machine keeps /tmp between back-to-back calls); compile caches live under
+# /tmp/capsim_cache so a second start-up on the same machine is warm.
+# Results: $OUT/engine_results.tar.xz (re-packed after every job) and $OUT/device.log.
+set -u
+HERE=$(cd "$(dirname "$0")" && pwd)
+JOBS=${1:?job list}
+DEADLINE_S=${2:?deadline seconds}
+T0=$(date +%s)
+ROOT=${CAPSIM_ENGINE_ROOT:-/tmp/capsim_engine}
+CACHE=${CAPSIM_ENGINE_CACHE:-/tmp/capsim_cache}
+mkdir -p "$ROOT" "$CACHE" "${OUT:?OUT unset}"
+exec > >(tee -a "$OUT/device.log") 2>&1
+echo "engine_device: $(date -u +%FT%TZ) boot_id $(cat /proc/sys/kernel/random/boot_id)"
+nvidia-smi --query-gpu=name,memory.total,memory.used,driver_version --format=csv,noheader || true
+for part in site model; do
+    have=$(sha256sum "$HERE/$part.tar.xz" | cut -d' ' -f1)
+    want=$(python3 -c "import json,sys;print(json.load(open(sys.argv[1]))['files'][sys.argv[2]]['sha256'])" \
+        "$HERE/MANIFEST.json" "$part.tar.xz")
+    if [ "$have" != "$want" ]; then
+        echo "engine_device: $part.tar.xz sha256 $have != manifest $want"; exit 3
+    fi
+    if [ "$(cat "$ROOT/$part.sha256" 2>/dev/null)" = "$want" ]; then
+        echo "engine_device: $part already unpacked (sha256 matches)"; continue
+    fi
+    rm -rf "${ROOT:?}/$part" && mkdir -p "$ROOT/$part"
+    xz -d -T0 -c "$HERE/$part.tar.xz" | tar -x -C "$ROOT/$part" || { echo "unpack $part failed"; exit 3; }
+    echo "$want" > "$ROOT/$part.sha256"
+    echo "engine_device: unpacked $part in $(( $(date +%s) - T0 )) s"
+done
+export PYTHONPATH="$ROOT/site" HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1 VLLM_NO_USAGE_STATS=1 \
+    DO_NOT_TRACK=1 VLLM_USE_FLASHINFER_SAMPLER=0 VLLM_SERVER_DEV_MODE=1 PYTHONUNBUFFERED=1 \
+    TRITON_CACHE_DIR="$CACHE/triton" VLLM_CACHE_ROOT="$CACHE/vllm" \
+    TORCHINDUCTOR_CACHE_DIR="$CACHE/inductor" HF_HOME="$CACHE/hf" \
+    NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
+python3 -c "import sys, torch, vllm; print('engine_device: python', sys.version.split()[0], 'torch', torch.__version__, 'vllm', vllm.__version__)" \
+    || { echo "engine_device: import vllm failed"; exit 4; }
+RUN="$ROOT/run_$(basename "$JOBS" .json)_$T0"
+LEFT=$(( DEADLINE_S - ( $(date +%s) - T0 ) ))
+echo "engine_device: runner deadline ${LEFT} s"
+python3 -u "$HERE/engine_runner.py" --jobs "$HERE/$JOBS" --model "$ROOT/model" --out "$RUN" \
+    --deadline-s "$LEFT" --pack "$OUT/engine_results.tar.xz"
+rc=$?
+echo "engine_device: done in $(( $(date +%s) - T0 )) s rc=$rc"
+exit $rc

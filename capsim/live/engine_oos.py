@@ -1,0 +1,236 @@
+"""Real vLLM runs (experiments/engine/runs/) against capsim: the out-of-sample table.
+
+Each committed run dir holds what `capsim.live.engine_runner` wrote on the GPU, made
+compact by `capsim.live.engine_record`: ``job.json`` (the bench spec), ``server.json``
+(the `vllm serve` settings), ``bench_summary.json`` (vllm bench serve's scalar results),
+``requests.csv`` (per request: input_len, output_len, ttft_s, e2el_s), ``metrics.csv``
+(/metrics every 0.5 s) and ``counters_delta.json``.
+
+capsim runs the same configuration (`capsim simulate -m qwen3.5-35b-a3b -g h200
+--vllm-version 0.26 --gmu G -k K --max-num-seqs N ...`: the same library call) on the same
+request lengths and load. Two predictions (experiments/engine/PLAN.md, decided before
+any run): capsim as shipped, and capsim + delta, where delta is one constant per-step
+engine overhead fitted on the single fit run (FIT_RUNS) and nothing else.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from capsim.config import EngineConfig, LoadConfig, SimConfig, SpecDecodeConfig
+from capsim.cost.base import BatchShape, StepTimeModel
+from capsim.traces.table import RequestTable
+
+FIT_RUNS: tuple[str, ...] = ("g090_k3_rand_c1",)  # PLAN.md: the only run that fits anything
+METRICS: tuple[str, ...] = (
+    "throughput_tok_per_s",
+    "ttft_mean_ms",
+    "ttft_p99_ms",
+    "tpot_mean_ms",
+    "tpot_p99_ms",
+    "peak_running",
+    "preemptions",
+)
+# issue 21's thresholds: relative error, and an absolute floor (same unit) where one applies
+THRESHOLDS: dict[str, tuple[float, float]] = {
+    "throughput_tok_per_s": (0.10, 0.0),
+    "tpot_mean_ms": (0.10, 0.0),
+    "ttft_mean_ms": (0.20, 15.0),
+    "ttft_p99_ms": (0.30, 0.0),
+    "peak_running": (0.05, 0.0),
+}
+
+
+@dataclass(frozen=True)
+class RealRun:
+    name: str
+    server: dict[str, Any]
+    bench: dict[str, Any]
+    requests: pd.DataFrame
+    metrics: dict[str, float]
+
+
+def load_run(run_dir: Path) -> RealRun:
+    """One committed run dir -> RealRun (errors name the dir and the missing file)."""
+    for f in ("job.json", "server.json", "bench_summary.json", "requests.csv", "metrics.csv"):
+        if not (run_dir / f).exists():
+            raise ValueError(f"run_dir={str(run_dir)!r}: {f} is missing")
+    job = json.loads((run_dir / "job.json").read_text())
+    summ = json.loads((run_dir / "bench_summary.json").read_text())
+    reqs = pd.read_csv(run_dir / "requests.csv")
+    samples = pd.read_csv(run_dir / "metrics.csv")
+    delta = (
+        json.loads((run_dir / "counters_delta.json").read_text())
+        if (run_dir / "counters_delta.json").exists()
+        else {}
+    )
+    metrics = {
+        "throughput_tok_per_s": float(summ["output_throughput"]),
+        "ttft_mean_ms": float(summ["mean_ttft_ms"]),
+        "ttft_p99_ms": float(summ["p99_ttft_ms"]),
+        "tpot_mean_ms": float(summ["mean_tpot_ms"]),
+        "tpot_p99_ms": float(summ["p99_tpot_ms"]),
+        "peak_running": float(samples["running"].max()),
+        "preemptions": float(delta.get("vllm:num_preemptions_total", math.nan)),
+    }
+    return RealRun(
+        run_dir.name, json.loads((run_dir / "server.json").read_text()), job["bench"], reqs, metrics
+    )
+
+
+def sim_config(run: RealRun, num_gpu_blocks: int | None = None) -> SimConfig:
+    """capsim's configuration of the run; `num_gpu_blocks` pins the pool to the block
+    count the real start-up reported (diagnostic: separates the memory plan's error from
+    the scheduler's and the step model's)."""
+    s, b = run.server, run.bench
+    engine = EngineConfig(
+        gmu=float(s["gpu_memory_utilization"]),
+        max_num_seqs=s["max_num_seqs"],
+        max_num_batched_tokens=s["max_num_batched_tokens"],
+        enable_prefix_caching=bool(s["enable_prefix_caching"]),
+        num_gpu_blocks_override=num_gpu_blocks,
+        vllm_version="0.26",
+    )
+    n = len(run.requests)
+    if b.get("request_rate") is not None:
+        load = LoadConfig(
+            mode="rate",
+            rate_req_per_s=float(b["request_rate"]),
+            num_requests=n,
+            concurrency=b.get("max_concurrency"),
+        )
+    else:
+        load = LoadConfig(mode="concurrency", concurrency=int(b["max_concurrency"]), num_requests=n)
+    return SimConfig(
+        model="qwen3.5-35b-a3b",
+        gpu="H200",
+        engine=engine,
+        spec=SpecDecodeConfig(num_spec_tok=int(s["num_speculative_tokens"])),
+        workload=run.name,
+        load=load,
+        seed=0,
+        step_time="calibrated",
+    )
+
+
+def request_table(run: RealRun) -> RequestTable:
+    r = run.requests
+    return RequestTable(
+        name=run.name,
+        prompt_tok=r["input_len"].to_numpy(np.int64),
+        output_tok=r["output_len"].to_numpy(np.int64),
+    )
+
+
+@dataclass(frozen=True)
+class PlusOverhead:
+    """A step-time model plus a constant per-step engine overhead (the fitted delta)."""
+
+    base: StepTimeModel
+    delta_s: float
+
+    def step_time_s(self, shape: BatchShape) -> float:
+        return self.base.step_time_s(shape) + self.delta_s
+
+    def describe(self) -> dict[str, object]:
+        return {
+            **self.base.describe(),
+            "engine_overhead_s": self.delta_s,
+            "engine_overhead_fit": list(FIT_RUNS),
+        }
+
+
+def simulate_run(
+    run: RealRun, delta_s: float = 0.0, num_gpu_blocks: int | None = None
+) -> dict[str, float]:
+    """capsim's metrics for the real run's configuration (same lengths, same load)."""
+    from capsim.cost.factory import build_step_time_model
+    from capsim.gpus import get_gpu
+    from capsim.models import get_model
+    from capsim.simulate import simulate
+
+    cfg = sim_config(run, num_gpu_blocks)
+    cost = build_step_time_model(cfg, get_model(cfg.model), get_gpu(cfg.gpu))
+    if delta_s:
+        cost = PlusOverhead(cost, delta_s)
+    s = simulate(cfg, workload=request_table(run), cost=cost).summary
+    return {
+        "throughput_tok_per_s": s["output_throughput_tok_per_s"],
+        "ttft_mean_ms": 1e3 * s["ttft_mean_s"],
+        "ttft_p99_ms": 1e3 * s["ttft_p99_s"],
+        "tpot_mean_ms": 1e3 * s["tpot_mean_s"],
+        "tpot_p99_ms": 1e3 * s["tpot_p99_s"],
+        "peak_running": float(s["peak_running"]),
+        "preemptions": float(s["num_preemptions"]),
+        "tokens_per_step": float(s["mean_acceptance_len_tok"]),
+    }
+
+
+def fit_delta_s(fit_run: RealRun) -> float:
+    """PLAN.md: delta = (TPOT_real - TPOT_capsim) * capsim's tokens per step, fit run only."""
+    sim = simulate_run(fit_run)
+    return (fit_run.metrics["tpot_mean_ms"] - sim["tpot_mean_ms"]) * 1e-3 * sim["tokens_per_step"]
+
+
+def within(metric: str, real: float, pred: float) -> bool | None:
+    """Issue 21's threshold for `metric` (None where the issue sets none)."""
+    if metric not in THRESHOLDS or not (math.isfinite(real) and math.isfinite(pred)):
+        return None
+    rel, floor = THRESHOLDS[metric]
+    return abs(pred - real) <= max(rel * abs(real), floor)
+
+
+def startup_blocks(startups_csv: Path, server: dict[str, Any]) -> int | None:
+    """num_gpu_blocks of the real start-up with the run's gmu, k and max_num_seqs."""
+    st = pd.read_csv(startups_csv)
+    mns = server["max_num_seqs"]
+    hit = st[
+        (st["gmu"] == server["gpu_memory_utilization"])
+        & (st["num_speculative_tokens"] == server["num_speculative_tokens"])
+        & (st["max_num_seqs"].isna() if mns is None else st["max_num_seqs"] == mns)
+    ]
+    return int(hit["num_gpu_blocks"].iloc[0]) if len(hit) else None
+
+
+def table(runs_root: Path, startups_csv: Path | None = None) -> tuple[pd.DataFrame, float]:
+    """One row per (run, metric): real, capsim, capsim+delta, % errors, fit/predict, pass;
+    plus capsim+delta on the real start-up's block count (diagnostic column)."""
+    runs = [load_run(d) for d in sorted(p for p in runs_root.iterdir() if p.is_dir())]
+    by = {r.name: r for r in runs}
+    fits = [by[n] for n in FIT_RUNS if n in by]
+    delta = fit_delta_s(fits[0]) if fits else 0.0
+    rows = []
+    for r in runs:
+        shipped, plus = simulate_run(r), simulate_run(r, delta)
+        blocks = startup_blocks(startups_csv, r.server) if startups_csv else None
+        diag = simulate_run(r, delta, blocks) if blocks else {}
+        for m in METRICS:
+            real, a, b = r.metrics[m], shipped[m], plus[m]
+            role = "fit" if r.name in FIT_RUNS else "predict"
+            rows.append(
+                {
+                    "run": r.name,
+                    "metric": m,
+                    "role": role,
+                    "real": real,
+                    "capsim": a,
+                    "capsim_delta": b,
+                    "err_capsim_pct": _pct(a, real),
+                    "err_delta_pct": _pct(b, real),
+                    "pass_delta": within(m, real, b),
+                    "capsim_delta_real_blocks": diag.get(m, math.nan),
+                    "err_real_blocks_pct": _pct(diag.get(m, math.nan), real),
+                }
+            )
+    return pd.DataFrame(rows), delta
+
+
+def _pct(pred: float, real: float) -> float:
+    return 100.0 * (pred - real) / real if real else math.nan

@@ -1,0 +1,114 @@
+"""Shape estimates of the activation terms vLLM's profile run measures (bf16 activations).
+
+Moved out of ``memory_plan.py``; ``terms.activation_term`` combines them with the versioned
+sampler/rejection rules and the measured H200 parts.
+"""
+
+from __future__ import annotations
+
+from capsim.memory.weights import kv_heads_per_rank, padded_vocab
+from capsim.models import ModelSpec
+from capsim.units import dtype_bytes
+
+
+def forward_parts_bytes(model: ModelSpec, tp: int, num_tok: int) -> dict[str, int]:
+    """Live tensors of one forward over ``num_tok`` tokens (bf16 activations), by part.
+
+    ``stream``: residual + hidden stream. The largest per-layer intermediate is one of
+    ``gdn`` (qkvz/ba projection output, conv output, core output), ``moe`` (vLLM's
+    fused_moe caches: [T, topk, 2I], [T*topk, I], [T, topk, H]; the dense MLP otherwise)
+    and ``attention`` (q/k/v projections). Estimates from tensor shapes; ``plan_memory``
+    replaces ``gdn`` and ``moe`` by H200 measurements where the table has them.
+    """
+    b = dtype_bytes(model.weight_dtype)
+    h = model.hidden_size
+    hk, hv = model.linear_num_key_heads, model.linear_num_value_heads
+    dk, dv = model.linear_key_head_dim, model.linear_value_head_dim
+    gdn = num_tok * ((2 * hk * dk + 2 * hv * dv + 2 * hv) // tp + model.conv_dim // tp) * b
+    gdn += num_tok * (hv * dv // tp) * b
+    if model.num_experts:
+        inter, k = model.moe_intermediate_size // tp, model.num_experts_per_tok
+        ffn = num_tok * k * (2 * inter + inter + h) * b
+    else:
+        ffn = num_tok * 3 * (model.dense_intermediate_size // tp) * b
+    q_out = model.num_attention_heads * model.head_dim * (2 if model.attn_output_gate else 1)
+    attn = num_tok * (q_out // tp + 2 * kv_heads_per_rank(model, tp) * model.head_dim) * b
+    return {
+        "stream": 2 * num_tok * h * b,
+        "gdn": gdn if model.is_hybrid else 0,
+        "moe": ffn,
+        "attention": attn,
+    }
+
+
+def forward_activation_bytes(model: ModelSpec, tp: int, num_tok: int) -> int:
+    """Peak of one forward: the stream plus the largest per-layer intermediate."""
+    p = forward_parts_bytes(model, tp, num_tok)
+    return p["stream"] + max(p["gdn"], p["moe"], p["attention"])
+
+
+def sampler_peak_bytes(model: ModelSpec, num_reqs: int) -> int:
+    """Peak of ``GPUModelRunner._dummy_sampler_run`` over ``num_reqs`` rows.
+
+    vLLM 0.33 (``v1/sample/sampler.py:Sampler.forward``, ``ops/topk_topp_sampler.py``):
+    ``compute_logits`` returns [rows, padded vocab] in the model dtype (held by the
+    caller), ``Sampler.forward`` makes an fp32 copy, top-k/top-p masks it in place (the
+    Triton kernel), then the second, generator-seeded call takes ``forward_native``:
+    ``softmax`` -> fp32 probs and ``empty_exponential_noise_like`` -> fp32 q (divided in
+    place). Live at the peak: logits + fp32 logits + probs + q.
+    """
+    b = dtype_bytes(model.weight_dtype)
+    return num_reqs * (padded_vocab(model) * b + 3 * model.vocab_size * 4)
+
+
+def encoder_profile_bytes(
+    model: ModelSpec, tp: int, max_num_batched_tokens: int
+) -> tuple[int, int]:
+    """(encoder_cache_bytes, vision_forward_peak_bytes) of profile_run's multimodal pass.
+
+    vLLM profiles ``max_items = max(encoder_budget // max_tok, 1)`` images of the largest
+    size, where ``encoder_budget = max(max_num_batched_tokens, max_tok)``
+    (``compute_mm_encoder_budget``), and keeps their outputs ([tokens, out_hidden *
+    (1 + deepstack)] bf16) in ``encoder_cache`` during the decoder forward. The vision
+    forward peak is estimated from shapes: per patch, the residual stream, the qkv output
+    and the MLP hidden of one block (bf16, split by tp), as for the decoder.
+    """
+    v = model.vision
+    if v is None:
+        return 0, 0
+    b = dtype_bytes(model.weight_dtype)
+    max_tok = v.max_tokens_per_image
+    items = max(max(max_num_batched_tokens, max_tok) // max_tok, 1)
+    tokens = items * max_tok
+    cache = tokens * v.out_hidden_size * (1 + v.num_deepstack) * b
+    patches = tokens * v.spatial_merge_size**2
+    per_patch = 2 * v.hidden_size + max(3 * v.hidden_size, v.intermediate_size) // tp
+    return cache, patches * per_patch * b
+
+
+def rejection_row_vocab_elems(num_reqs: int, vocab: int) -> int:
+    """Rows x vocabulary of the rejection-sampler dummy run (``_dummy_sampler_run`` with a
+    speculative config, vLLM 0.20.0-0.33.0): one draft per request, ``torch.randn(num_reqs
+    + num_drafts, vocab)`` target logits, so ``num_reqs`` rows of ``vocab`` per tensor the
+    rejection sampler copies (bonus logits, fp32 target logits and their clone, target
+    probabilities, the recovered-token noise)."""
+    return num_reqs * vocab
+
+
+# Bytes per (request row x vocabulary entry) at the rejection sampler's peak. FIT (decided
+# before any comparison): the H200 vLLM 0.26.0 start-up, Qwen3.5-35B-A3B, k=3, mnbt 8192,
+# max_num_seqs 1024 (../shared/REAL_VLLM_H200.md: "8.05 GiB for peak activation"), minus
+# what is held beside it (capsim's encoder cache, 64 MiB for this shape, and the fused-MoE
+# workspace vLLM keeps after the forward, 512.3 MiB measured at 8192 tokens in
+# kernels/MEMORY_TERMS.md), over 1024 x 248320: 31.6 B. Reading the source gives 22 B (2x
+# bf16 randn logits, bf16 bonus copy, fp32 target + clone + probs + noise); the fit's extra
+# ~10 B are allocations the reading does not see (Triton top-k/top-p scratch, the bonus
+# sampler's fp32 copies, allocator rounding). Every other start-up with
+# drafts predicts with it.
+REJECTION_BYTES_PER_ROW_VOCAB: float = (8.05 * 1024**3 - 64 * 1024**2 - 512.3 * 1024**2) / (
+    1024 * 248320
+)
+REJECTION_FIT_SOURCE: str = (
+    "fit: H200 vLLM 0.26.0 start-up, Qwen3.5-35B-A3B TP1, k=3, mnbt 8192, 1024 seqs "
+    "(REAL_VLLM_H200.md: 8.05 GiB peak activation)"
+)

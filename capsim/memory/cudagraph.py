@@ -1,0 +1,251 @@
+"""vLLM's CUDA-graph memory estimator, reproduced (``GPUModelRunner.profile_cudagraph_memory``).
+
+What vLLM does (read in the 0.20.0, 0.26.0, 0.27.0 and 0.33.0 wheels, model runner V1, which
+hybrid GDN models use: 0.26.0 ``config/vllm.py:VllmConfig.use_v2_model_runner`` returns False
+for ``is_hybrid`` models):
+
+1. **Capture sizes** (``config/vllm.py:_set_cudagraph_sizes``): the largest size is
+   ``min(max_num_seqs * (1 + k) * 2, ceiling)`` (ceiling 512; 1024 on data-centre Blackwell
+   since 0.28.0), then capped at ``max_num_batched_tokens``; the grid is 1, 2, 4, steps of 8
+   below 256, steps of 16 from 256; ``max_num_batched_tokens`` is added when it fits (since
+   0.20.1); since 0.29.0 the uniform-decode sizes ``n * (1 + k)`` of a request-count grid are
+   added too. With drafts and FULL decode graphs the sizes are then rounded up to multiples
+   of ``1 + k`` (``config/compilation.py:adjust_cudagraph_sizes_for_spec_decode``), which is
+   why the H200 start-up at k=3 logs 49 sizes up to 512, not 51.
+2. **Modes** (``v1/cudagraph_dispatcher.py:initialize_cudagraph_keys``): mode
+   FULL_AND_PIECEWISE (the default for mamba models, ``models/config.py:MambaModelConfig``)
+   captures a PIECEWISE graph at every size and a FULL graph at every size with
+   ``1 + k <= size <= (1 + k) * max_num_seqs``. A backend without FULL graphs for drafts
+   falls back to PIECEWISE only (vLLM warns "... is not supported with spec-decode ...").
+3. **Two-graph sampling**: per mode, the two largest descriptors are warmed up and captured
+   into a scratch pool; each sample is the drop of the device's free memory. The first
+   FULL capture runs with ``profile_seq_lens = min(max_model_len, mnbt // size)`` context
+   per request. Per mode ``first + (n - 1) * max(second, 1 MiB)``; FULL and PIECEWISE share
+   a pool, so the estimate is ``max(first over modes) + sum over modes of
+   (n - 1) * max(second, 1 MiB)`` (plus encoder graphs, off by default).
+4. Since 0.26.0 the first FULL capture on GDN hybrids carries a transient that grows with
+   ``max_num_batched_tokens`` (vllm #50780); capsim sizes it from the H200 start-ups
+   (``GDN_TRANSIENT_FIT``) and scales it to other shapes.
+
+The first and second samples are the measurement vLLM takes on the GPU; capsim models them
+(``modelled_samples``) unless they are given (a log's DEBUG lines or a measured table).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from capsim.memory.release_rules import parse_release, rule
+
+MiB: int = 1024**2
+PER_GRAPH_FLOOR_BYTES: int = 1 * MiB  # "Use at least 1 MiB per graph for driver overhead"
+PIECEWISE, FULL = "PIECEWISE", "FULL"
+
+
+@dataclass(frozen=True, slots=True)
+class CaptureDescs:
+    """Token counts vLLM captures per mode, largest first (the order it profiles them)."""
+
+    piecewise_tok: tuple[int, ...]
+    full_tok: tuple[int, ...]
+
+    @property
+    def largest_tok(self) -> int:
+        return max(self.piecewise_tok + self.full_tok, default=0)
+
+    def count(self, mode: str) -> int:
+        return len(self.piecewise_tok if mode == PIECEWISE else self.full_tok)
+
+    def log_line(self) -> str:
+        """vLLM's "Profiling CUDA graph memory: PIECEWISE=n (largest=s), FULL=..." text."""
+        parts = [
+            f"{mode}={len(d)} (largest={d[0]})"
+            for mode, d in ((PIECEWISE, self.piecewise_tok), (FULL, self.full_tok))
+            if d
+        ]
+        return "Profiling CUDA graph memory: " + ", ".join(parts)
+
+
+def _token_grid(cap: int) -> list[int]:
+    sizes = [n for n in (1, 2, 4) if n <= cap]
+    if cap >= 8:
+        sizes += list(range(8, min(cap + 1, 256), 8))
+    if cap >= 256:
+        sizes += list(range(256, cap + 1, 16))
+    return sizes
+
+
+def _request_counts(max_reqs: int) -> list[int]:
+    counts = [n for n in (1, 2, 4) if n <= max_reqs]
+    counts += list(range(8, min(max_reqs + 1, 256), 8)) + list(range(256, max_reqs + 1, 16))
+    return sorted({*counts, max_reqs})
+
+
+def _round_up(x: int, m: int) -> int:
+    return -(-x // m) * m
+
+
+def capture_descs(
+    *,
+    vllm_version: str,
+    max_num_seqs: int,
+    num_spec_tok: int,
+    max_num_batched_tokens: int,
+    sm100: bool = False,
+    full_graphs: bool = True,
+    max_capture_tok: int | None = None,
+) -> CaptureDescs:
+    """The sizes vLLM ``vllm_version`` captures by default (see the module docstring)."""
+    if max_num_seqs < 1 or max_num_batched_tokens < 1 or num_spec_tok < 0:
+        raise ValueError(
+            f"capture_descs: max_num_seqs={max_num_seqs}, max_num_batched_tokens="
+            f"{max_num_batched_tokens}, num_spec_tok={num_spec_tok} must be positive"
+        )
+    v = parse_release(vllm_version)
+    q = 1 + num_spec_tok
+    ceiling = 1024 if sm100 and rule("sm100_capture_ceiling_1024", v) else 512
+    cap = max_capture_tok or min(max_num_seqs * q * 2, ceiling)
+    uniform: set[int] = set()
+    if max_capture_tok is None and rule("capture_decode_request_grid", v):
+        if q > 1:
+            counts = _request_counts(min(max_num_seqs, ceiling))
+            uniform = {n * q for n in counts if n * q <= cap}
+        elif max_num_seqs <= cap:
+            uniform = {max_num_seqs}
+    cap = min(cap, max_num_batched_tokens)
+    sizes = set(_token_grid(cap))
+    if rule("capture_mnbt_appended", v) and max_num_batched_tokens <= cap:
+        sizes.add(max_num_batched_tokens)
+    sizes |= {s for s in uniform if s <= max_num_batched_tokens}
+    top = max(sizes)
+    if full_graphs and q > 1:  # adjust_cudagraph_sizes_for_spec_decode
+        rounded = {_round_up(s, q) for s in sizes if _round_up(s, q) <= top}
+        sizes = rounded or ({q} if q <= top else set())
+    ordered = sorted(sizes, reverse=True)
+    full = [s for s in ordered if q <= s <= q * max_num_seqs] if full_graphs else []
+    return CaptureDescs(tuple(ordered), tuple(full))
+
+
+@dataclass(frozen=True, slots=True)
+class GraphSamples:
+    """The two captures vLLM samples for one mode (bytes of free memory each one took)."""
+
+    first_bytes: int
+    second_bytes: int
+    source: str
+
+
+def estimate_bytes(descs: CaptureDescs, samples: dict[str, GraphSamples]) -> int:
+    """vLLM's estimate: max over modes of the first capture + each mode's (n - 1) extra
+    graphs at max(second capture, 1 MiB)."""
+    shared = 0
+    extra = 0
+    for mode in (PIECEWISE, FULL):
+        n = descs.count(mode)
+        if n == 0:
+            continue
+        s = samples[mode]
+        shared = max(shared, s.first_bytes)
+        per_graph = max(s.second_bytes if n > 1 else 0, PER_GRAPH_FLOOR_BYTES)
+        extra += per_graph * (n - 1)
+    return shared + extra
+
+
+# FlashAttention keeps split-KV intermediate buffers of [num_splits, num_heads, num_tokens,
+# head_size] fp32 (+ the [num_splits, num_heads, num_tokens] fp32 log-sum-exp) in a FULL
+# graph: vLLM fixes num_splits at capture to attention_config.flash_attn_max_num_splits_for_
+# cuda_graph = 32 (0.26.0 config/attention.py, v1/attention/backends/flash_attn.py). Read, not
+# fitted: it reproduces the 0.19.0 DEBUG lines "Estimated FULL CUDA graph memory: 260.00 MiB
+# first-capture" (Llama-3.1-8B TP1: 258 MiB), 132 (TP2: 129), 70 (TP4: 65), 266 (Qwen2.5-72B
+# TP2: 258), 142 (Llama-3.3-70B TP4: 129), 136 (Mixtral TP2: 129) in experiments/vllm_logs.
+FA_MAX_NUM_SPLITS_FOR_CUDA_GRAPH: int = 32
+
+
+def fa_split_buffer_bytes(num_tok: int, q_heads_per_rank: int, head_dim: int) -> int:
+    """FlashAttention's split-KV accumulators of one FULL capture of ``num_tok`` tokens."""
+    n = FA_MAX_NUM_SPLITS_FOR_CUDA_GRAPH
+    return n * num_tok * q_heads_per_rank * (head_dim + 1) * 4
+
+
+# Each further captured graph (the second sample) costs its own slice of the shared pool.
+# FIT on one named row, llama31-8b-h100-tp1-llmdplanner (vLLM 0.19.0 DEBUG: "(51-1) x 6.00 MiB
+# per-graph" in both modes, 32 attention layers): 6 MiB / 32 per attention layer. Predicted
+# for the other 0.19.0 rows (logged 4-18 MiB for 32-80 layers) and every GDN row.
+PER_GRAPH_BYTES_PER_ATTN_LAYER: float = 6 * MiB / 32
+# A first capture holds more than the forward's intermediates (the capture stream's cuBLAS
+# workspace, compile-time buffers): FIT on the same row's "Estimated PIECEWISE CUDA graph
+# memory: 138.00 MiB first-capture" minus capsim's 50 MiB forward at 512 tokens. The other
+# 0.19.0 rows log 84-152 MiB (predicted 106-147).
+FIRST_CAPTURE_OVERHEAD_BYTES: int = 88 * MiB
+PER_GRAPH_FIT_SOURCE: str = "fit: llama31-8b-h100-tp1-llmdplanner DEBUG line (6 MiB per graph)"
+
+# The GDN transient of the first FULL capture (vllm #50780), per token of context the
+# capture's requests hold (requests = size // (1 + k), each min(max_model_len, mnbt // size)
+# tokens long), for the Qwen3.5-35B-A3B per-GPU shape at TP1 on the H200 with vLLM 0.26.0.
+# FIT (decided before comparing anything): the real start-up gmu 0.9, k=3, mnbt 8192
+# (../shared/REAL_VLLM_H200.md: "Estimated CUDA graph memory: 0.74 GiB total", 49 PIECEWISE
+# + 49 FULL sizes up to 512) minus what the rest of the estimator gives for it (FA split
+# buffers 257 MiB at 512 tokens, 16 heads of 256, above the PIECEWISE first capture; 2 x 48
+# graphs x 11 attention layers x 0.1875 MiB), over 128 requests x 16 tokens. Every other
+# start-up only predicts with it.
+GDN_TRANSIENT_FIT_BYTES_PER_CTX_TOK: float = (
+    0.74 * 1024 * MiB - 32 * 512 * 16 * 257 * 4 - 96 * 11 * PER_GRAPH_BYTES_PER_ATTN_LAYER
+) / 2048
+GDN_TRANSIENT_FIT_SOURCE: str = (
+    "fit: H200 vLLM 0.26.0 start-up, Qwen3.5-35B-A3B TP1, gmu 0.9, k=3, mnbt 8192 "
+    "(REAL_VLLM_H200.md, estimate 0.74 GiB)"
+)
+# Width the fit is scaled by to other per-GPU shapes: the GDN q/k/v channels per rank
+# (conv_dim / tp) of the fitted shape (Qwen3.5-35B-A3B: 2*16*128 + 32*128 = 8192).
+GDN_TRANSIENT_FIT_CONV_DIM: int = 8192
+
+
+def first_full_context_tok(
+    descs: CaptureDescs, num_spec_tok: int, max_num_batched_tokens: int, max_model_len: int
+) -> int:
+    """Context tokens the first FULL capture holds (profile_seq_lens times its requests)."""
+    if not descs.full_tok:
+        return 0
+    size = descs.full_tok[0]
+    seq = min(max_model_len, max_num_batched_tokens // size)
+    return (size // (1 + num_spec_tok)) * seq
+
+
+def gdn_transient_bytes(conv_dim_per_rank: int, context_tok: int) -> int:
+    """The #50780 transient for a GDN shape: the H200 fit scaled by the per-rank width."""
+    scale = conv_dim_per_rank / GDN_TRANSIENT_FIT_CONV_DIM
+    return round(GDN_TRANSIENT_FIT_BYTES_PER_CTX_TOK * scale * context_tok)
+
+
+def modelled_samples(
+    descs: CaptureDescs,
+    activation_at: Callable[[int], int],
+    *,
+    attn_layers: int,
+    fa_split_at: Callable[[int], int],
+    transient_bytes: int = 0,
+) -> dict[str, GraphSamples]:
+    """capsim's samples. A first capture keeps the intermediates of a forward at its size
+    (``activation_at``); a FULL one keeps FlashAttention's split buffers instead when they
+    are larger (``fa_split_at``) and, first FULL capture since 0.26, the GDN transient. A
+    second capture costs ``PER_GRAPH_BYTES_PER_ATTN_LAYER`` per attention layer."""
+    second = round(PER_GRAPH_BYTES_PER_ATTN_LAYER * attn_layers)
+    out: dict[str, GraphSamples] = {}
+    if descs.piecewise_tok:
+        out[PIECEWISE] = GraphSamples(
+            activation_at(descs.piecewise_tok[0]) + FIRST_CAPTURE_OVERHEAD_BYTES,
+            second,
+            f"modelled: forward at the largest size; per graph {PER_GRAPH_FIT_SOURCE}",
+        )
+    if descs.full_tok:
+        top = descs.full_tok[0]
+        label = "modelled: FA split buffers (32 splits) at the largest size"
+        if transient_bytes:
+            label += (
+                f" + GDN transient {transient_bytes / MiB:.0f} MiB ({GDN_TRANSIENT_FIT_SOURCE})"
+            )
+        first = max(activation_at(top) + FIRST_CAPTURE_OVERHEAD_BYTES, fa_split_at(top))
+        first += transient_bytes
+        out[FULL] = GraphSamples(first, second, label)
+    return out

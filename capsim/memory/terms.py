@@ -1,0 +1,241 @@
+"""The non-KV terms of vLLM's start-up budget, one function per term.
+
+Each function returns a ``Term(bytes, source, detail)``: ``source`` says where the value comes
+from (``Source``), ``detail`` says which rule, measurement or log line. ``plan_memory``
+(memory_plan.py) subtracts them from ``ceil(gmu * total)``. What vLLM does for each term is in
+memory_plan.py's docstring; the release each rule was read in is in release_rules.py.
+"""
+
+from __future__ import annotations
+
+import enum
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+from capsim.config import EngineConfig, SpecDecodeConfig
+from capsim.gpus import GpuSpec
+from capsim.memory import cudagraph as cg
+from capsim.memory.activation import (
+    REJECTION_BYTES_PER_ROW_VOCAB,
+    REJECTION_FIT_SOURCE,
+    encoder_profile_bytes,
+    forward_activation_bytes,
+    forward_parts_bytes,
+    rejection_row_vocab_elems,
+    sampler_peak_bytes,
+)
+from capsim.memory.release_rules import rule
+from capsim.memory.weights import padded_vocab, weight_breakdown_bytes
+from capsim.models import ModelSpec
+from capsim.units import GiB, dtype_bytes
+
+# A measured-term lookup: (term, model, tp, value on the term's axis) -> bytes or None.
+TermLookup = Callable[[str, str, int, int], "int | None"]
+
+
+class Source(enum.Enum):
+    MEASURED = "measured"
+    FROM_LOG = "from log"
+    PINNED = "pinned"
+    MODELLED = "modelled"
+    NOT_CHARGED = "not charged"
+
+
+@dataclass(frozen=True, slots=True)
+class Term:
+    bytes: int
+    source: Source
+    detail: str = ""
+
+    def label(self) -> str:
+        return f"{self.source.value}: {self.detail}" if self.detail else self.source.value
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class PlanInputs:
+    """Everything a term needs, resolved once (vLLM's defaults for the GPU and release)."""
+
+    model: ModelSpec
+    gpu: GpuSpec
+    engine: EngineConfig
+    spec: SpecDecodeConfig
+    vllm_version: str
+    max_num_seqs: int
+    max_num_batched_tokens: int
+    max_model_len: int
+    multimodal: bool
+    log_terms: dict[str, int] = field(default_factory=dict)
+    lookup: TermLookup | None = None
+
+    def measured(self, term: str, x: int) -> int | None:
+        if self.lookup is None:
+            return None
+        got = self.lookup(term, self.model.name, self.engine.tp, x)
+        return None if got is None else int(got)
+
+
+def _logged(p: PlanInputs, name: str, what: str) -> Term | None:
+    if name in p.log_terms:
+        return Term(int(p.log_terms[name]), Source.FROM_LOG, what)
+    return None
+
+
+def weights_term(p: PlanInputs) -> tuple[Term, dict[str, int]]:
+    """``model_memory_usage`` ("Model loading took X GiB"): the rank's tensors."""
+    parts = weight_breakdown_bytes(
+        p.model, p.engine.tp, with_mtp=p.spec.depth > 0, with_vision=p.multimodal
+    )
+    logged = _logged(p, "weights", "'Model loading took X GiB'")
+    if logged:
+        return logged, parts
+    detail = f"config shapes, {p.model.quantization} weights" + (
+        ", vision tower" if p.multimodal else ""
+    )
+    return Term(sum(parts.values()), Source.MODELLED, detail), parts
+
+
+def activation_term(p: PlanInputs) -> tuple[Term, dict[str, int]]:
+    """``torch_peak_increase`` of ``profile_run``: encoder pass (outputs kept), one forward
+    over max_num_batched_tokens, the dummy sampler over ``min(max_num_seqs, mnbt)`` rows and,
+    with drafts, the rejection-sampler dummy run over the same rows."""
+    m, tp, mnbt = p.model, p.engine.tp, p.max_num_batched_tokens
+    enc_cache, enc_fwd = encoder_profile_bytes(m, tp, mnbt) if p.multimodal else (0, 0)
+    fwd = forward_parts_bytes(m, tp, mnbt)
+    measured: list[str] = []
+    moe = p.measured("moe_workspace", mnbt) if fwd["moe"] else None
+    if moe is not None:
+        fwd["moe"] = moe
+        measured.append("moe")
+    # vLLM's fused-MoE workspace is allocated on the first MoE forward and kept (TritonExperts
+    # workspace13/workspace2, kernels/MEMORY_TERMS.md), so it sits under the sampler's peak
+    # too; a dense MLP's intermediates are transient.
+    kept = fwd["moe"] if m.num_experts else 0
+    transient_ffn = 0 if m.num_experts else fwd["moe"]
+    forward = fwd["stream"] + max(fwd["gdn"], transient_ffn, fwd["attention"])
+    rows = min(p.max_num_seqs, mnbt)
+    sampler = sampler_peak_bytes(m, rows)
+    got = p.measured("sampler_dummy_run", rows)
+    if got is not None:
+        sampler = got
+        measured.append("sampler")
+    rejection = 0
+    if p.spec.depth > 0:
+        elems = rejection_row_vocab_elems(rows, padded_vocab(m))
+        rejection = round(REJECTION_BYTES_PER_ROW_VOCAB * elems)
+    parts = {
+        "moe_workspace_kept": kept,
+        "forward": forward,
+        **{f"forward.{k}": v for k, v in fwd.items()},
+        "sampler": sampler,
+        "rejection_sampler": rejection,
+        "encoder_cache": enc_cache,
+        "encoder_forward": enc_fwd,
+    }
+    logged = _logged(p, "activation_peak", "'X GiB for peak activation'")
+    if logged:
+        return logged, parts
+    peak = max(enc_fwd, enc_cache + kept + max(forward, sampler, rejection))
+    top = max(
+        (("forward", forward), ("sampler", sampler), ("rejection_sampler", rejection)),
+        key=lambda kv: kv[1],
+    )[0]
+    if top == "rejection_sampler":
+        why = f"peak in the rejection sampler ({REJECTION_FIT_SOURCE})"
+        return Term(peak, Source.MODELLED, why), parts
+    if top == "sampler" and "sampler" in measured:
+        return Term(peak, Source.MEASURED, "H200 table: sampler_dummy_run"), parts
+    if top == "forward" and "moe" in measured and kept:
+        return Term(peak, Source.MEASURED, "H200 table: moe_workspace (kept) + forward"), parts
+    return Term(peak, Source.MODELLED, f"shape estimate, peak in the {top}"), parts
+
+
+def runner_buffers_term(p: PlanInputs) -> Term:
+    """Persistent input ids/positions (int64) and hidden-state staging of mnbt tokens."""
+    b = dtype_bytes(p.model.weight_dtype)
+    n = p.max_num_batched_tokens * (2 * 8 + 2 * p.model.hidden_size * b)
+    return Term(n, Source.MODELLED, "GPUModelRunner persistent buffers")
+
+
+# Non-torch growth after vLLM's baseline snapshot (cuBLAS/cuDNN workspaces, NCCL buffers
+# created by the first collective), per rank. FIT on named rows: 0.25 GiB at TP1 (H100 row
+# llama31-8b-h100-tp1-llmdplanner, vLLM 0.19.0) and +1.82 GiB once a TP communicator exists on
+# an NVSwitch Hopper node (llama31-8b-h100-tp2-llmdplanner, 2.07 GiB). Checked on the others:
+# H100 TP4 rows 2.13-2.21 GiB, Qwen3-30B TP1 0.27, the H200 0.26.0 start-up 0.25 (real engine).
+# A GPU without an NVSwitch entry gets the TP1 value and no TP term (#50722: 0.13 GiB at TP4 on
+# an 80 GB card without NVSwitch in the log).
+NON_TORCH_BASE_BYTES: int = round(0.25 * GiB)
+
+
+def non_torch_term(p: PlanInputs) -> Term:
+    logged = _logged(p, "non_torch", "'X GiB for non-torch memory'")
+    if logged:
+        return logged
+    tp = p.engine.tp
+    if p.gpu.non_torch_bytes is not None:
+        base, tp_extra = p.gpu.non_torch_bytes
+        # the TP term goes with vLLM's custom all-reduce: the H100 rows that carry it run it
+        # (disable_custom_all_reduce=False), the #50722 TP4 row without it logs 0.13 GiB
+        extra = tp_extra if tp > 1 and not p.engine.disable_custom_all_reduce else 0
+        return Term(
+            base + extra,
+            Source.MODELLED,
+            f"{p.gpu.name} registry: {base / GiB:.2f} GiB"
+            + (f" + {extra / GiB:.2f} GiB NCCL/NVSwitch at tp={tp}" if extra else "")
+            + " (fit: H100 vLLM 0.19 rows tp1/tp2)",
+        )
+    return Term(
+        NON_TORCH_BASE_BYTES,
+        Source.MODELLED,
+        f"no log for {p.gpu.name}: the Hopper TP1 value, no NVSwitch term",
+    )
+
+
+def capture_descs_for(p: PlanInputs) -> cg.CaptureDescs:
+    if p.engine.enforce_eager:
+        return cg.CaptureDescs((), ())
+    return cg.capture_descs(
+        vllm_version=p.vllm_version,
+        max_num_seqs=p.max_num_seqs,
+        num_spec_tok=p.spec.num_draft_nodes,
+        max_num_batched_tokens=p.max_num_batched_tokens,
+        sm100=p.gpu.is_sm100_family,
+        full_graphs=p.engine.cudagraph_full_graphs,
+    )
+
+
+def cudagraph_term(p: PlanInputs) -> tuple[Term, cg.CaptureDescs, int]:
+    """``profile_cudagraph_memory``: (charged term, captures, the estimate itself); the
+    estimate is charged since 0.20.0 (release_rules) and logged also when it is not."""
+    descs = capture_descs_for(p)
+    charge = (
+        rule("charge_cudagraph_estimate", p.vllm_version)
+        if p.engine.subtract_cudagraph_memory is None
+        else p.engine.subtract_cudagraph_memory
+    )
+    logged = _logged(p, "cudagraph", "'Estimated CUDA graph memory: X GiB total'")
+    if logged:
+        return logged, descs, logged.bytes
+    if not descs.largest_tok:
+        return Term(0, Source.NOT_CHARGED, "no CUDA graphs (--enforce-eager)"), descs, 0
+    m, tp = p.model, p.engine.tp
+    transient = 0
+    if m.is_hybrid and descs.full_tok and rule("gdn_first_full_capture_transient", p.vllm_version):
+        ctx = cg.first_full_context_tok(
+            descs, p.spec.num_draft_nodes, p.max_num_batched_tokens, p.max_model_len
+        )
+        transient = cg.gdn_transient_bytes(m.conv_dim // tp, ctx)
+    heads = m.num_attention_heads // tp
+    samples = cg.modelled_samples(
+        descs,
+        lambda n: forward_activation_bytes(m, tp, n),
+        attn_layers=m.num_attn_layers + (m.num_mtp_layers if p.spec.depth > 0 else 0),
+        fa_split_at=lambda n: cg.fa_split_buffer_bytes(n, heads, m.head_dim),
+        transient_bytes=transient,
+    )
+    est = cg.estimate_bytes(descs, samples)
+    detail = descs.log_line().removeprefix("Profiling CUDA graph memory: ")
+    detail += "; " + "; ".join(f"{k}: {s.source}" for k, s in samples.items())
+    if not charge:
+        why = f"estimate {est / GiB:.2f} GiB, not charged before 0.20.0 ({detail})"
+        return Term(0, Source.NOT_CHARGED, why), descs, est
+    return Term(est, Source.MODELLED, detail), descs, est

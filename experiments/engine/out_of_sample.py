@@ -1,0 +1,87 @@
+"""Real vLLM 0.26 (H200) vs capsim: the out-of-sample table from the committed run files.
+
+    PYTHONPATH=. python3 experiments/engine/out_of_sample.py          # writes the two files
+    PYTHONPATH=. python3 experiments/engine/out_of_sample.py --check  # recompute, compare
+
+Writes experiments/engine/out_of_sample.csv (every number) and out_of_sample.md (the table).
+Fit vs predict: experiments/engine/PLAN.md (one fit run, one constant, decided before the runs).
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+import os
+import sys
+from pathlib import Path
+
+import pandas as pd
+
+from capsim.live.engine_oos import FIT_RUNS, table
+
+HERE = Path(__file__).resolve().parent
+SHORT = {
+    "throughput_tok_per_s": "out tok/s",
+    "ttft_mean_ms": "TTFT mean ms",
+    "ttft_p99_ms": "TTFT p99 ms",
+    "tpot_mean_ms": "TPOT mean ms",
+    "tpot_p99_ms": "TPOT p99 ms",
+    "peak_running": "peak running",
+    "preemptions": "preemptions",
+}
+
+
+def _f(x: float) -> str:
+    if x is None or (isinstance(x, float) and math.isnan(x)):
+        return "-"
+    return f"{x:.0f}" if abs(x) >= 100 else f"{x:.3g}"
+
+
+def markdown(df: pd.DataFrame, delta_s: float) -> str:
+    lines = [
+        f"engine overhead fitted on {', '.join(FIT_RUNS)}: delta = {1e3 * delta_s:.3f} ms "
+        "per step (PLAN.md)",
+        "",
+        "| run | role | metric | real | capsim | err % | capsim+delta | err % | pass | "
+        "capsim+delta, real blocks | err % |",
+        "|" + "---|" * 11,
+    ]
+    for r in df.itertuples():
+        ok = {True: "yes", False: "NO"}.get(r.pass_delta, "-")
+        lines.append(
+            f"| {r.run} | {r.role} | {SHORT[r.metric]} | {_f(r.real)} | {_f(r.capsim)} | "
+            f"{_f(r.err_capsim_pct)} | {_f(r.capsim_delta)} | "
+            f"{_f(r.err_delta_pct)} | {ok} | "
+            f"{_f(r.capsim_delta_real_blocks)} | {_f(r.err_real_blocks_pct)} |"
+        )
+    return "\n".join(lines) + "\n"
+
+
+def compute() -> tuple[pd.DataFrame, float]:
+    return table(HERE / "runs", HERE / "startups.csv")
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--check", action="store_true", help="compare with the committed CSV")
+    a = ap.parse_args(argv)
+    df, delta = compute()
+    if a.check:
+        old = pd.read_csv(HERE / "out_of_sample.csv")
+        num = ["real", "capsim", "capsim_delta"]
+        bad = (old[num] - df[num]).abs().max().max()
+        print(f"max abs difference to the committed table: {bad:.3g}")
+        return 0 if bad < 1e-6 else 1
+    for name, text in (
+        ("out_of_sample.csv", df.to_csv(index=False, float_format="%.6g")),
+        ("out_of_sample.md", markdown(df, delta)),
+    ):
+        tmp = HERE / (name + ".tmp")
+        tmp.write_text(text)
+        os.replace(tmp, HERE / name)
+    print(markdown(df, delta))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
