@@ -19,6 +19,7 @@ def _cfg(**kw) -> SimConfig:  # type: ignore[no-untyped-def]
     engine = kw.pop("engine", EngineConfig(gmu=0.9))
     spec = kw.pop("spec", SpecDecodeConfig(num_spec_tok=0))
     load = kw.pop("load", LoadConfig(concurrency=4, num_requests=3))
+    kw.setdefault("gpu", "B200")  # the published GPU these cases were sized on
     return SimConfig(engine=engine, spec=spec, load=load, **kw)
 
 
