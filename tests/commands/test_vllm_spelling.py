@@ -209,3 +209,13 @@ def test_new_engine_fields_stay_out_of_point_ids_at_their_defaults() -> None:
 def test_every_hf_id_names_a_preset() -> None:
     for hf_id, preset in HF_IDS.items():
         assert get_model(hf_id) is get_model(preset) is get_model(hf_id.lower())
+
+
+def test_max_cudagraph_capture_size_reaches_the_memory_plan() -> None:
+    base = ["memory", "--json", "-g", "H200", "--gmu", "0.9", "-k", "3"]
+    default = json.loads(CliRunner().invoke(main, base).output)
+    capped = json.loads(
+        CliRunner().invoke(main, [*base, "--max-cudagraph-capture-size", "64"]).output
+    )
+    assert capped["cudagraph_capture_max"] == 64 < default["cudagraph_capture_max"]
+    assert capped["cudagraph_bytes"] < default["cudagraph_bytes"]
