@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import Any
 
 import click
 
@@ -86,28 +87,28 @@ def doctor(
     report = doc.diagnose(
         get_model(model_name), gpu, engine, spec, tuple(contexts) or doc.DEFAULT_CONTEXTS_TOK
     )
-    if as_json:
-        click.echo(
-            json.dumps(
+    click.echo(_report_json(report) if as_json else doc.format_report(report))
+
+
+def _report_json(report: Any) -> str:
+    """``capsim doctor --json``: the diagnosis as a JSON object."""
+    return json.dumps(
+        {
+            "model": report.model,
+            "gpu": report.gpu,
+            "vllm_version": report.vllm_version,
+            "refusal": report.refusal,
+            "admitted": report.admitted,
+            "kv_budget_bytes": report.plan.kv_budget_bytes if report.plan else None,
+            "hazards": [
                 {
-                    "model": report.model,
-                    "gpu": report.gpu,
-                    "vllm_version": report.vllm_version,
-                    "refusal": report.refusal,
-                    "admitted": report.admitted,
-                    "kv_budget_bytes": report.plan.kv_budget_bytes if report.plan else None,
-                    "hazards": [
-                        {
-                            "key": f.hazard.key,
-                            "cost": f.cost,
-                            "flag": f.hazard.flag,
-                            "source": f.hazard.source,
-                        }
-                        for f in report.findings
-                    ],
-                },
-                indent=2,
-            )
-        )
-    else:
-        click.echo(doc.format_report(report))
+                    "key": f.hazard.key,
+                    "cost": f.cost,
+                    "flag": f.hazard.flag,
+                    "source": f.hazard.source,
+                }
+                for f in report.findings
+            ],
+        },
+        indent=2,
+    )
