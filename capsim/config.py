@@ -1,19 +1,22 @@
 """Typed, validated, frozen configuration for one simulated deployment point.
 
 Every invalid value raises ``ValueError`` naming the field and the value. Defaults follow
-vLLM 0.33 (``shared/VLLM.md``) except where the published-runs preset says otherwise
-(prefix caching off, depth-3 MTP chain).
+the chosen ``vllm_version`` (``capsim.vllm_rules``: gpu_memory_utilization, the batch
+tiers) as the CLI does, except where the published-runs preset says otherwise (prefix
+caching off, depth-3 MTP chain). The default GPU is the measured one (H200); the
+published grid names its B200 itself.
 """
 
 from __future__ import annotations
 
 import math
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from typing import Any, Literal
 
 from capsim.commit_modes import COMMIT_MODES, CommitModeName, get_mode
 from capsim.draft_rank import TREE_MODELS, temperature_factor
 from capsim.gpus import GpuSpec
+from capsim.models import QUANT_METHOD_FORMATS, ModelSpec
 from capsim.units import dtype_bytes
 
 CommitMode = CommitModeName
@@ -46,7 +49,10 @@ class EngineConfig:
     """vLLM engine settings that shape the pool and the scheduler."""
 
     tp: int = field(default=1, metadata={"help": "tensor-parallel size"})
-    gmu: float = field(default=0.92, metadata={"help": "gpu_memory_utilization (0.33: 0.92)"})
+    gmu: float = field(
+        default=None,  # type: ignore[assignment]  # resolved in __post_init__
+        metadata={"help": "gpu_memory_utilization (None: the vllm_version's default; 0.33: 0.92)"},
+    )
     max_num_seqs: int | None = field(
         default=None, metadata={"help": "None = vLLM's default for the GPU tier"}
     )
@@ -61,6 +67,13 @@ class EngineConfig:
         default=False, metadata={"help": "off in the published runs (mamba mode 'none')"}
     )
     kv_cache_dtype: str = field(default="bfloat16", metadata={"help": "attention KV dtype"})
+    quantization: str | None = field(
+        default=None,
+        metadata={"help": "vLLM --quantization (None: the checkpoint's quantization_config)"},
+    )
+    max_cudagraph_capture_size: int | None = field(
+        default=None, metadata={"help": "vLLM --max-cudagraph-capture-size (None: the rule's)"}
+    )
     ssm_state_dtype: str | None = field(
         default=None, metadata={"help": "None = model default (fp32 for Qwen3.5)"}
     )
@@ -104,6 +117,10 @@ class EngineConfig:
 
     def __post_init__(self) -> None:
         o = "engine"
+        from capsim.vllm_rules import parse_version, rules_for
+
+        if self.gmu is None:  # vLLM's default for the release, as the CLI resolves it
+            object.__setattr__(self, "gmu", rules_for(parse_version(self.vllm_version)).default_gmu)
         if not _is_int(self.tp) or self.tp < 1:
             _fail(o, "tp", self.tp, "must be an int >= 1")
         if not (_is_num(self.gmu) and 0.0 < self.gmu <= 1.0):
@@ -124,9 +141,6 @@ class EngineConfig:
             _fail(o, "kv_cache_memory_bytes", self.kv_cache_memory_bytes, "must be an int >= 1")
         if self.limit_mm_per_prompt is not None and self.limit_mm_per_prompt < 0:
             _fail(o, "limit_mm_per_prompt", self.limit_mm_per_prompt, "must be >= 0")
-        from capsim.vllm_rules import parse_version
-
-        parse_version(self.vllm_version)
         if not 0.0 <= self.watermark < 1.0:
             _fail(o, "watermark", self.watermark, "must be in [0, 1)")
         if self.block_size_tok is not None and self.block_size_tok < 1:
@@ -134,9 +148,27 @@ class EngineConfig:
         if self.kernel_block_align_tok < 1:
             _fail(o, "kernel_block_align_tok", self.kernel_block_align_tok, "must be >= 1")
         dtype_bytes(self.kv_cache_dtype, field_name="engine.kv_cache_dtype")
+        if self.quantization is not None and self.quantization not in QUANT_METHOD_FORMATS:
+            _fail(
+                o,
+                "quantization",
+                self.quantization,
+                f"must be one of {sorted(QUANT_METHOD_FORMATS)}",
+            )
+        if self.max_cudagraph_capture_size is not None and (
+            not _is_int(self.max_cudagraph_capture_size) or self.max_cudagraph_capture_size < 1
+        ):
+            _fail(o, "max_cudagraph_capture_size", self.max_cudagraph_capture_size, "must be >= 1")
         dtype_bytes(self.conv_state_dtype, field_name="engine.conv_state_dtype")
         if self.ssm_state_dtype is not None:
             dtype_bytes(self.ssm_state_dtype, field_name="engine.ssm_state_dtype")
+
+    def model_for(self, model: ModelSpec) -> ModelSpec:
+        """``model`` as this engine loads it: ``--quantization`` replaces the checkpoint's
+        weight format."""
+        if self.quantization is None:
+            return model
+        return replace(model, quantization=QUANT_METHOD_FORMATS[self.quantization])
 
     def resolved_batch_defaults(self, gpu: GpuSpec) -> tuple[int, int]:
         """(max_num_seqs, max_num_batched_tokens): given values, else vLLM's online-serving
@@ -341,12 +373,22 @@ class LoadConfig:
         return math.nan
 
 
+ENGINE_FIELDS_OMITTED_AT_DEFAULT: dict[str, Any] = {
+    "quantization": None,
+    "max_cudagraph_capture_size": None,
+}
+"""``EngineConfig`` fields newer than the sweep store's point ids -> their default: left
+out of ``SimConfig.to_dict`` at that default (a new field with a default belongs here)."""
+
+
 @dataclass(frozen=True, slots=True, kw_only=True)
 class SimConfig:
     """One simulated point: deployment, speculative config, workload, load and seed."""
 
     model: str = field(default="qwen3.5-35b-a3b", metadata={"help": "preset or config.json"})
-    gpu: str = field(default="B200", metadata={"help": "B200 | H200 | H100"})
+    gpu: str = field(
+        default="H200", metadata={"help": "GPU registry name (default: the measured one, H200)"}
+    )
     engine: EngineConfig = field(default_factory=EngineConfig)
     spec: SpecDecodeConfig = field(default_factory=SpecDecodeConfig)
     workload: str = field(default="sharegpt", metadata={"help": "workload name (capsim traces)"})
@@ -361,4 +403,12 @@ class SimConfig:
             _fail("sim", "seed", self.seed, "must be an int in [0, 2**63)")
 
     def to_dict(self) -> dict[str, Any]:
-        return asdict(self)
+        """``asdict``, less the engine fields added since the sweep store's point ids were
+        fixed while they hold their defaults (``ENGINE_FIELDS_OMITTED_AT_DEFAULT``): the
+        ids, and so the published outputs, stay byte-identical."""
+        d = asdict(self)
+        eng = d["engine"]
+        for name, default in ENGINE_FIELDS_OMITTED_AT_DEFAULT.items():
+            if eng.get(name, default) == default:
+                eng.pop(name, None)
+        return d

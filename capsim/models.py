@@ -265,14 +265,38 @@ PRESETS: dict[str, ModelSpec] = {
 }
 
 
-def get_model(name: str) -> ModelSpec:
-    """A preset by name, or a model loaded from a path to an HF-style config.json."""
+HF_IDS: dict[str, str] = {
+    "Qwen/Qwen3.5-35B-A3B": "qwen3.5-35b-a3b",
+    "Qwen/Qwen3.5-397B-A17B": "qwen3.5-397b-a17b",
+    "Qwen/Qwen3-Next-80B-A3B-Instruct": "qwen3-next-80b-a3b",
+    "Qwen/Qwen3-Next-80B-A3B-Thinking": "qwen3-next-80b-a3b",
+}
+"""Hugging Face model ids (what ``vllm serve`` is given) -> capsim's preset of that
+architecture (the Instruct and Thinking checkpoints of Qwen3-Next share one)."""
+
+
+def preset_name(name: str) -> str | None:
+    """The preset ``name`` means (a preset name or an HF id, any case), else None."""
     if name in PRESETS:
-        return PRESETS[name]
+        return name
+    if name in HF_IDS:
+        return HF_IDS[name]
+    folded = {k.lower(): v for k, v in HF_IDS.items()}
+    return folded.get(name.lower()) or (name.lower() if name.lower() in PRESETS else None)
+
+
+def get_model(name: str) -> ModelSpec:
+    """A preset by name or HF id, or a model loaded from a path to an HF-style config.json."""
+    preset = preset_name(name)
+    if preset is not None:
+        return PRESETS[preset]
     path = Path(name)
     if path.suffix == ".json" or path.is_file():
         return model_from_hf_config(path)
-    raise ValueError(f"model={name!r} is unknown: choose one of {sorted(PRESETS)} or a config.json")
+    raise ValueError(
+        f"model={name!r} is unknown: choose one of {sorted(PRESETS)}, an HF id "
+        f"({', '.join(sorted(HF_IDS))}) or a config.json"
+    )
 
 
 def _get(cfg: dict[str, Any], key: str, path: Path, default: Any = None) -> Any:

@@ -19,6 +19,7 @@ def _cfg(**kw) -> SimConfig:  # type: ignore[no-untyped-def]
     engine = kw.pop("engine", EngineConfig(gmu=0.9))
     spec = kw.pop("spec", SpecDecodeConfig(num_spec_tok=0))
     load = kw.pop("load", LoadConfig(concurrency=4, num_requests=3))
+    kw.setdefault("gpu", "B200")  # the published GPU these cases were sized on
     return SimConfig(engine=engine, spec=spec, load=load, **kw)
 
 
@@ -62,7 +63,11 @@ def test_three_request_timeline() -> None:
 def test_huge_pool_closed_loop_has_no_queueing() -> None:
     table = synthetic_table(200, seed=1)
     res = simulate(
-        _cfg(spec=SpecDecodeConfig(), load=LoadConfig(concurrency=16, num_requests=200)),
+        _cfg(
+            spec=SpecDecodeConfig(),
+            load=LoadConfig(concurrency=16, num_requests=200),
+            gpu="B200",  # the 178 GiB GPU: the pool holds all 16 requests
+        ),
         workload=table,
         cost=ConstantStepTime(0.005),
     )

@@ -10,9 +10,9 @@ import click
 import numpy as np
 
 from capsim.calibration.tables import load_tables
-from capsim.commands.options import ListOf, options
+from capsim.commands.options import options
 from capsim.commit_modes import COMMIT_MODES
-from capsim.config import MAX_CONCURRENCY, MAX_TOKENS, SpecDecodeConfig
+from capsim.config import SpecDecodeConfig
 from capsim.core.acceptance import expected_tokens_per_step
 from capsim.cost.base import BatchShape
 from capsim.gpus import get_gpu
@@ -61,44 +61,19 @@ def tpot_table(
 
 
 @click.command("calibrate")
-@click.option("--check", is_flag=True, help="Report predicted vs measured on held-back points.")
-@click.option(
-    "--build",
-    "build_from",
-    type=click.Path(exists=True, file_okay=False, path_type=Path),
-    default=None,
-    help="Rebuild the packaged tables from a results dir (e.g. kernels/results/h200).",
-)
-@click.option("--tpot", is_flag=True, help="Print predicted decode TPOT per commit mode.")
+@options("calibrate.check")
+@options("calibrate.build")
+@options("calibrate.tpot")
 @options(
     "model",
     "gpu",
     "tp",
     gpu={"default": "H200", "help": "GPU (the tables are H200 measurements; others projected)"},
 )
-@click.option(
-    "--running",
-    type=ListOf(click.IntRange(1, MAX_CONCURRENCY)),
-    default="1,64,256",
-    show_default=True,
-    help="running requests for --tpot",
-)
-@click.option(
-    "--ctx-tok",
-    type=click.IntRange(1, MAX_TOKENS),
-    default=2048,
-    show_default=True,
-    help="decode context for --tpot",
-)
-@click.option(
-    "--data-dir",
-    type=click.Path(path_type=Path),
-    default=None,
-    help="tables dir (default: packaged)",
-)
-@click.option(
-    "--json-out", type=click.Path(path_type=Path), default=None, help="write data as JSON"
-)
+@options("calibrate.running")
+@options("calibrate.ctx_tok")
+@options("calibrate.data_dir")
+@options("calibrate.json_out")
 def calibrate(
     check: bool,
     build_from: Path | None,

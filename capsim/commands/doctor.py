@@ -4,31 +4,24 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import Any
 
 import click
+
+from capsim.commands.options import options
 
 CONTEXT_SETTINGS = {"help_option_names": ["-h", "--help"], "max_content_width": 100}
 
 
 @click.command("doctor", context_settings=CONTEXT_SETTINGS)
-@click.option(
-    "--command", "command", default=None, help="a 'vllm serve MODEL --flags' line (or a file)"
-)
-@click.option(
-    "--from-log",
-    "log_path",
-    type=click.Path(exists=True, dir_okay=False, path_type=Path),
-    default=None,
-    help="a vLLM start-up log instead of a command line",
-)
-@click.option("--vllm-version", required=True, help="the vLLM release, e.g. 0.26.0")
-@click.option("--gpu", "-g", "gpu_name", default=None, help="GPU registry name (e.g. H200)")
-@click.option("--gpu-total-gib", type=float, default=None, help="GPU memory as torch reports it")
-@click.option("--model", "-m", "model_name", default=None, help="preset or config.json")
-@click.option(
-    "--context", "contexts", type=int, multiple=True, help="context lengths (tokens) to admit"
-)
-@click.option("--json", "as_json", is_flag=True, help="print the report as JSON")
+@options("doctor.command")
+@options("doctor.from_log")
+@options("doctor.vllm_version")
+@options("doctor.gpu")
+@options("doctor.gpu_total_gib")
+@options("doctor.model")
+@options("doctor.context")
+@options("doctor.json")
 def doctor(
     command: str | None,
     log_path: Path | None,
@@ -94,28 +87,28 @@ def doctor(
     report = doc.diagnose(
         get_model(model_name), gpu, engine, spec, tuple(contexts) or doc.DEFAULT_CONTEXTS_TOK
     )
-    if as_json:
-        click.echo(
-            json.dumps(
+    click.echo(_report_json(report) if as_json else doc.format_report(report))
+
+
+def _report_json(report: Any) -> str:
+    """``capsim doctor --json``: the diagnosis as a JSON object."""
+    return json.dumps(
+        {
+            "model": report.model,
+            "gpu": report.gpu,
+            "vllm_version": report.vllm_version,
+            "refusal": report.refusal,
+            "admitted": report.admitted,
+            "kv_budget_bytes": report.plan.kv_budget_bytes if report.plan else None,
+            "hazards": [
                 {
-                    "model": report.model,
-                    "gpu": report.gpu,
-                    "vllm_version": report.vllm_version,
-                    "refusal": report.refusal,
-                    "admitted": report.admitted,
-                    "kv_budget_bytes": report.plan.kv_budget_bytes if report.plan else None,
-                    "hazards": [
-                        {
-                            "key": f.hazard.key,
-                            "cost": f.cost,
-                            "flag": f.hazard.flag,
-                            "source": f.hazard.source,
-                        }
-                        for f in report.findings
-                    ],
-                },
-                indent=2,
-            )
-        )
-    else:
-        click.echo(doc.format_report(report))
+                    "key": f.hazard.key,
+                    "cost": f.cost,
+                    "flag": f.hazard.flag,
+                    "source": f.hazard.source,
+                }
+                for f in report.findings
+            ],
+        },
+        indent=2,
+    )

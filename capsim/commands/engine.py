@@ -10,6 +10,8 @@ from pathlib import Path
 
 import click
 
+from capsim.commands.options import options
+
 
 def _ints(text: str, name: str) -> list[int]:
     try:
@@ -27,61 +29,15 @@ def engine() -> None:
 
 
 @engine.command("jobs")
-@click.option(
-    "--gmu",
-    "gpu_memory_utilization",
-    type=click.FloatRange(0, 1, min_open=True),
-    default=0.9,
-    show_default=True,
-    help="vLLM --gpu-memory-utilization",
-)
-@click.option(
-    "-k",
-    "--num-speculative-tokens",
-    type=click.IntRange(0, 16),
-    default=3,
-    show_default=True,
-    help="MTP depth (synthetic acceptance, capsim's default chain)",
-)
-@click.option(
-    "--max-num-seqs",
-    type=click.IntRange(1),
-    default=None,
-    help="vLLM --max-num-seqs (default: vLLM's)",
-)
-@click.option(
-    "--max-concurrency",
-    "concurrency",
-    default="1,16,64",
-    show_default=True,
-    help="closed-loop concurrencies, comma-separated",
-)
-@click.option(
-    "--input-len", type=click.IntRange(1), default=1024, show_default=True, help="prompt tokens"
-)
-@click.option(
-    "--output-len", type=click.IntRange(1), default=256, show_default=True, help="output tokens"
-)
-@click.option(
-    "--waves",
-    type=click.IntRange(1),
-    default=4,
-    show_default=True,
-    help="measured prompts = waves x concurrency (one warm-up wave first)",
-)
-@click.option(
-    "--dummy-weights/--real-weights",
-    default=True,
-    show_default=True,
-    help="add --load-format dummy",
-)
-@click.option(
-    "-o",
-    "--out",
-    type=click.Path(dir_okay=False, path_type=Path),
-    required=True,
-    help="job list file to write",
-)
+@options("engine.jobs.gmu")
+@options("engine.jobs.num_speculative_tokens")
+@options("engine.jobs.max_num_seqs")
+@options("engine.jobs.max_concurrency")
+@options("engine.jobs.input_len")
+@options("engine.jobs.output_len")
+@options("engine.jobs.waves")
+@options("engine.jobs.dummy_weights")
+@options("engine.jobs.out")
 def jobs_cmd(
     gpu_memory_utilization: float,
     num_speculative_tokens: int,
@@ -122,35 +78,11 @@ def jobs_cmd(
 
 
 @engine.command("run")
-@click.option(
-    "--jobs",
-    "jobs_file",
-    type=click.Path(exists=True, dir_okay=False),
-    required=True,
-    help="job list (capsim engine jobs writes one)",
-)
-@click.option("--model", required=True, help="model dir or HF name given to vllm serve")
-@click.option(
-    "-o",
-    "--out",
-    type=click.Path(file_okay=False),
-    required=True,
-    help="results folder (one sub-folder per job)",
-)
-@click.option(
-    "--deadline-s",
-    type=click.FloatRange(1),
-    default=3600.0,
-    show_default=True,
-    help="wall-clock budget: a job whose est_s does not fit what is left is skipped",
-)
-@click.option(
-    "--payload-flags/--no-payload-flags",
-    default=False,
-    show_default=True,
-    help="the lent-H200 payload's flags (dummy weights, Triton GDN prefill, no "
-    "FlashInfer sampler); a normal `pip install vllm` needs none",
-)
+@options("engine.run.jobs")
+@options("engine.run.model")
+@options("engine.run.out")
+@options("engine.run.deadline_s")
+@options("engine.run.payload_flags")
 def run_cmd(jobs_file: str, model: str, out: str, deadline_s: float, payload_flags: bool) -> None:
     """Run a job list against `vllm serve` on this machine's GPU (vLLM must be installed)."""
     from capsim.live import engine_runner
@@ -176,13 +108,7 @@ def run_cmd(jobs_file: str, model: str, out: str, deadline_s: float, payload_fla
 
 @engine.command("record")
 @click.argument("results", type=click.Path(exists=True, file_okay=False, path_type=Path))
-@click.option(
-    "--dest",
-    type=click.Path(file_okay=False, path_type=Path),
-    default=Path("experiments/engine"),
-    show_default=True,
-    help="where runs/, startups/ and startups.csv go",
-)
+@options("engine.record.dest")
 def record_cmd(results: Path, dest: Path) -> None:
     """Compact a results folder into DEST/runs/, DEST/startups/ and DEST/startups.csv."""
     import pandas as pd
@@ -203,13 +129,7 @@ def record_cmd(results: Path, dest: Path) -> None:
 
 
 @engine.command("compare")
-@click.option(
-    "--dest",
-    type=click.Path(exists=True, file_okay=False, path_type=Path),
-    default=Path("experiments/engine"),
-    show_default=True,
-    help="a folder `capsim engine record` wrote",
-)
+@options("engine.compare.dest")
 def compare_cmd(dest: Path) -> None:
     """capsim vs the recorded runs (the out-of-sample table) as Markdown."""
     from capsim.live.engine_oos import table

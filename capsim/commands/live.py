@@ -10,17 +10,14 @@ from pathlib import Path
 
 import click
 
-from capsim.commands.options import OutDir, options
-from capsim.config import MAX_TOKENS
+from capsim.commands.options import options
 from capsim.traces import WORKLOADS
 
 OPEN_LOOP_MAX_IN_FLIGHT = 1024  # client threads when --request-rate has no --max-concurrency
 
 
 @click.command("live")
-@click.option(
-    "--url", required=True, help="OpenAI-compatible vLLM server, e.g. http://127.0.0.1:8077"
-)
+@options("live.url")
 @options(
     "dataset",
     "max_concurrency",
@@ -40,39 +37,12 @@ OPEN_LOOP_MAX_IN_FLIGHT = 1024  # client threads when --request-rate has no --ma
     burstiness={"default": 1.0, "help": "gamma shape of the open-loop gaps (1 = Poisson)"},
     num_prompts={"default": 100},
 )
-@click.option("--served-name", default="tiny", show_default=True, help="--served-model-name")
-@click.option(
-    "--vocab-size",
-    type=click.IntRange(4, 1 << 24),
-    default=512,
-    show_default=True,
-    help="prompt token ids are drawn from [3, vocab)",
-)
-@click.option(
-    "--max-model-len",
-    type=click.IntRange(1, MAX_TOKENS),
-    default=None,
-    help="drop workload rows with prompt+output above this (server's max_model_len)",
-)
-@click.option(
-    "--step-log",
-    type=click.Path(path_type=Path),
-    default=None,
-    help="engine step log the server writes (CAPSIM_STEP_LOG); copied into --out",
-)
-@click.option(
-    "--server-json",
-    type=click.Path(path_type=Path, exists=True),
-    default=None,
-    help="the server's engine arguments (for crosscheck); copied into --out",
-)
-@click.option(
-    "--out",
-    "out_dir",
-    type=OutDir(),
-    required=True,
-    help="directory for summary.json, requests.parquet and the copied logs",
-)
+@options("live.served_name")
+@options("live.vocab_size")
+@options("live.max_model_len")
+@options("live.step_log")
+@options("live.server_json")
+@options("live.out")
 def live(
     url: str,
     workload: str,
@@ -134,33 +104,11 @@ def crosscheck_cmd(live_dir: Path) -> None:
 
 
 @click.command("stepcheck")
-@click.option(
-    "--scenario", "names", multiple=True, help="scenario name (repeatable); default: the CI set"
-)
-@click.option(
-    "--trace-dir",
-    type=click.Path(path_type=Path),
-    default=None,
-    help="where vLLM traces are (default .live/traces)",
-)
-@click.option(
-    "--run-vllm/--no-run-vllm",
-    default=True,
-    show_default=True,
-    help="record the traces now with the live venv (else reuse existing ones)",
-)
-@click.option(
-    "--out",
-    "out_path",
-    type=click.Path(path_type=Path),
-    default=None,
-    help="write the per-scenario summaries as JSON",
-)
-@click.option(
-    "--admit-with-lookahead",
-    is_flag=True,
-    help="apply vLLM 0.32's rule: drafter lookahead slots reserved at admission too",
-)
+@options("stepcheck.scenario")
+@options("stepcheck.trace_dir")
+@options("stepcheck.run_vllm")
+@options("stepcheck.out")
+@options("stepcheck.admit_with_lookahead")
 def stepcheck(
     names: tuple[str, ...],
     trace_dir: Path | None,

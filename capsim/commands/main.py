@@ -12,7 +12,7 @@ from typing import Any
 import click
 
 from capsim.commands.memory import apply_pool_flags, memory_mode_options, run_memory_mode
-from capsim.commands.options import collect, options
+from capsim.commands.options import collect, fold_speculative_config, options
 from capsim.config import (
     AcceptanceConfig,
     EngineConfig,
@@ -73,7 +73,7 @@ def _debug(ctx: click.Context) -> bool:
 
 @click.group(cls=CapsimGroup, context_settings=CONTEXT_SETTINGS)
 @click.version_option(package_name="capsim")
-@click.option("--debug", is_flag=True, help="show Python tracebacks (also CAPSIM_DEBUG=1)")
+@options("main.debug")
 @click.pass_context
 def main(ctx: click.Context, debug: bool) -> None:
     """capsim: how many requests a vLLM deployment of a GDN hybrid admits, where it
@@ -91,6 +91,9 @@ ENGINE_OPTIONS = (
     "max_num_batched_tokens",
     "max_model_len",
     "ssm_state_dtype",
+    "kv_cache_dtype",
+    "quantization",
+    "max_cudagraph_capture_size",
     "vllm_version",
     "kv_cache_memory",
     "num_gpu_blocks_override",
@@ -98,7 +101,7 @@ ENGINE_OPTIONS = (
     "enforce_eager",
     "prefix_caching",
 )
-SPEC_OPTIONS = ("spec_tokens", "tree", "commit", "acceptance")
+SPEC_OPTIONS = ("speculative_config", "spec_tokens", "tree", "commit", "acceptance")
 ACCEPTANCE_OPTIONS = ("tree_model", "temperature")  # how drafts are accepted: simulate only
 
 
@@ -106,7 +109,7 @@ def spec_config(params: dict[str, Any]) -> SpecDecodeConfig:
     acc = params.get("acceptance")
     extra = collect("acceptance", params)
     spec = SpecDecodeConfig(
-        **collect("spec", params),
+        **collect("spec", fold_speculative_config(params)),
         acceptance=AcceptanceConfig(conditional=acc, **extra) if acc else AcceptanceConfig(**extra),
     )
     if acc and len(acc) > 1 and len(acc) != spec.depth:
@@ -204,7 +207,7 @@ def memory_json(plan) -> dict:  # type: ignore[no-untyped-def,type-arg]
 @main.command(context_settings=CONTEXT_SETTINGS)
 @options(*ENGINE_OPTIONS, *SPEC_OPTIONS)
 @memory_mode_options
-@click.option("--json", "as_json", is_flag=True, help="print the plan as JSON")
+@options("memory.json")
 @click.pass_context
 def memory(ctx: click.Context, as_json: bool, **params: Any) -> None:
     """Print the KV/state pool vLLM would build: budget, weights, page, block size,
@@ -236,7 +239,7 @@ def memory(ctx: click.Context, as_json: bool, **params: Any) -> None:
         from capsim.gpus import with_total_memory
 
         gpu = with_total_memory(gpu, round(float(params["gpu_total_gib"]) * GiB))
-    model, engine = apply_pool_flags(params, get_model(params["model"]), engine)
+    model, engine = apply_pool_flags(params, engine.model_for(get_model(params["model"])), engine)
     plan = plan_memory(model, gpu, engine, spec, lookup=measured_term)
     if as_json:
         click.echo(dumps_json(memory_json(plan)))
@@ -279,37 +282,12 @@ def step_time_label(model: dict[str, Any]) -> str:
 @main.command(context_settings=CONTEXT_SETTINGS)
 @options(*ENGINE_OPTIONS, *SPEC_OPTIONS, *ACCEPTANCE_OPTIONS)
 @options("dataset", "max_concurrency", "request_rate")
-@click.option("--replay", is_flag=True, help="send at the trace's own timestamps")
+@options("simulate.replay")
 @options("burstiness", "num_prompts", "seed", "step_time", "out")
-@click.option("--json", "as_json", is_flag=True, help="print the summary as JSON")
-@click.option(
-    "--save-result",
-    is_flag=True,
-    help="also write the result as vllm bench serve does (its metric names, ms)",
-)
-@click.option(
-    "--result-filename",
-    type=click.Path(dir_okay=False, path_type=Path),
-    default=Path("capsim-bench-result.json"),
-    show_default=True,
-    help="where --save-result writes",
-)
-@click.option(
-    "--streaming/--exact",
-    default=None,
-    help="bounded memory: no per-request/per-step table kept unless asked, ITL quantiles "
-    "from (value, count) runs (default: streaming above 200000 requests)",
-)
-@click.option(
-    "--keep-requests/--no-keep-requests",
-    default=None,
-    help="keep the per-request table (requests.parquet); default: not when streaming",
-)
-@click.option(
-    "--keep-steps/--no-keep-steps",
-    default=None,
-    help="keep the per-step table (steps.parquet); default: not when streaming",
-)
+@options("simulate.json")
+@options("simulate.save_result")
+@options("simulate.result_filename")
+@options("simulate.streaming", "simulate.keep_requests", "simulate.keep_steps")
 def simulate(
     workload: str,
     concurrency: int | None,

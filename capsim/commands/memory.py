@@ -12,12 +12,12 @@ gives the release's default gpu_memory_utilization when ``--gmu`` is not given.
 from __future__ import annotations
 
 import json
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import click
 
+from capsim.commands.options import options
 from capsim.config import EngineConfig, SpecDecodeConfig
 from capsim.vllm_rules import rules_table
 
@@ -32,59 +32,12 @@ MODE_KEYS: tuple[str, ...] = (
 )
 
 
-def _opts(options: list[Callable[[Any], Any]]) -> Callable[[Any], Any]:
-    def wrap(fn: Any) -> Any:
-        for opt in reversed(options):
-            fn = opt(fn)
-        return fn
-
-    return wrap
-
-
-memory_mode_options = _opts(
-    [
-        click.option(
-            "--from-log",
-            type=click.Path(exists=True, dir_okay=False, path_type=Path),
-            default=None,
-            help="a vLLM start-up log: plan with its settings and compare term by term",
-        ),
-        click.option(
-            "--validate",
-            type=click.Path(exists=True, file_okay=False, path_type=Path),
-            default=None,
-            help="a directory with startups.csv (+ models/): reproduce every row",
-        ),
-        click.option(
-            "--validate-out",
-            type=click.Path(dir_okay=False, path_type=Path),
-            default=None,
-            help="with --validate: also write the per-row table as CSV here",
-        ),
-        click.option(
-            "--version-rules", is_flag=True, help="print the vLLM version rules table and exit"
-        ),
-        click.option(
-            "--kv-cache-dtype",
-            type=click.Choice(["auto", "bfloat16", "float16", "fp8", "fp8_e4m3", "fp8_e5m2"]),
-            default=None,
-            help="vLLM --kv-cache-dtype (attention KV; auto = the model dtype)",
-        ),
-        click.option(
-            "--quantization",
-            "-q",
-            type=click.Choice(["fp8", "modelopt", "modelopt_fp4", "nvfp4", "awq", "gptq"]),
-            default=None,
-            help="vLLM --quantization: the checkpoint's weight format",
-        ),
-        click.option(
-            "--gpu-total-gib",
-            type=click.FloatRange(min=1.0, max=4096.0),
-            default=None,
-            help="the GPU's total memory as torch reports it (vLLM's 'Free memory on device "
-            "(F/T GiB)' T); default: the registry's",
-        ),
-    ]
+memory_mode_options = options(
+    "memory.from_log",
+    "memory.validate",
+    "memory.validate_out",
+    "memory.version_rules",
+    "memory.gpu_total_gib",
 )
 
 

@@ -7,21 +7,41 @@ Options with a ``target`` (``engine``, ``spec``, ``acceptance``, ``load``) are c
 into that config by ``collect``; adding an ``EngineConfig`` flag is one entry here plus the
 dataclass field.
 
-Flag names follow ``vllm bench serve`` where it has one (``--num-prompts``,
-``--max-concurrency``, ``--request-rate``, ``--burstiness``, ``--dataset-name``,
-``--seed``); capsim's earlier spellings stay as aliases.
+Flag names are vLLM's own: ``vllm serve``'s engine arguments (``--gpu-memory-utilization``,
+``--tensor-parallel-size``/``-tp``, ``--speculative-config``, ``--kv-cache-dtype``,
+``--quantization``, ``--max-num-seqs``, ``--max-num-batched-tokens``, ``--max-model-len``,
+``--enable-prefix-caching``, ``--max-cudagraph-capture-size``, ``--enforce-eager``) and
+``vllm bench serve``'s load flags (``--num-prompts``, ``--max-concurrency``,
+``--request-rate``, ``--burstiness``, ``--dataset-name``, ``--seed``); capsim's earlier
+spellings (``--gmu``, ``--tp``, ``-k``, ...) stay as aliases.
 """
 
 from __future__ import annotations
 
-import math
-from collections.abc import Callable, Iterable
-from dataclasses import MISSING, dataclass, fields
-from pathlib import Path
+from collections.abc import Callable
+from dataclasses import replace
 from typing import Any
 
 import click
 
+from capsim.commands.command_flags import COMMAND_FLAGS
+from capsim.commands.opt import Opt, dc_default
+from capsim.commands.param_types import (
+    SPEC_METHODS,
+    FiniteFloat,
+    KvCacheDtype,
+    ListOf,
+    ModelName,
+    NameOrFile,
+    OutDir,
+    SpeculativeConfigJSON,
+    TreeShape,
+    TreeShapes,
+    VllmVersion,
+    WorkloadName,
+    positive_int,
+    workload_names,
+)
 from capsim.commit_modes import COMMIT_MODES
 from capsim.config import (
     MAX_CONCURRENCY,
@@ -35,162 +55,10 @@ from capsim.config import (
 )
 from capsim.draft_rank import MAX_TEMPERATURE, TREE_MODELS
 from capsim.gpus import GPUS
-from capsim.models import PRESETS
-from capsim.treeshape import format_tree, parse_tree, parse_trees
+from capsim.models import QUANT_METHOD_FORMATS
+from capsim.treeshape import format_tree
 from capsim.units import GiB
 from capsim.vllm_rules import DEFAULT_VLLM_VERSION, rules_for
-
-# ------------------------------------------------------------------------ parameter types
-
-
-class FiniteFloat(click.FloatRange):
-    """A ``FloatRange`` that also refuses inf and nan (``> 0`` alone lets inf through)."""
-
-    name = "float"
-
-    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> Any:
-        if isinstance(value, str) and not value.strip():
-            self.fail("an empty value is not a number", param, ctx)
-        rv = super().convert(value, param, ctx)
-        if not math.isfinite(rv):
-            self.fail(f"{value!r} is not a finite number", param, ctx)
-        return rv
-
-
-class ListOf(click.ParamType):
-    """A comma-separated list whose items are converted (and bounded) by ``item``."""
-
-    def __init__(self, item: click.ParamType, *, max_len: int = 64) -> None:
-        self.item = item
-        self.max_len = max_len
-        label = "|".join(map(str, item.choices)) if isinstance(item, click.Choice) else item.name
-        self.name = f"{label}[,...]"
-
-    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> Any:
-        if isinstance(value, tuple | list):
-            parts = list(value)
-        else:
-            parts = [p.strip() for p in str(value).split(",")]
-            if any(p == "" for p in parts):
-                self.fail(f"{value!r} has an empty item; write e.g. 0.6,0.9", param, ctx)
-        if not parts:
-            self.fail("the list is empty", param, ctx)
-        if len(parts) > self.max_len:
-            self.fail(f"{len(parts)} items; at most {self.max_len}", param, ctx)
-        return tuple(self.item.convert(p, param, ctx) for p in parts)
-
-
-class TreeShape(click.ParamType):
-    """One draft-tree shape: ``2x2x1`` (printed form), ``2,2,1`` or ``chain``."""
-
-    name = "tree"
-
-    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> Any:
-        if value is None or isinstance(value, tuple):
-            return value
-        try:
-            return parse_tree(value)
-        except ValueError as exc:
-            self.fail(str(exc), param, ctx)
-
-
-class TreeShapes(click.ParamType):
-    """Several shapes separated by ``;`` or ``,``: ``chain,2x2x1;3x3x3``."""
-
-    name = "trees"
-
-    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> Any:
-        if isinstance(value, tuple):
-            return value
-        try:
-            return parse_trees(value)
-        except ValueError as exc:
-            self.fail(str(exc), param, ctx)
-
-
-class NameOrFile(click.Choice):
-    """A registry name (listed in ``--help``) or a path to an existing file."""
-
-    def __init__(self, choices: Iterable[str], what: str) -> None:
-        super().__init__(sorted(choices))
-        self.what = what
-
-    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> Any:
-        text = str(value)
-        if text in self.choices:
-            return text
-        if text and Path(text).is_file():
-            return text
-        self.fail(
-            f"{text!r} is neither a {self.what} ({', '.join(map(str, self.choices))}) "
-            "nor an existing file",
-            param,
-            ctx,
-        )
-
-    def get_metavar(self, param: click.Parameter, ctx: click.Context | None = None) -> str:  # type: ignore[override]
-        return f"[{'|'.join(map(str, self.choices))}|FILE]"
-
-
-class WorkloadName(NameOrFile):
-    """A workload name, optionally with shared system prompts (``sharegpt+sys=16,2048``,
-    ``capsim.traces.sharing``), or a path to an existing trace file."""
-
-    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> Any:
-        text = str(value)
-        if "+sys=" in text and not Path(text).is_file():
-            from capsim.traces.sharing import parse_sys_suffix
-
-            try:
-                base, _ = parse_sys_suffix(text)
-            except ValueError as exc:
-                self.fail(str(exc), param, ctx)
-            super().convert(base, param, ctx)
-            return text
-        return super().convert(value, param, ctx)
-
-    def get_metavar(self, param: click.Parameter, ctx: click.Context | None = None) -> str:  # type: ignore[override]
-        return f"[{'|'.join(map(str, self.choices))}][+sys=N,TOK[,A]]|FILE"
-
-
-class OutDir(click.Path):
-    """A directory to write into; the empty string is refused (it would mean '.')."""
-
-    def __init__(self) -> None:
-        super().__init__(file_okay=False, path_type=Path)
-
-    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> Any:
-        if isinstance(value, str) and not value.strip():
-            self.fail("an empty path; name a directory", param, ctx)
-        return super().convert(value, param, ctx)
-
-
-class VllmVersion(click.ParamType):
-    """A vLLM release ``MAJOR.MINOR`` (``0.26``, ``v0.26.0``, ``0.10.2rc1``) whose memory
-    accounting to follow; ``capsim memory --version-rules`` lists what changes when."""
-
-    name = "version"
-
-    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> Any:
-        from capsim.vllm_rules import parse_version
-
-        text = str(value).strip()
-        try:
-            parse_version(text)
-        except ValueError as exc:
-            self.fail(str(exc), param, ctx)
-        return text
-
-
-def _workload_names() -> list[str]:
-    from capsim.traces import WORKLOADS
-
-    return list(WORKLOADS)
-
-
-def positive_int(high: int) -> click.IntRange:
-    return click.IntRange(1, high)
-
 
 # ------------------------------------------------------------------------ option registry
 
@@ -200,65 +68,15 @@ MAX_MM_PER_PROMPT = 1024
 """Most images per prompt accepted by --limit-mm-per-prompt."""
 
 
-def _field(cls: type, name: str) -> Any:
-    for f in fields(cls):
-        if f.name == name:
-            return f
-    raise KeyError(f"{cls.__name__} has no field {name!r}")
-
-
-def dc_default(cls: type, name: str) -> Any:
-    """The dataclass default of ``cls.name`` (``default_factory`` called)."""
-    f = _field(cls, name)
-    if f.default is not MISSING:
-        return f.default
-    if f.default_factory is not MISSING:  # type: ignore[misc]
-        return f.default_factory()  # type: ignore[misc]
-    return None
-
-
-def dc_help(cls: type, name: str) -> str:
-    return str(_field(cls, name).metadata.get("help", ""))
-
-
-@dataclass(frozen=True, slots=True)
-class Opt:
-    """One option: its flags, type, default/help (or the dataclass field they come from)."""
-
-    decls: tuple[str, ...]
-    type: Any = None
-    default: Any = None
-    help: str = ""
-    source: tuple[type, str] | None = None  # (dataclass, field) giving default and help
-    target: str | None = None  # "engine" | "spec" | "acceptance" | "load": collected there
-    dest: str | None = None  # parameter / config field name (default: from the flag)
-    extra: tuple[tuple[str, Any], ...] = ()
-
-    def decorator(self, **override: Any) -> Callable[[Any], Any]:
-        kw: dict[str, Any] = {"type": self.type, "help": self.help, "show_default": True}
-        if self.source is not None:
-            cls, name = self.source
-            kw["default"] = dc_default(cls, name)
-            kw["help"] = self.help or dc_help(cls, name)
-        else:
-            kw["default"] = self.default
-        kw.update(dict(self.extra))
-        kw.update(override)
-        if kw["default"] is None:
-            kw["show_default"] = False
-        decls = self.decls + ((self.dest,) if self.dest else ())
-        return click.option(*decls, **kw)
-
-
 _ENG, _SPEC, _LOAD = EngineConfig, SpecDecodeConfig, LoadConfig
 
-OPTIONS: dict[str, Opt] = {
+SHARED_OPTIONS: dict[str, Opt] = {
     # deployment
     "model": Opt(
         ("--model", "-m"),
-        type=NameOrFile(PRESETS, "model preset"),
+        type=ModelName(),
         source=(SimConfig, "model"),
-        help="model preset or path to an HF config.json",
+        help="model preset, its HF id (Qwen/Qwen3.5-35B-A3B, ...) or path to an HF config.json",
     ),
     "gpu": Opt(
         ("--gpu", "-g"),
@@ -266,17 +84,24 @@ OPTIONS: dict[str, Opt] = {
         source=(SimConfig, "gpu"),
         help="GPU",
     ),
-    "tp": Opt(("--tp",), type=click.IntRange(1, 64), source=(_ENG, "tp"), target="engine"),
+    "tp": Opt(
+        ("--tensor-parallel-size", "-tp", "--tp"),
+        type=click.IntRange(1, 64),
+        source=(_ENG, "tp"),
+        dest="tp",
+        target="engine",
+    ),
     "gmu": Opt(
-        ("--gmu",),
+        ("--gpu-memory-utilization", "--gmu"),
         type=FiniteFloat(0.0, 1.0, min_open=True),
         default=None,  # the --vllm-version's default (resolve_gmu), not the dataclass's
         help="gpu_memory_utilization (default: the vLLM version's rule, "
         f"{rules_for(DEFAULT_VLLM_VERSION).default_gmu} for {DEFAULT_VLLM_VERSION})",
+        dest="gmu",
         target="engine",
     ),
     "gmu_list": Opt(
-        ("--gmu",),
+        ("--gpu-memory-utilization", "--gmu"),
         type=ListOf(FiniteFloat(0.0, 1.0, min_open=True)),
         help="gpu_memory_utilization values, e.g. 0.6,0.75,0.9",
         dest="gmu",
@@ -297,6 +122,29 @@ OPTIONS: dict[str, Opt] = {
         ("--max-model-len",),
         type=positive_int(MAX_TOKENS),
         source=(_ENG, "max_model_len"),
+        target="engine",
+    ),
+    "kv_cache_dtype": Opt(
+        ("--kv-cache-dtype",),
+        type=KvCacheDtype(),
+        default=None,
+        help="vLLM --kv-cache-dtype: attention KV dtype (auto = the model's, bfloat16)",
+        target="engine",
+    ),
+    "quantization": Opt(
+        ("--quantization", "-q"),
+        type=click.Choice(sorted(QUANT_METHOD_FORMATS)),
+        default=None,
+        help="vLLM --quantization: weight format of the checkpoint (default: its "
+        "config.json's quantization_config)",
+        target="engine",
+    ),
+    "max_cudagraph_capture_size": Opt(
+        ("--max-cudagraph-capture-size",),
+        type=click.IntRange(1, MAX_TOKENS),
+        default=None,
+        help="vLLM --max-cudagraph-capture-size: largest CUDA-graph capture in tokens "
+        "(default: vLLM's rule for the version and GPU)",
         target="engine",
     ),
     "ssm_state_dtype": Opt(
@@ -351,6 +199,13 @@ OPTIONS: dict[str, Opt] = {
         target="engine",
     ),
     # speculation
+    "speculative_config": Opt(
+        ("--speculative-config",),
+        type=SpeculativeConfigJSON(),
+        default=None,
+        help='vLLM --speculative-config JSON, e.g. \'{"method": "mtp", '
+        '"num_speculative_tokens": 3}\' (methods: ' + ", ".join(SPEC_METHODS) + ")",
+    ),
     "spec_tokens": Opt(
         ("--num-speculative-tokens", "--spec-tokens", "-k"),
         type=click.IntRange(0, 64),
@@ -455,14 +310,17 @@ OPTIONS: dict[str, Opt] = {
         help="worker processes (default: cores; never more than there are tasks)",
     ),
 }
+"""Flags several commands share: engine (``target="engine"``), speculation, load."""
+
+OPTIONS: dict[str, Opt] = {**SHARED_OPTIONS, **COMMAND_FLAGS}
+"""The one option registry: every flag of every ``capsim`` command is an entry here
+(``tests/commands/test_options.py`` checks that no command declares a raw click option)."""
 
 
 def _resolved(name: str) -> Opt:
     opt = OPTIONS[name]
     if name == "dataset":
-        from dataclasses import replace
-
-        return replace(opt, type=WorkloadName(_workload_names(), "workload"))
+        return replace(opt, type=WorkloadName(workload_names(), "workload"))
     return opt
 
 
@@ -483,6 +341,23 @@ def options(*names: str, **overrides: dict[str, Any]) -> Callable[[Any], Any]:
 def dest_of(opt: Opt) -> str:
     """The parameter name of ``opt`` (its ``dest``, else its first flag in snake case)."""
     return opt.dest or opt.decls[0].split("/")[0].lstrip("-").replace("-", "_")
+
+
+def fold_speculative_config(params: dict[str, Any]) -> dict[str, Any]:
+    """``--speculative-config`` given: its ``num_speculative_tokens`` becomes ``num_spec_tok``
+    (a different ``--num-speculative-tokens`` beside it is refused)."""
+    spec = params.get("speculative_config")
+    if not spec:
+        return params
+    k = spec["num_spec_tok"]
+    given = params.get("num_spec_tok")
+    default = dc_default(SpecDecodeConfig, "num_spec_tok")
+    if given is not None and given not in (k, default):
+        raise click.BadParameter(
+            f"num_speculative_tokens={k} disagrees with --num-speculative-tokens {given}",
+            param_hint="--speculative-config",
+        )
+    return {**params, "num_spec_tok": k}
 
 
 def collect(target: str, params: dict[str, Any], *, given_only: bool = False) -> dict[str, Any]:
@@ -507,12 +382,14 @@ __all__ = [
     "NameOrFile",
     "Opt",
     "OutDir",
+    "SpeculativeConfigJSON",
     "TreeShape",
     "TreeShapes",
     "VllmVersion",
     "WorkloadName",
     "collect",
     "dc_default",
+    "fold_speculative_config",
     "format_tree",
     "options",
 ]

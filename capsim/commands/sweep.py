@@ -15,10 +15,9 @@ from typing import Any
 import click
 import pandas as pd
 
-from capsim.commands.options import FiniteFloat, ListOf, OutDir, TreeShapes, collect, options
+from capsim.commands.options import ListOf, collect, options
 from capsim.commit_modes import COMMIT_MODES
-from capsim.config import MAX_CONCURRENCY
-from capsim.sweep.executors import EXECUTORS, make_executor
+from capsim.sweep.executors import make_executor
 from capsim.sweep.grid import PUBLISHED_GRID, SweepSpec, restrict, with_pool
 from capsim.sweep.grid_toml import load_spec
 from capsim.vllm_rules import resolve_gmu
@@ -65,25 +64,12 @@ def skipped_gmu(spec: SweepSpec, gmu: tuple[float, ...] | None) -> list[str]:
 
 
 @click.command("sweep")
-@click.option(
-    "--grid",
-    "grid_path",
-    type=click.Path(exists=True, dir_okay=False, path_type=Path),
-    default=None,
-    help=f"grid TOML (default: the published grid, {PUBLISHED_GRID.name})",
-)
+@options("sweep.grid")
 @options("gmu_list")
-@click.option("--model", "models", multiple=True, help="keep only this model (repeatable)")
-@click.option("--workload", "workloads", multiple=True, help="keep only this workload")
-@click.option(
-    "--tree-block/--no-tree-block",
-    "--trees/--no-trees",
-    "trees",
-    default=True,
-    show_default=True,
-    help="include the blocks that list tree shapes",
-)
-@click.option("--modes", type=MODES, default=None, help="commit modes, e.g. storeall,reconstruct")
+@options("sweep.model")
+@options("sweep.workload")
+@options("sweep.tree_block")
+@options("sweep.modes")
 @options(
     "num_prompts",
     "seed",
@@ -100,25 +86,12 @@ def skipped_gmu(spec: SweepSpec, gmu: tuple[float, ...] | None) -> list[str]:
         "help": "run every block with prefix caching on/off (default: the grid's prefix_caching)",
     },
 )
-@click.option(
-    "--out",
-    "out_dir",
-    type=OutDir(),
-    default=Path("runs/sweep"),
-    show_default=True,
-    help="results directory; rerunning into it resumes",
-)
-@click.option(
-    "--executor",
-    type=click.Choice(EXECUTORS),
-    default="local",
-    show_default=True,
-    help="where points run: serial, a local process pool (--jobs) or dask (--scheduler)",
-)
-@click.option("--scheduler", default=None, help="dask scheduler address (with --executor dask)")
+@options("sweep.out")
+@options("sweep.executor")
+@options("sweep.scheduler")
 @options("jobs")
-@click.option("--steps/--no-steps", default=True, help="keep per-step time series in steps/")
-@click.option("--progress/--no-progress", default=True, help="show a progress bar")
+@options("sweep.steps")
+@options("sweep.progress")
 @options(*POOL_OPTIONS, **_GRID_OVERRIDE)  # type: ignore[arg-type]
 def sweep_cmd(
     grid_path: Path | None,
@@ -224,7 +197,7 @@ def memory_bound_grid(matched: pd.DataFrame) -> pd.DataFrame:
 
 @click.command("knee")
 @click.argument("result_dir", type=click.Path(exists=True, file_okay=False, path_type=Path))
-@click.option("--csv", "csv_out", is_flag=True, help="also write knee.csv and memory_bound.csv")
+@options("knee.csv")
 def knee_cmd(result_dir: Path, csv_out: bool) -> None:
     """Knee per deployment, workload and setting, and the memory-bound class of every
     matched point."""
@@ -249,13 +222,7 @@ def knee_cmd(result_dir: Path, csv_out: bool) -> None:
 
 @click.command("report")
 @click.argument("result_dir", type=click.Path(exists=True, file_okay=False, path_type=Path))
-@click.option(
-    "--out",
-    "out_dir",
-    type=click.Path(file_okay=False, path_type=Path),
-    default=None,
-    help="where to write PNGs and report.html (default: RESULT_DIR/report)",
-)
+@options("report.out")
 def report_cmd(result_dir: Path, out_dir: Path | None) -> None:
     """Figures 1-5, Table 1 and the knee table as PNGs plus one self-contained, responsive
     HTML page; every point of the grid is drawn in some figure."""
@@ -270,57 +237,24 @@ def report_cmd(result_dir: Path, out_dir: Path | None) -> None:
 
 @click.command("whatif")
 @options("model", "gpu", "tp", "dataset")
-@click.option(
-    "--ttft-p99-ms",
-    type=FiniteFloat(0.0, None, min_open=True),
-    default=None,
-    help="p99 TTFT target (ms)",
-)
-@click.option(
-    "--tpot-ms", type=FiniteFloat(0.0, None, min_open=True), default=None, help="TPOT target (ms)"
-)
-@click.option(
-    "--tpot-stat",
-    type=click.Choice(["mean", "p99"]),
-    default="mean",
-    show_default=True,
-    help="which TPOT --tpot-ms bounds",
-)
+@options("whatif.ttft_p99_ms")
+@options("whatif.tpot_ms")
+@options("whatif.tpot_stat")
 @options(
     "gmu_list",
     gmu_list={"help": "gmu candidates, e.g. 0.6,0.75,0.9 (default: --vllm-version's gmu)"},
 )
-@click.option(
-    "--tree",
-    type=TreeShapes(),
-    default="chain",
-    show_default=True,
-    help="shapes to try, e.g. chain,2x2x1 (see simulate --tree)",
-)
-@click.option(
-    "--modes", type=MODES, default="storeall,reconstruct", show_default=True, help="commit modes"
-)
-@click.option(
-    "--load-mode",
-    type=click.Choice(["concurrency", "rate"]),
-    default="concurrency",
-    show_default=True,
-    help="search concurrent clients (closed loop) or an arrival rate in req/s (open loop)",
-)
-@click.option(
-    "--max-load",
-    type=FiniteFloat(0.0, float(MAX_CONCURRENCY), min_open=True),
-    default=1024.0,
-    show_default=True,
-    help="search limit (concurrent requests or req/s)",
-)
+@options("whatif.tree")
+@options("whatif.modes")
+@options("whatif.load_mode")
+@options("whatif.max_load")
 @options(
     "num_prompts",
     "seed",
     "jobs",
     num_prompts={"default": 200, "help": "requests per short simulation (at least)"},
 )
-@click.option("--progress/--no-progress", default=True, help="show a progress bar")
+@options("whatif.progress")
 @options(*POOL_OPTIONS, "prefix_caching")
 @click.option(
     "-k",

@@ -7,7 +7,6 @@ from pathlib import Path
 import click
 
 from capsim.commands.options import options
-from capsim.config import MAX_TOKENS
 from capsim.traces.stats import format_stats, workload_stats
 from capsim.traces.table import RequestTable
 from capsim.traces.userfile import load_file
@@ -24,13 +23,7 @@ def _load(name: str, num_requests: int, seed: int, model: str, root: Path | None
 
 
 def _common(f):  # type: ignore[no-untyped-def]
-    f = click.option(
-        "--root",
-        type=click.Path(file_okay=False, path_type=Path),
-        default=None,
-        help="folder of compact Parquet files (default: the shipped ones)",
-    )(f)
-    return options("model", "seed", model={"help": "selects tokenizer counts"})(f)
+    return options("model", "seed", "traces.root", model={"help": "selects tokenizer counts"})(f)
 
 
 @click.group("traces")
@@ -49,14 +42,7 @@ def list_cmd() -> None:
 @traces.command("stats")
 @click.argument("name")
 @options("num_prompts", num_prompts={"default": 1000, "help": "requests to sample"})
-@click.option(
-    "--block-size",
-    "block_size_tok",
-    type=click.IntRange(1, MAX_TOKENS),
-    default=1,
-    show_default=True,
-    help="also report the ideal prefix hit rate in blocks of this many tokens",
-)
+@options("stats.block_size")
 @_common
 def stats_cmd(
     name: str, num_requests: int, block_size_tok: int, seed: int, model: str, root: Path | None

@@ -23,7 +23,7 @@ Inside such a run step j (0-based) is fixed by the pre-drawn acceptance::
     a[j, r]   accepted drafts of request r at its (used_r + j)-th verify (0 when k = 0)
     e[j, r]   = a[j, r] + 1 tokens kept and emitted
     C[j, r]   = C[0, r] + sum_{i<j} e[i, r]     (context priced at step j)
-    blocks after step j's allocation = max(held_r, groups * cdiv(C[j, r] + W + lookahead, bs))
+    blocks after step j's allocation = max(held_r, BlockRule.attn_blocks(C[j, r] + W + lookahead))
 
 which are exactly the values ``Scheduler.schedule``/``update`` produce one step at a
 time (same integer arithmetic; the engine prices each step with the same step-time
@@ -37,6 +37,8 @@ from dataclasses import dataclass
 import numpy as np
 
 from capsim.core.acceptance import AcceptanceDraws
+from capsim.core.kv_blocks import BlockRule
+from capsim.core.request import RequestColumns
 
 MAX_RUN_STEPS = 64
 """Steps planned at most at once (bounds the K x R arrays); a longer run is planned again."""
@@ -79,14 +81,56 @@ class RunLimits:
     lookahead_tok: int
     max_num_batched_tokens: int
     max_model_len: int
-    block_size_tok: int
-    num_attn_groups: int
+    rule: BlockRule
+    """The KV manager's block rule (attention blocks for a number of token slots)."""
     gdn_blocks_per_request: int
     free_blocks: int
 
 
+def _qualifies(cols: RequestColumns, slots: np.ndarray, lim: RunLimits) -> bool:
+    """Every running request decodes its full window, ``max_model_len`` cannot clip and
+    every request holds its GDN slots."""
+    k, w = lim.num_spec_tok, lim.window_tok
+    if not slots.size or w != k + 1 or slots.size * w > lim.max_num_batched_tokens:
+        return False
+    prompt, out_tok = cols.prompt_tok[slots], cols.num_output_tok[slots]
+    max_out = cols.max_output_tok[slots]
+    if (
+        np.count_nonzero(cols.num_spec_tok[slots] != k)
+        or np.count_nonzero(cols.num_computed_tok[slots] != prompt + out_tok - 1)
+        or np.count_nonzero(out_tok < 1)
+        or int((prompt + max_out).max()) + w - 2 + lim.lookahead_tok > lim.max_model_len - 1
+    ):
+        return False
+    held_gdn = cols.num_gdn_blocks[slots]
+    return not (lim.gdn_blocks_per_request and np.count_nonzero(held_gdn) != slots.size)
+
+
+def _window_kept(
+    cols: RequestColumns, slots: np.ndarray, draws: AcceptanceDraws, k: int, max_run: int
+) -> np.ndarray:
+    """[max_run, R]: tokens kept (and emitted, before the max_output clip) per step."""
+    if not k:
+        return np.ones((max_run, slots.size), dtype=np.int64)
+    used = cols.num_accept_draws_used[slots]
+    step = np.arange(max_run, dtype=np.int64)[:, None]
+    accepted = draws.draw_many(cols.index[slots][None, :], used[None, :] + step)
+    return np.minimum(np.maximum(accepted, 0), k) + 1  # clipped to the k scheduled drafts
+
+
+def _returned_before(
+    finish: np.ndarray, held: np.ndarray, held_gdn: np.ndarray, max_run: int
+) -> np.ndarray:
+    """[max_run]: blocks returned before each step by requests that finished earlier."""
+    done = finish < max_run
+    cols_r = np.arange(finish.size)
+    returned = np.zeros(max_run + 1, dtype=np.int64)
+    np.add.at(returned, finish[done] + 1, held[finish[done] + 1, cols_r[done]] + held_gdn[done])
+    return np.cumsum(returned)[:-1]
+
+
 def plan_decode_run(
-    cols: dict[str, np.ndarray],
+    cols: RequestColumns,
     slots: np.ndarray,
     draws: AcceptanceDraws,
     lim: RunLimits,
@@ -98,54 +142,30 @@ def plan_decode_run(
     ``drain``: nothing will ever be sent again (the engine's cool-down), so the run goes on
     through finishes: a finished request leaves the batch after its step and its blocks
     return to the pool; otherwise the run stops before the first finish."""
-    k, w = lim.num_spec_tok, lim.window_tok
-    r = slots.size
-    if not r or w != k + 1 or r * w > lim.max_num_batched_tokens:
+    if not slots.size:
         return None
-    out_tok = cols["num_output_tok"][slots]
-    max_out = cols["max_output_tok"][slots]
+    out_tok = cols.num_output_tok[slots]
+    max_out = cols.max_output_tok[slots]
     remaining = max_out - out_tok
     # every step emits >= 1 token per request: a request with n tokens left finishes
     # within n steps (so at most n - 1 finish-free steps)
     max_run = min(int(remaining.max() if drain else remaining.min() - 1), max_steps)
-    if max_run < 2:
+    if max_run < 2 or not _qualifies(cols, slots, lim):
         return None
-    prompt = cols["prompt_tok"][slots]
-    computed = cols["num_computed_tok"][slots]
-    if (
-        np.count_nonzero(cols["num_spec_tok"][slots] != k)
-        or np.count_nonzero(computed != prompt + out_tok - 1)
-        or np.count_nonzero(out_tok < 1)
-        or int((prompt + max_out).max()) + w - 2 + lim.lookahead_tok > lim.max_model_len - 1
-    ):
-        return None
-    held_gdn = cols["num_gdn_blocks"][slots]
-    if lim.gdn_blocks_per_request and np.count_nonzero(held_gdn) != r:
-        return None
-    # accepted drafts per step and request (clipped to the k scheduled drafts)
-    used = cols["num_accept_draws_used"][slots]
-    step = np.arange(max_run, dtype=np.int64)[:, None]
-    if k:
-        accepted = draws.draw_many(cols["index"][slots][None, :], used[None, :] + step)
-        window_kept = np.minimum(np.maximum(accepted, 0), k) + 1
-    else:
-        window_kept = np.ones((max_run, r), dtype=np.int64)
+    k, w = lim.num_spec_tok, lim.window_tok
+    window_kept = _window_kept(cols, slots, draws, k, max_run)
     kept = np.cumsum(window_kept, axis=0)  # tokens kept (computed) after each step
     before = kept - window_kept
     finish = np.count_nonzero(kept < remaining, axis=0)  # step of the finish (or max_run)
-    active = step <= finish[None, :]
+    active = np.arange(max_run, dtype=np.int64)[:, None] <= finish[None, :]
+    computed = cols.num_computed_tok[slots]
     context = computed + before
-    bs, groups = lim.block_size_tok, lim.num_attn_groups
-    need = (context + (w + lim.lookahead_tok + bs - 1)) // bs * groups
-    held = np.maximum.accumulate(np.vstack([cols["num_attn_blocks"][slots], need]), axis=0)
+    need = lim.rule.attn_blocks(context + (w + lim.lookahead_tok))
+    held = np.maximum.accumulate(np.vstack([cols.num_attn_blocks[slots], need]), axis=0)
     taken = np.cumsum(((held[1:] - held[:-1]) * active).sum(axis=1))
-    # blocks a request returns after its finishing step; a step's growth must fit in what
-    # is free after the earlier steps' growth and returns (else it would preempt)
-    cols_r = np.arange(r)
-    done = finish < max_run
-    returned = np.zeros(max_run + 1, dtype=np.int64)
-    np.add.at(returned, finish[done] + 1, held[finish[done] + 1, cols_r[done]] + held_gdn[done])
-    returned = np.cumsum(returned)[:-1]  # returned before each step
+    # a step's growth must fit in what is free after the earlier steps' growth and the
+    # finished requests' returns (else it would preempt)
+    returned = _returned_before(finish, held, cols.num_gdn_blocks[slots], max_run)
     short = np.flatnonzero(taken > lim.free_blocks + returned)
     n = int(short[0]) if short.size else max_run
     n = min(n, int(finish.max()) + 1)  # the last request's finish ends a drain
@@ -155,6 +175,8 @@ def plan_decode_run(
         return None
     emitted = np.where(active[:n], np.minimum(window_kept[:n], remaining - before[:n]), 0)
     last = np.minimum(finish, n - 1)
+    cols_r = np.arange(slots.size)
+    used = cols.num_accept_draws_used[slots]
     return DecodeRun(
         slots=slots,
         context_tok=context[:n],

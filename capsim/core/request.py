@@ -11,13 +11,15 @@ a prefill (or a recompute after preemption) is a long run of new tokens, a decod
 with k drafts is ``1 + k``.
 
 Storage: once a request is added to a scheduler its counters live in that scheduler's
-``RequestStore`` (numpy columns, one row per request), so a step over the running batch
+``RequestStore`` (``RequestColumns``: one named numpy array per counter, one row per
+request), so a step over the running batch
 is a handful of vector operations. ``Request`` stays the handle everyone else uses; its
 counter properties read and write the store row (or its own fields before it is added).
 """
 
 from __future__ import annotations
 
+from dataclasses import dataclass, fields
 from enum import IntEnum
 
 import numpy as np
@@ -30,20 +32,48 @@ class Status(IntEnum):
     FINISHED = 3
 
 
-_COUNTERS: tuple[str, ...] = (
-    "prompt_tok",
-    "max_output_tok",
-    "num_output_tok",
-    "num_computed_tok",
-    "num_spec_tok",
-    "num_attn_blocks",
-    "num_gdn_blocks",
-    "num_preemptions",
-    "num_accept_draws_used",
-    "num_cached_tok",
-    "index",
-    "status",
-)
+@dataclass(slots=True)
+class RequestColumns:
+    """The store's counters, one named int64 array per counter (row = slot). Arrays are
+    replaced in place of the same object when the store grows, so a reference to the
+    columns stays valid."""
+
+    prompt_tok: np.ndarray
+    max_output_tok: np.ndarray
+    num_output_tok: np.ndarray
+    num_computed_tok: np.ndarray
+    num_spec_tok: np.ndarray
+    num_attn_blocks: np.ndarray
+    num_gdn_blocks: np.ndarray
+    num_preemptions: np.ndarray
+    num_accept_draws_used: np.ndarray
+    num_cached_tok: np.ndarray
+    index: np.ndarray
+    status: np.ndarray
+
+    @classmethod
+    def zeros(cls, capacity: int) -> RequestColumns:
+        return cls(*(np.zeros(capacity, dtype=np.int64) for _ in _COUNTERS))
+
+    @property
+    def capacity(self) -> int:
+        return len(self.prompt_tok)
+
+    def grow(self, capacity: int) -> None:
+        for name in _COUNTERS:
+            col = getattr(self, name)
+            grown = np.zeros(capacity, dtype=np.int64)
+            grown[: len(col)] = col
+            setattr(self, name, grown)
+
+    def __getitem__(self, name: str) -> np.ndarray:
+        """``cols["index"]``: the column by name (readers outside ``core``)."""
+        if name not in _COUNTERS:
+            raise KeyError(name)
+        return getattr(self, name)
+
+
+_COUNTERS: tuple[str, ...] = tuple(f.name for f in fields(RequestColumns))
 
 
 class RequestStore:
@@ -56,38 +86,30 @@ class RequestStore:
 
     def __init__(self, capacity: int = 64) -> None:
         self.size = 0
-        self.cols: dict[str, np.ndarray] = {
-            name: np.zeros(max(capacity, 1), dtype=np.int64) for name in _COUNTERS
-        }
+        self.cols = RequestColumns.zeros(max(capacity, 1))
         self.handles: list[Request] = []
         self._free: list[int] = []
 
     def release(self, slot: int) -> None:
         """Row ``slot`` (a finished request's) is reused by a later ``add`` (its handle is
-        kept until then: the store never holds more handles than requests in flight)."""
+        kept until then)."""
         self._free.append(slot)
 
     def add(self, req: Request) -> int:
+        """Store ``req``'s counters in a free or the next row; ``req.slot`` is that row."""
+        cols = self.cols
         if self._free:
             slot = self._free.pop()
-            own = req._own
-            for name, col in self.cols.items():
-                col[slot] = own[name]
             self.handles[slot] = req
-            req._store = self
-            req._slot = slot
-            return slot
-        if self.size == len(self.cols["prompt_tok"]):
-            for name, col in self.cols.items():
-                grown = np.zeros(2 * len(col), dtype=np.int64)
-                grown[: len(col)] = col
-                self.cols[name] = grown
-        slot = self.size
+        else:
+            if self.size == cols.capacity:
+                cols.grow(2 * cols.capacity)
+            slot = self.size
+            self.size += 1
+            self.handles.append(req)
         own = req._own  # ints (the counter setters store int(value))
-        for name, col in self.cols.items():
-            col[slot] = own[name]
-        self.size += 1
-        self.handles.append(req)
+        for name in _COUNTERS:
+            getattr(cols, name)[slot] = own[name]
         req._store = self
         req._slot = slot
         return slot
@@ -98,14 +120,14 @@ def _counter(name: str) -> property:
         store = self._store
         if store is None:
             return self._own[name]
-        return int(store.cols[name][self._slot])
+        return int(getattr(store.cols, name)[self._slot])
 
     def set_(self: Request, value: int) -> None:
         store = self._store
         if store is None:
             self._own[name] = int(value)
         else:
-            store.cols[name][self._slot] = int(value)
+            getattr(store.cols, name)[self._slot] = int(value)
 
     return property(get, set_, doc=f"``{name}`` counter")
 
@@ -195,12 +217,18 @@ class Request:
 
     @property
     def slot(self) -> int:
+        """Row of this request in its scheduler's ``RequestStore`` (-1 before it is added)."""
         return self._slot
+
+    @property
+    def is_stored(self) -> bool:
+        """The request was added to a scheduler's store (its counters live there)."""
+        return self._store is not None
 
     @property
     def status(self) -> Status:
         return Status(
-            self._own["status"] if self._store is None else self._store.cols["status"][self._slot]
+            self._own["status"] if self._store is None else self._store.cols.status[self._slot]
         )
 
     @status.setter
@@ -208,7 +236,7 @@ class Request:
         if self._store is None:
             self._own["status"] = int(value)
         else:
-            self._store.cols["status"][self._slot] = int(value)
+            self._store.cols.status[self._slot] = int(value)
 
     @property
     def num_tokens(self) -> int:

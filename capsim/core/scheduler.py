@@ -17,8 +17,8 @@ starts with ``kv.new_step()``; a waiting request first gets its cache hit
 (``kv.find_cache_hit``), its chunk starts after the hit, and on hybrids every prefill
 chunk is cut by ``kv.align_split`` (GDN "align" mode); the hit is recorded in the
 prefix-cache stats when the request is admitted. Memory is only touched through
-``KVCacheManager`` (``allocate_slots``, ``allocate_running_bulk``, ``free``,
-``free_bulk``); the victim choice and reset live in ``capsim.core.preemption``.
+``KVCacheManager`` (``allocate_slots``, ``allocate_slots_batch``, ``free``,
+``free_batch``); the victim choice and reset live in ``capsim.core.preemption``.
 
 ``update()`` advances counters: a verify step keeps ``1 + accepted`` of its tokens
 (``num_computed`` rolls back over rejected drafts) and emits ``accepted + 1`` tokens; a
@@ -27,7 +27,7 @@ free their blocks. Requests that emitted a token get ``num_spec_tok`` drafts for
 step (MTP runs in the same step as the verify).
 
 Speed: with caching off the running loop is evaluated for the whole batch at once
-(numpy over the request store, ``kv.allocate_running_bulk``) whenever every running
+(numpy over the request store, ``kv.allocate_slots_batch``) whenever every running
 request's growth fits in the free blocks, which is exactly when the sequential loop
 would preempt nobody; otherwise the sequential loop runs. Both give identical results
 (tested). With caching on (named blocks) the sequential loop always runs. When nobody
@@ -135,9 +135,13 @@ class Scheduler:
         self.vectorized = True
         self._lookahead = kv.layout.lookahead_tok
         self._run_slots: np.ndarray | None = None
+        # chosen once, like the KV manager's coordinator: named blocks (caching on) have no
+        # batch path and admit with a cache hit
+        self._caching = kv.enable_caching
+        self._admit = self._admit_cached if self._caching else self._admit_uncached
 
     def add_request(self, req: Request) -> None:
-        if req._store is None:
+        if not req.is_stored:
             self.store.add(req)
         req.status = Status.WAITING
         self.waiting.append(req)
@@ -149,7 +153,7 @@ class Scheduler:
     def _running_slots(self) -> np.ndarray:
         if self._run_slots is None or len(self._run_slots) != len(self.running):
             self._run_slots = np.fromiter(
-                (r._slot for r in self.running), dtype=np.int64, count=len(self.running)
+                (r.slot for r in self.running), dtype=np.int64, count=len(self.running)
             )
         return self._run_slots
 
@@ -168,10 +172,10 @@ class Scheduler:
         always, with fewer array operations on the common step."""
         cols = self.store.cols
         slots = self._running_slots()
-        comp = cols["num_computed_tok"][slots]
-        total = cols["prompt_tok"][slots]
-        total += cols["num_output_tok"][slots]
-        total += cols["num_spec_tok"][slots]  # num_tokens_with_spec
+        comp = cols.num_computed_tok[slots]
+        total = cols.prompt_tok[slots]
+        total += cols.num_output_tok[slots]
+        total += cols.num_spec_tok[slots]  # num_tokens_with_spec
         new = total - comp
         limit = self.config.max_model_len - 1
         if total.max() > limit:  # else new <= limit - comp already
@@ -184,7 +188,7 @@ class Scheduler:
         active = None if num_active == new.size else new > 0
         comp += new
         comp += self._lookahead
-        if not self.kv.allocate_running_bulk(cols, slots, comp, active):
+        if not self.kv.allocate_slots_batch(cols, slots, comp, active):
             return None
         if active is None:
             return slots, new
@@ -194,7 +198,7 @@ class Scheduler:
         self, budget: int, out: SchedulerOutput
     ) -> tuple[np.ndarray, np.ndarray]:
         running, kv = self.running, self.kv
-        caching = kv.enable_caching
+        caching = self._caching
         max_len = self.config.max_model_len
         sched_slots: list[int] = []
         sched_new: list[int] = []
@@ -218,7 +222,7 @@ class Scheduler:
                     break
             if not ok:
                 break
-            sched_slots.append(req._slot)
+            sched_slots.append(req.slot)
             sched_new.append(num_new)
             budget -= num_new
             i += 1
@@ -232,16 +236,16 @@ class Scheduler:
         ``_admit_cached`` without a cache hit)."""
         cfg, kv, cols = self.config, self.kv, self.store.cols
         running, waiting = self.running, self.waiting
-        prompt, num_out = cols["prompt_tok"], cols["num_output_tok"]
-        computed, status = cols["num_computed_tok"], cols["status"]
+        prompt, num_out = cols.prompt_tok, cols.num_output_tok
+        computed, status = cols.num_computed_tok, cols.status
         while waiting and budget > 0 and len(running) < cfg.max_num_seqs:
             req = waiting[0]
-            slot = req._slot
+            slot = req.slot
             num_new = prompt.item(slot) + num_out.item(slot) - computed.item(slot)
             if not cfg.enable_chunked_prefill and num_new > budget:
                 break
             num_new = min(num_new, budget)
-            if not kv.admit_uncached(cols, slot, num_new, self._lookahead, bool(running)):
+            if not kv.admit(cols, slot, num_new, self._lookahead, bool(running)):
                 break
             waiting.popleft()
             status[slot] = Status.RUNNING
@@ -279,7 +283,7 @@ class Scheduler:
             waiting.popleft()
             req.status = Status.RUNNING
             running.append(req)
-            new_slots.append(req._slot)
+            new_slots.append(req.slot)
             new_new.append(num_new)
             out.admitted.append(req)
             budget -= num_new
@@ -291,10 +295,10 @@ class Scheduler:
         kv = self.kv
         cols = self.store.cols
         run_slots, run_new = _EMPTY, _EMPTY
-        if kv.enable_caching:
+        if self._caching:
             kv.new_step()
         if self.running:
-            bulk = self.vectorized and not kv.enable_caching
+            bulk = self.vectorized and not self._caching
             fast = self._schedule_running_vectorized(budget) if bulk else None
             if fast is None:
                 fast = self._schedule_running_sequential(budget, out)
@@ -304,8 +308,7 @@ class Scheduler:
         new_slots: list[int] = []
         new_new: list[int] = []
         if not out.preempted:
-            admit = self._admit_cached if kv.enable_caching else self._admit_uncached
-            admit(budget, out, new_slots, new_new)
+            self._admit(budget, out, new_slots, new_new)
         if new_slots:
             added = np.asarray(new_slots, dtype=np.int64)
             cached = self._run_slots
@@ -316,8 +319,8 @@ class Scheduler:
             out.num_new = np.concatenate([run_new, np.asarray(new_new, dtype=np.int64)])
         else:
             out.slots, out.num_new = run_slots, run_new
-        out.computed_before = cols["num_computed_tok"][out.slots]
-        spec = cols["num_spec_tok"][out.slots]
+        out.computed_before = cols.num_computed_tok[out.slots]
+        spec = cols.num_spec_tok[out.slots]
         out.verify = spec > 0
         if new_slots:
             out.verify[len(run_slots) :] = False
@@ -330,7 +333,7 @@ class Scheduler:
         """Several decode-only steps at once (``capsim.core.decode_run``), or None. Only
         with caching off on the vectorised path, and nobody waiting; the caller makes sure
         no request arrives before the run ends (``drain``: none ever will)."""
-        if self.waiting or not self.running or self.kv.enable_caching or not self.vectorized:
+        if self.waiting or not self.running or self._caching or not self.vectorized:
             return None
         if not isinstance(draws, AcceptanceDraws):  # per-step acceptance: no plan ahead
             return None
@@ -341,8 +344,7 @@ class Scheduler:
             lookahead_tok=self._lookahead,
             max_num_batched_tokens=cfg.max_num_batched_tokens,
             max_model_len=min(cfg.max_model_len, kv.layout.max_model_len),
-            block_size_tok=kv.layout.block_size_tok,
-            num_attn_groups=kv.layout.num_attn_groups,
+            rule=kv.rule,
             gdn_blocks_per_request=kv.gdn_blocks_per_request,
             free_blocks=kv.num_free_blocks,
         )
@@ -352,17 +354,17 @@ class Scheduler:
         """Commit a planned run: the counters and blocks its last step leaves; finished
         requests leave ``running`` and free their blocks. Returns them."""
         cols, slots = self.store.cols, run.slots
-        cols["num_computed_tok"][slots] = run.end_computed_tok
-        cols["num_output_tok"][slots] = run.end_output_tok
-        cols["num_accept_draws_used"][slots] = run.end_draws_used
-        self.kv.grow_attn_bulk(cols, slots, run.end_attn_blocks, run.num_blocks_taken)
+        cols.num_computed_tok[slots] = run.end_computed_tok
+        cols.num_output_tok[slots] = run.end_output_tok
+        cols.num_accept_draws_used[slots] = run.end_draws_used
+        self.kv.commit_growth(cols, slots, run.end_attn_blocks, run.num_blocks_taken)
         gone = run.finish_step < run.num_steps
         if not gone.any():
             return []
         fin_slots = slots[gone]
-        cols["status"][fin_slots] = int(Status.FINISHED)
-        cols["num_spec_tok"][fin_slots] = 0
-        self.kv.free_bulk(cols, fin_slots)
+        cols.status[fin_slots] = int(Status.FINISHED)
+        cols.num_spec_tok[fin_slots] = 0
+        self.kv.free_batch(cols, fin_slots)
         running = self.running
         for i in reversed(np.flatnonzero(gone).tolist()):
             del running[i]
@@ -379,10 +381,10 @@ class Scheduler:
     ) -> np.ndarray:
         cols = self.store.cols
         if isinstance(accepted, AcceptanceDraws):
-            used = cols["num_accept_draws_used"][slots]
-            a = accepted.draw_many(cols["index"][slots], used)
+            used = cols.num_accept_draws_used[slots]
+            a = accepted.draw_many(cols.index[slots], used)
             used += 1
-            cols["num_accept_draws_used"][slots] = used
+            cols.num_accept_draws_used[slots] = used
             return a
         h = self.store.handles
         if callable(accepted):
@@ -410,7 +412,7 @@ class Scheduler:
         """
         cols = self.store.cols
         slots, new, ver = out.slots, out.num_new, out.verify
-        computed = cols["num_computed_tok"]
+        computed = cols.num_computed_tok
         num_verify = int(np.count_nonzero(ver))
         all_verify = num_verify == slots.size
         # verify steps
@@ -419,7 +421,7 @@ class Scheduler:
         else:
             vs, new_v = slots[ver], new[ver]
         if num_verify:
-            drafts = np.minimum(cols["num_spec_tok"][vs], new_v - 1)
+            drafts = np.minimum(cols.num_spec_tok[vs], new_v - 1)
             a = np.minimum(np.maximum(self._accepted(vs, drafts, accepted_drafts), 0), drafts)
             a += 1  # tokens kept (and emitted) = accepted drafts + the bonus token
             computed[vs] += a
@@ -433,29 +435,29 @@ class Scheduler:
             plain = ~ver
             ps = slots[plain]
             computed[ps] += new[plain]
-            emit_p = (computed[ps] >= cols["prompt_tok"][ps] + cols["num_output_tok"][ps]).astype(
+            emit_p = (computed[ps] >= cols.prompt_tok[ps] + cols.num_output_tok[ps]).astype(
                 np.int64
             )
             em_slots = np.concatenate([vs, ps])
             emitted = np.concatenate([emit_v, emit_p])
             keep = emitted > 0
             em_slots, emitted = em_slots[keep], emitted[keep]
-        out_tok = cols["num_output_tok"]
+        out_tok = cols.num_output_tok
         num_out = out_tok[em_slots]
-        max_out = cols["max_output_tok"][em_slots]
+        max_out = cols.max_output_tok[em_slots]
         emitted = np.minimum(emitted, max_out - num_out)
         num_out += emitted
         out_tok[em_slots] = num_out
         done = num_out >= max_out
         num_done = int(np.count_nonzero(done))
-        cols["num_spec_tok"][em_slots] = self.config.num_spec_tok
+        cols.num_spec_tok[em_slots] = self.config.num_spec_tok
         out.emitted_slots, out.emitted_tok = em_slots, emitted
         finished: list[Request] = []
         if num_done:
             h = self.store.handles
             fin_slots = em_slots[done]
-            cols["num_spec_tok"][fin_slots] = 0
-            status = cols["status"]
+            cols.num_spec_tok[fin_slots] = 0
+            status = cols.status
             status[fin_slots] = int(Status.FINISHED)
             finished = [h[s] for s in fin_slots.tolist()]
             run_slots = self._running_slots()
@@ -464,10 +466,10 @@ class Scheduler:
             for i in reversed(np.flatnonzero(gone).tolist()):
                 del running[i]
             self._run_slots = run_slots[~gone]
-            if self.kv.enable_caching:
+            if self._caching:
                 for req in finished:
                     self.kv.free(req)
                     self.kv.forget(req)
             else:
-                self.kv.free_bulk(cols, fin_slots)
+                self.kv.free_batch(cols, fin_slots)
         return finished

@@ -200,6 +200,7 @@ def capture_descs_for(p: PlanInputs) -> cg.CaptureDescs:
         max_num_batched_tokens=p.max_num_batched_tokens,
         sm100=p.gpu.is_sm100_family,
         full_graphs=p.engine.cudagraph_full_graphs,
+        max_capture_tok=p.engine.max_cudagraph_capture_size,  # vLLM --max-cudagraph-capture-size
     )
 
 

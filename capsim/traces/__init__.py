@@ -20,16 +20,24 @@ from capsim.traces.stats import format_stats, workload_stats
 from capsim.traces.synthetic import SYNTHETIC_PRESETS, SyntheticSpec, synthetic_table
 from capsim.traces.table import RequestTable
 from capsim.traces.userfile import load_file
-from capsim.traces.workloads import WORKLOADS, load_workload, tokenizer_family
+from capsim.traces.workloads import (
+    WORKLOAD_REGISTRY,
+    WORKLOADS,
+    Workload,
+    load_workload,
+    tokenizer_family,
+)
 
 __all__ = [
     "SYNTHETIC_PRESETS",
     "WORKLOADS",
+    "WORKLOAD_REGISTRY",
     "BurstgptStandin",
     "RequestTable",
     "RowIssue",
     "SyntheticSpec",
     "TraceFormatError",
+    "Workload",
     "attach_arrivals",
     "burstgpt_standin",
     "format_stats",

@@ -11,8 +11,11 @@ Qwen3-Next (and other Qwen3 names) Qwen3 counts (``shared/traces/NOTES.md`` §6)
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 from types import MappingProxyType
+from typing import Protocol
 
 import numpy as np
 
@@ -27,35 +30,21 @@ from capsim.traces.table import RequestTable
 
 SHARED_PREFIX_DEFAULT = (16, 2048, 1.0)
 
-WORKLOADS: MappingProxyType[str, str] = MappingProxyType(
-    {
-        "sharegpt": (
-            "ShareGPT V3 first turn pairs (17,400-entry subset), vLLM filter/shuffle/"
-            "oversample; closed loop"
-        ),
-        "spec-bench": (
-            "Spec-Bench 480 questions, turn 1 in the chat template, output 256 tokens "
-            "(vLLM default); closed loop"
-        ),
-        "synthetic-balanced": "vLLM-style random lengths, 1024 in / 1024 out; closed loop",
-        "synthetic-prefill-heavy": "vLLM-style random lengths, 8192 in / 1024 out; closed loop",
-        "synthetic-generation-heavy": "vLLM-style random lengths, 1024 in / 8192 out; closed loop",
-        "burstgpt-standin": (
-            "STAND-IN, not BurstGPT data: BurstGPT-Perf's Zipf(1.1) length model below 1024; "
-            "arrivals from the load generator"
-        ),
-        "sharegpt-multiturn": (
-            "ShareGPT V3 multi-turn conversations replayed turn by turn (prompt = history + "
-            "new user message; next turn sent when the previous one finished); closed loop"
-        ),
-        "shared-prefix": (
-            "ShareGPT first turns behind 16 shared system prompts of 2,048 tokens, Zipf(1.0) "
-            "popularity (= 'sharegpt+sys=16,2048,1.0'); closed loop"
-        ),
-        "azure-conv": "Azure LLM inference trace 2023, conversation service: timestamps + lengths",
-        "azure-code": "Azure LLM inference trace 2023, code service: timestamps + lengths (bursty)",
-    }
-)
+
+class Loader(Protocol):
+    def __call__(
+        self, num_requests: int, seed: int, model: str, root: Path | None
+    ) -> RequestTable: ...
+
+
+@dataclass(frozen=True, slots=True)
+class Workload:
+    """One registry entry: the name, what it is (``capsim traces list``) and its loader
+    ``(num_requests, seed, model, root) -> RequestTable``."""
+
+    name: str
+    description: str
+    loader: Loader
 
 
 def tokenizer_family(model: str) -> str:
@@ -136,6 +125,122 @@ def _azure(stem: str, num_requests: int, seed: int, root: Path | None) -> Reques
     )
 
 
+def _synthetic(name: str) -> Loader:
+    def load(num_requests: int, seed: int, model: str, root: Path | None) -> RequestTable:
+        return synthetic_table(
+            SYNTHETIC_PRESETS[name], num_requests=num_requests, seed=seed, name=name
+        )
+
+    return load
+
+
+def _azure_loader(stem: str) -> Loader:
+    def load(num_requests: int, seed: int, model: str, root: Path | None) -> RequestTable:
+        return _azure(stem, num_requests, seed, root)
+
+    return load
+
+
+def _burstgpt(num_requests: int, seed: int, model: str, root: Path | None) -> RequestTable:
+    return burstgpt_standin(num_requests=num_requests, seed=seed)
+
+
+def _by_tokenizer(load: Callable[[int, int, str, Path | None], RequestTable]) -> Loader:
+    """A loader of per-tokenizer token counts: the model picks the family."""
+
+    def load_for_model(num_requests: int, seed: int, model: str, root: Path | None) -> RequestTable:
+        return load(num_requests, seed, tokenizer_family(model), root)
+
+    return load_for_model
+
+
+def _shared_prefix(num_requests: int, seed: int, model: str, root: Path | None) -> RequestTable:
+    out = _with_system_prompt("sharegpt", SHARED_PREFIX_DEFAULT, num_requests, seed, model, root)
+    return dataclasses.replace(out, name="shared-prefix")
+
+
+def _entries(*rows: tuple[str, str, Loader]) -> MappingProxyType[str, Workload]:
+    return MappingProxyType({name: Workload(name, desc, loader) for name, desc, loader in rows})
+
+
+WORKLOAD_REGISTRY: MappingProxyType[str, Workload] = _entries(
+    (
+        "sharegpt",
+        "ShareGPT V3 first turn pairs (17,400-entry subset), vLLM filter/shuffle/oversample; "
+        "closed loop",
+        _by_tokenizer(_sharegpt),
+    ),
+    (
+        "spec-bench",
+        "Spec-Bench 480 questions, turn 1 in the chat template, output 256 tokens "
+        "(vLLM default); closed loop",
+        _by_tokenizer(_spec_bench),
+    ),
+    (
+        "synthetic-balanced",
+        "vLLM-style random lengths, 1024 in / 1024 out; closed loop",
+        _synthetic("synthetic-balanced"),
+    ),
+    (
+        "synthetic-prefill-heavy",
+        "vLLM-style random lengths, 8192 in / 1024 out; closed loop",
+        _synthetic("synthetic-prefill-heavy"),
+    ),
+    (
+        "synthetic-generation-heavy",
+        "vLLM-style random lengths, 1024 in / 8192 out; closed loop",
+        _synthetic("synthetic-generation-heavy"),
+    ),
+    (
+        "burstgpt-standin",
+        "STAND-IN, not BurstGPT data: BurstGPT-Perf's Zipf(1.1) length model below 1024; "
+        "arrivals from the load generator",
+        _burstgpt,
+    ),
+    (
+        "sharegpt-multiturn",
+        "ShareGPT V3 multi-turn conversations replayed turn by turn (prompt = history + new "
+        "user message; next turn sent when the previous one finished); closed loop",
+        _by_tokenizer(load_multiturn),
+    ),
+    (
+        "shared-prefix",
+        "ShareGPT first turns behind 16 shared system prompts of 2,048 tokens, Zipf(1.0) "
+        "popularity (= 'sharegpt+sys=16,2048,1.0'); closed loop",
+        _shared_prefix,
+    ),
+    (
+        "azure-conv",
+        "Azure LLM inference trace 2023, conversation service: timestamps + lengths",
+        _azure_loader("azure_conv"),
+    ),
+    (
+        "azure-code",
+        "Azure LLM inference trace 2023, code service: timestamps + lengths (bursty)",
+        _azure_loader("azure_code"),
+    ),
+)
+"""Every named workload: a new one is one row here (plus its data under traces/data/)."""
+
+WORKLOADS: MappingProxyType[str, str] = MappingProxyType(
+    {name: w.description for name, w in WORKLOAD_REGISTRY.items()}
+)
+"""Name -> description (``capsim traces list``, the CLI's choices)."""
+
+
+def _with_system_prompt(
+    base: str,
+    sys_prompt: tuple[int, int, float],
+    num_requests: int,
+    seed: int,
+    model: str,
+    root: Path | None,
+) -> RequestTable:
+    table = load_workload(base, num_requests=num_requests, seed=seed, model=model, root=root)
+    n, tok, a = sys_prompt
+    return attach_system_prompt(table, num_prompts=n, prompt_tok=tok, zipf_a=a, seed=seed)
+
+
 def load_workload(
     name: str,
     *,
@@ -144,30 +249,13 @@ def load_workload(
     model: str = "qwen3.5-35b-a3b",
     root: Path | None = None,
 ) -> RequestTable:
-    """Sample ``num_requests`` requests of workload ``name`` (see ``WORKLOADS``); a
+    """Sample ``num_requests`` requests of workload ``name`` (see ``WORKLOAD_REGISTRY``); a
     ``+sys=N,TOK[,A]`` suffix attaches shared system prompts (``capsim.traces.sharing``)."""
     base, sys_prompt = parse_sys_suffix(name)
-    if name == "shared-prefix":
-        base, sys_prompt = "sharegpt", SHARED_PREFIX_DEFAULT
     if sys_prompt is not None:
-        table = load_workload(base, num_requests=num_requests, seed=seed, model=model, root=root)
-        n, tok, a = sys_prompt
-        out = attach_system_prompt(table, num_prompts=n, prompt_tok=tok, zipf_a=a, seed=seed)
-        return out if name != "shared-prefix" else dataclasses.replace(out, name=name)
-    if name not in WORKLOADS:
+        return _with_system_prompt(base, sys_prompt, num_requests, seed, model, root)
+    entry = WORKLOAD_REGISTRY.get(name)
+    if entry is None:
         raise ValueError(f"workload name={name!r} is unknown; valid names: {sorted(WORKLOADS)}")
     check_count(num_requests, seed)
-    if name in SYNTHETIC_PRESETS:
-        return synthetic_table(
-            SYNTHETIC_PRESETS[name], num_requests=num_requests, seed=seed, name=name
-        )
-    if name == "burstgpt-standin":
-        return burstgpt_standin(num_requests=num_requests, seed=seed)
-    if name in ("azure-conv", "azure-code"):
-        return _azure(name.replace("-", "_"), num_requests, seed, root)
-    family = tokenizer_family(model)
-    if name == "sharegpt-multiturn":
-        return load_multiturn(num_requests, seed, family, root)
-    if name == "sharegpt":
-        return _sharegpt(num_requests, seed, family, root)
-    return _spec_bench(num_requests, seed, family, root)
+    return entry.loader(num_requests, seed, model, root)

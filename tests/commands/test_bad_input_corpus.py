@@ -239,7 +239,7 @@ def test_save_result_uses_vllm_bench_metric_names(tmp_path) -> None:  # type: ig
 
 def test_simulate_out_files_are_world_readable(tmp_path) -> None:  # type: ignore[no-untyped-def]
     out = tmp_path / "pt"
-    res = run(["simulate", "-c", 2, "-n", 4, "--out", out])
+    res = run(["simulate", "-g", "B200", "-c", 2, "-n", 4, "--out", out])
     assert res.exit_code == 0, res.output
     for name in ("summary.json", "requests.parquet", "steps.parquet"):
         assert (out / name).stat().st_mode & 0o777 == 0o644

@@ -29,7 +29,12 @@ def _cfg(workload: str, *, gmu: float = 0.9, n: int = 300, conc: int = 128, **kw
     load = kw.pop("load", LoadConfig(concurrency=conc, num_requests=n))
     engine = kw.pop("engine", EngineConfig(gmu=gmu))
     return SimConfig(
-        workload=workload, engine=engine, spec=spec, load=load, step_time="calibrated", **kw
+        workload=workload,
+        engine=engine,
+        spec=spec,
+        load=load,
+        step_time="calibrated",
+        **{"gpu": "B200", **kw},  # the published GPU these cases were sized on
     )
 
 
@@ -119,6 +124,7 @@ def test_run_cut_by_the_pool(monkeypatch: pytest.MonkeyPatch) -> None:
     before the step that would preempt, and the preemptions still happen as step by step."""
     table = RequestTable(name="t", prompt_tok=[1000] * 6, output_tok=[3000] * 6)
     cfg = SimConfig(
+        gpu="B200",
         engine=EngineConfig(gmu=0.9, num_gpu_blocks_override=80),
         spec=SpecDecodeConfig(commit="storeall"),
         load=LoadConfig(concurrency=6, num_requests=6),
@@ -138,6 +144,7 @@ def test_varied_lengths_small_budget(monkeypatch: pytest.MonkeyPatch) -> None:
     """Mixed prompts and outputs, a 2,048-token budget (chunked prefill every step)."""
     table = synthetic_table(120, seed=3, prompt=(20, 5000), output=(5, 700))
     cfg = SimConfig(
+        gpu="B200",
         engine=EngineConfig(gmu=0.6, max_num_batched_tokens=2048),
         spec=SpecDecodeConfig(commit="reconstruct"),
         load=LoadConfig(concurrency=48, num_requests=120),

@@ -283,6 +283,7 @@ def test_simulated_prefix_metrics_and_hit_rate_over_time() -> None:
     from capsim.simulate import simulate
 
     cfg = SimConfig(
+        gpu="B200",
         workload="synthetic-balanced+sys=2,4096,1.0",
         engine=EngineConfig(gmu=0.9, enable_prefix_caching=True),
         spec=SpecDecodeConfig(num_spec_tok=3),

@@ -17,6 +17,7 @@ from capsim.core.scheduler import Scheduler
 def test_vectorized_equals_sequential(monkeypatch, commit, gmu) -> None:  # type: ignore[no-untyped-def]
     table = synthetic_table(250, seed=11, prompt=(200, 6000), output=(50, 900))
     cfg = SimConfig(
+        gpu="B200",  # the published GPU these cases were sized on
         engine=EngineConfig(gmu=gmu, max_num_batched_tokens=4096),
         spec=SpecDecodeConfig(commit=commit),  # type: ignore[arg-type]
         load=LoadConfig(concurrency=200, num_requests=250),

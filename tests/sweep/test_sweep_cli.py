@@ -99,6 +99,8 @@ def test_whatif_command(fake_sim):
         [
             "--model",
             "qwen3.5-35b-a3b",
+            "--gpu",
+            "B200",  # the published GPU (on the H200 default, gmu 0.6 is refused: Mamba blocks)
             "--workload",
             "sharegpt",
             "--ttft-p99-ms",
