@@ -14,10 +14,8 @@ from typing import Any
 
 import click
 
-from capsim.commands.options import FiniteFloat, ListOf, TreeShapes, options
-from capsim.commit_modes import COMMIT_MODES
-from capsim.gpus import GPUS
-from capsim.sweep.executors import EXECUTORS, make_executor
+from capsim.commands.options import FiniteFloat, options
+from capsim.sweep.executors import make_executor
 
 _MS = FiniteFloat(0.0, None, min_open=True)
 _INT_OR_DEFAULT = click.STRING
@@ -110,187 +108,44 @@ def plan_inputs(p: dict[str, Any]) -> Any:
         "help": "gamma shape of gaps (1 = Poisson; default 1, or the trace's with --trace)",
     },
 )
-@click.option(
-    "--trace", is_flag=True, help="take rate and burstiness from the workload's timestamps"
-)
-@click.option("--ttft-p50-ms", type=_MS, default=None, help="median TTFT target (ms)")
-@click.option("--ttft-p99-ms", type=_MS, default=None, help="p99 TTFT target (ms)")
-@click.option(
-    "--tpot-ms", "--tpot-mean-ms", "tpot_ms", type=_MS, default=None, help="mean TPOT target (ms)"
-)
-@click.option("--tpot-p99-ms", type=_MS, default=None, help="p99 TPOT target (ms)")
-@click.option("--e2el-p99-ms", type=_MS, default=None, help="p99 end-to-end latency target (ms)")
-@click.option(
-    "--goodput",
-    type=FiniteFloat(0.0, 1.0, min_open=True),
-    default=None,
-    help="least fraction of requests meeting their own TTFT and TPOT targets",
-)
-@click.option(
-    "--gpus",
-    type=ListOf(click.Choice(sorted(GPUS), case_sensitive=False)),
-    default="H100,H200,B200",
-    show_default=True,
-    help="GPU kinds to consider",
-)
-@click.option(
-    "--tp",
-    "tps",
-    type=ListOf(click.IntRange(1, 64)),
-    default="1,2,4,8",
-    show_default=True,
-    help="tensor-parallel sizes to try",
-)
-@click.option(
-    "--gmu",
-    "gmus",
-    type=ListOf(FiniteFloat(0.0, 1.0, min_open=True)),
-    default="0.92",
-    show_default=True,
-    help="gpu_memory_utilization values",
-)
-@click.option(
-    "--max-num-seqs",
-    type=ListOf(click.STRING),
-    default=None,
-    help="values to try, e.g. 128,256,default (default: vLLM's)",
-)
-@click.option(
-    "--max-num-batched-tokens",
-    type=ListOf(click.STRING),
-    default=None,
-    help="values to try (default: vLLM's)",
-)
-@click.option(
-    "-k",
-    "--num-speculative-tokens",
-    "ks",
-    type=ListOf(click.IntRange(0, 64)),
-    default="0,1,2,3,4",
-    show_default=True,
-    help="MTP depths to try (0 = off)",
-)
-@click.option("--tree", type=TreeShapes(), default="chain", show_default=True, help="draft shapes")
-@click.option(
-    "--modes",
-    type=ListOf(click.Choice(COMMIT_MODES)),
-    default=",".join(COMMIT_MODES),
-    show_default=True,
-    help="commit modes",
-)
-@click.option(
-    "--prefix-caching",
-    type=click.Choice(["off", "on", "both"]),
-    default="off",
-    show_default=True,
-    help="enable_prefix_caching: off, on, or both",
-)
-@click.option(
-    "--kv-cache-dtype",
-    type=ListOf(click.STRING),
-    default="bfloat16",
-    show_default=True,
-    help="KV cache dtypes to try (FP8: memory plan only, see docs)",
-)
+@options("plan.plan_cmd.trace")
+@options("plan.plan_cmd.ttft_p50_ms")
+@options("plan.plan_cmd.ttft_p99_ms")
+@options("plan.plan_cmd.tpot_ms")
+@options("plan.plan_cmd.tpot_p99_ms")
+@options("plan.plan_cmd.e2el_p99_ms")
+@options("plan.plan_cmd.goodput")
+@options("plan.plan_cmd.gpus")
+@options("plan.plan_cmd.tps")
+@options("plan.plan_cmd.gmus")
+@options("plan.plan_cmd.max_num_seqs")
+@options("plan.plan_cmd.max_num_batched_tokens")
+@options("plan.plan_cmd.ks")
+@options("plan.plan_cmd.tree")
+@options("plan.plan_cmd.modes")
+@options("plan.plan_cmd.prefix_caching")
+@options("plan.plan_cmd.kv_cache_dtype")
 @options("max_model_len")
-@click.option(
-    "--max-replicas",
-    type=click.IntRange(1, 100_000),
-    default=64,
-    show_default=True,
-    help="most replicas a fleet may have",
-)
-@click.option(
-    "--step-time",
-    type=click.Choice(["calibrated", "roofline"]),
-    default="calibrated",
-    show_default=True,
-    help="step-time model (calibrated: measured tables)",
-)
-@click.option(
-    "--fallback",
-    type=click.Choice(["roofline", "skip"]),
-    default="roofline",
-    show_default=True,
-    help="where the calibrated model refuses a shape",
-)
-@click.option(
-    "--headroom",
-    type=FiniteFloat(0.0, 10.0),
-    default=0.2,
-    show_default=True,
-    help="meet the SLO at (1 + this) x the rate",
-)
-@click.option(
-    "--probe-requests",
-    type=click.IntRange(20, 10**7),
-    default=400,
-    show_default=True,
-    help="requests per capacity probe, at least",
-)
-@click.option(
-    "--probe-duration-s",
-    type=_MS,
-    default=30.0,
-    show_default=True,
-    help="seconds of arrivals per capacity probe",
-)
-@click.option(
-    "--rel-tol",
-    type=FiniteFloat(0.0, 1.0, min_open=True, max_open=True),
-    default=0.05,
-    show_default=True,
-    help="capacity grid step (relative)",
-)
-@click.option(
-    "--frontier-slack",
-    type=FiniteFloat(0.0, 100.0),
-    default=1.0,
-    show_default=True,
-    help="search candidates whose cost floor is within (1+this) x the cheapest",
-)
-@click.option("--prune/--no-prune", default=True, help="use the analytic bounds")
-@click.option(
-    "--prices",
-    type=click.Path(exists=True, dir_okay=False),
-    default=None,
-    help="CSV gpu,usd_per_gpu_hour overriding the shipped list prices",
-)
-@click.option(
-    "--day",
-    "day_profile",
-    type=click.Path(exists=True, dir_okay=False),
-    default=None,
-    help="hourly profile CSV (hour,rate_frac|rate_req_per_s); rate = the peak",
-)
-@click.option("--day-standin", is_flag=True, help="plan a day on the shipped STAND-IN profile")
-@click.option(
-    "--executor",
-    type=click.Choice(EXECUTORS),
-    default="local",
-    show_default=True,
-    help="where simulations run (same results)",
-)
-@click.option("--scheduler", default=None, help="dask scheduler address (--executor dask)")
+@options("plan.plan_cmd.max_replicas")
+@options("plan.plan_cmd.step_time")
+@options("plan.plan_cmd.fallback")
+@options("plan.plan_cmd.headroom")
+@options("plan.plan_cmd.probe_requests")
+@options("plan.plan_cmd.probe_duration_s")
+@options("plan.plan_cmd.rel_tol")
+@options("plan.plan_cmd.frontier_slack")
+@options("plan.plan_cmd.prune")
+@options("plan.plan_cmd.prices")
+@options("plan.plan_cmd.day_profile")
+@options("plan.plan_cmd.day_standin")
+@options("plan.plan_cmd.executor")
+@options("plan.plan_cmd.scheduler")
 @options("jobs", "seed")
-@click.option(
-    "--out",
-    "-o",
-    type=click.Path(file_okay=False),
-    default="runs/plan",
-    show_default=True,
-    help="plan directory",
-)
-@click.option("--json", "as_json", is_flag=True, help="print the answer as JSON")
-@click.option("--progress/--no-progress", default=True, help="show a progress bar")
-@click.option("--report/--no-report", default=True, help="write plan.html")
-@click.option(
-    "--fleet-check",
-    type=click.Choice(["none", "round_robin", "least_outstanding", "prefix_affinity"]),
-    default="none",
-    show_default=True,
-    help="simulate the cheapest fleet jointly (N replicas + this router) at the full rate",
-)
+@options("plan.plan_cmd.out")
+@options("plan.plan_cmd.as_json")
+@options("plan.plan_cmd.progress")
+@options("plan.plan_cmd.report")
+@options("plan.plan_cmd.fleet_check")
 def plan_cmd(**p: Any) -> None:
     """Cheapest fleet (GPU, TP, replicas, speculation, commit mode) meeting every SLO."""
     from capsim.io.atomic import write_json_atomic

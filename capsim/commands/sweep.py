@@ -256,17 +256,9 @@ def report_cmd(result_dir: Path, out_dir: Path | None) -> None:
 )
 @options("whatif.progress")
 @options(*POOL_OPTIONS, "prefix_caching")
-@click.option(
-    "-k",
-    "--num-speculative-tokens",
-    "ks",
-    type=ListOf(click.IntRange(0, 64)),
-    default="3",
-    show_default=True,
-    help="MTP chain depths to try (0 = off), e.g. 3,4",
-)
+@options("sweep.whatif_cmd.ks")
 @options("step_time", "max_model_len", "max_num_seqs")
-@click.option("--json", "as_json", is_flag=True, help="print every candidate's row as JSON")
+@options("sweep.whatif_cmd.as_json")
 def whatif_cmd(
     model: str,
     gpu: str,
