@@ -142,6 +142,64 @@ def require_checks_ok(results_dir: Path) -> None:
         )
 
 
+def _write_ops(
+    runs: list[Path], data_dir: Path, prefix: str, seed: int, fraction: float, files: dict[str, str]
+) -> None:
+    """The merged operator table, with its holdout split."""
+    ops = merge_runs(runs)
+    for row, split in zip(
+        ops, assign_splits(ops, op_series, seed=seed, fraction=fraction), strict=True
+    ):
+        row["split"] = split
+    with runs[0].open() as fh:
+        op_columns = next(csv.reader(fh))
+    name = f"{prefix}_model_step.csv"
+    _write_csv(data_dir / name, ops, [*op_columns, "source", "split"])
+    files[name] = sha256_file(data_dir / name)
+
+
+def _write_validation(
+    results_dir: Path, data_dir: Path, prefix: str, files: dict[str, str]
+) -> None:
+    """The end-to-end validation table, if the results have one."""
+    val_path = results_dir / "model_step_validation.csv"
+    if not val_path.is_file():
+        return
+    val = read_rows(val_path, VAL_INT_FIELDS, ("p50_us",), ("model",))
+    with val_path.open() as fh:
+        val_columns = next(csv.reader(fh))
+    name = f"{prefix}_model_step_validation.csv"
+    _write_csv(data_dir / name, val, val_columns)
+    files[name] = sha256_file(data_dir / name)
+
+
+def _write_gdn(
+    gdn_path: Path,
+    vllm_gdn_path: Path,
+    results_dir: Path,
+    data_dir: Path,
+    prefix: str,
+    seed: int,
+    fraction: float,
+    files: dict[str, str],
+) -> None:
+    """The GDN kernel table (with vLLM's store-all rows and round 6's), with its split."""
+    gdn = read_rows(gdn_path, GDN_INT_FIELDS, GDN_FLOAT_FIELDS, ("kernel", "tree"))
+    with gdn_path.open() as fh:
+        gdn_columns = next(csv.reader(fh))
+    if vllm_gdn_path.is_file():
+        gdn += read_rows(vllm_gdn_path, GDN_INT_FIELDS, GDN_FLOAT_FIELDS, ("kernel", "tree"))
+    gdn += round6_rows(results_dir, gdn)
+    gdn_columns += ["impl", "source"]
+    for row, split in zip(
+        gdn, assign_splits(gdn, gdn_series, seed=seed, fraction=fraction), strict=True
+    ):
+        row["split"] = split
+    name = f"{prefix}_gdn_verify.csv"
+    _write_csv(data_dir / name, gdn, [*gdn_columns, "split"])
+    files[name] = sha256_file(data_dir / name)
+
+
 def build(
     results_dir: Path,
     data_dir: Path = DATA_DIR,
@@ -160,45 +218,15 @@ def build(
     prefix = gpu.lower()
     files: dict[str, str] = {}
 
-    ops = merge_runs(runs)
-    for row, split in zip(
-        ops, assign_splits(ops, op_series, seed=seed, fraction=fraction), strict=True
-    ):
-        row["split"] = split
-    with runs[0].open() as fh:
-        op_columns = next(csv.reader(fh))
-    name = f"{prefix}_model_step.csv"
-    _write_csv(data_dir / name, ops, [*op_columns, "source", "split"])
-    files[name] = sha256_file(data_dir / name)
-
-    val_path = results_dir / "model_step_validation.csv"
-    if val_path.is_file():
-        val = read_rows(val_path, VAL_INT_FIELDS, ("p50_us",), ("model",))
-        with val_path.open() as fh:
-            val_columns = next(csv.reader(fh))
-        name = f"{prefix}_model_step_validation.csv"
-        _write_csv(data_dir / name, val, val_columns)
-        files[name] = sha256_file(data_dir / name)
+    _write_ops(runs, data_dir, prefix, seed, fraction, files)
+    _write_validation(results_dir, data_dir, prefix, files)
 
     gdn_path = results_dir / "gdn_verify.csv"
     # vLLM's own store-all op (kernel "vllm_storeall"), timed by model_step.py next to
     # the operators; its rows join the GDN kernel table
     vllm_gdn_path = results_dir / "vllm_gdn_verify.csv"
     if gdn_path.is_file():
-        gdn = read_rows(gdn_path, GDN_INT_FIELDS, GDN_FLOAT_FIELDS, ("kernel", "tree"))
-        with gdn_path.open() as fh:
-            gdn_columns = next(csv.reader(fh))
-        if vllm_gdn_path.is_file():
-            gdn += read_rows(vllm_gdn_path, GDN_INT_FIELDS, GDN_FLOAT_FIELDS, ("kernel", "tree"))
-        gdn += round6_rows(results_dir, gdn)
-        gdn_columns += ["impl", "source"]
-        for row, split in zip(
-            gdn, assign_splits(gdn, gdn_series, seed=seed, fraction=fraction), strict=True
-        ):
-            row["split"] = split
-        name = f"{prefix}_gdn_verify.csv"
-        _write_csv(data_dir / name, gdn, [*gdn_columns, "split"])
-        files[name] = sha256_file(data_dir / name)
+        _write_gdn(gdn_path, vllm_gdn_path, results_dir, data_dir, prefix, seed, fraction, files)
 
     meta_path = results_dir / "model_step_meta.json"
     meta = json.loads(meta_path.read_text()) if meta_path.is_file() else {}

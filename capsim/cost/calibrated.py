@@ -26,6 +26,7 @@ from __future__ import annotations
 
 from collections import defaultdict
 from dataclasses import dataclass
+from functools import partial
 from itertools import pairwise
 from pathlib import Path
 
@@ -197,27 +198,32 @@ class CalibratedStepTime:
             for r in rows
         ]
 
-    def _build(self) -> _Tables:
-        shp = self.shapes
+    def _series(self) -> dict[tuple, list[tuple[float, float]]]:
+        """The fit rows' (x, seconds) points, by operator series."""
         rows = self._rows(self.tables.ops)
         secs = self._times(rows, "flops", "bytes", "op")
         series: dict[tuple, list[tuple[float, float]]] = defaultdict(list)
         for row, t_s in zip(rows, secs, strict=True):
             key, x = op_series(row)
             series[key].append((x, t_s))
+        return series
 
-        def curve(key: tuple, above: str = "refuse") -> Curve:
-            pts = series.get(key)
-            if not pts:
-                raise ValueError(self._refusal(key, series))
-            return Curve.from_points("/".join(map(str, key)), *zip(*pts, strict=True), above)
+    def _curve(self, series: dict, key: tuple, above: str = "refuse") -> Curve:
+        pts = series.get(key)
+        if not pts:
+            raise ValueError(self._refusal(key, series))
+        return Curve.from_points("/".join(map(str, key)), *zip(*pts, strict=True), above)
 
-        def gemm(name: str) -> Curve:
-            lin = shp.linear(name)
-            if self.fp8_linear(name):
-                return curve(("gemm_fp8", lin.n, lin.k))
-            return curve(("gemm", lin.n, lin.k))
+    def _gemm(self, series: dict, name: str) -> Curve:
+        lin = self.shapes.linear(name)
+        if self.fp8_linear(name):
+            return self._curve(series, ("gemm_fp8", lin.n, lin.k))
+        return self._curve(series, ("gemm", lin.n, lin.k))
 
+    def _token_curves(self, series: dict) -> tuple[Curve, Curve, Curve]:
+        """Per-token curves: (tok, mtp_tok, logits)."""
+        shp = self.shapes
+        curve, gemm = partial(self._curve, series), partial(self._gemm, series)
         rms_h = curve(("rmsnorm", f"d{shp.hidden}"))
         moe = curve(("moe_fp8" if self.fp8 else "moe", shp.moe_key))
         gdn_layer = [
@@ -244,48 +250,53 @@ class CalibratedStepTime:
             [(1.0, rms_h), (1.0, gemm("lm_head")), (1.0, curve(("sample", f"v{shp.vocab_local}")))],
             "proportional",
         )
+        return tok, mtp_tok, logits
 
-        def attn_q_sheet(q: int) -> Sheet | None:
-            batches = sorted({k[3] for k in series if k[:3] == ("attn_decode", shp.attn_key, q)})
-            if not batches:
-                return None
-            curves = tuple(
-                curve(("attn_decode", shp.attn_key, q, b), above="proportional") for b in batches
-            )
-            # stated rule: above the largest measured batch, proportional to batch (every
-            # decode request reads its own KV; tree drafts run many rows per request)
-            return Sheet(
-                f"attn_decode/{shp.attn_key}/q{q}/batch",
-                tuple(batches),
-                curves,
-                above="proportional",
-            )
+    def _attn_q_sheet(self, series: dict, q: int) -> Sheet | None:
+        shp = self.shapes
+        batches = sorted({k[3] for k in series if k[:3] == ("attn_decode", shp.attn_key, q)})
+        if not batches:
+            return None
+        curves = tuple(
+            self._curve(series, ("attn_decode", shp.attn_key, q, b), above="proportional")
+            for b in batches
+        )
+        # stated rule: above the largest measured batch, proportional to batch (every
+        # decode request reads its own KV; tree drafts run many rows per request)
+        name = f"attn_decode/{shp.attn_key}/q{q}/batch"
+        return Sheet(name, tuple(batches), curves, above="proportional")
 
-        def attn_sheet(q: int) -> Sheet | None:
-            """Measured q, else linear in q between the two measured neighbours."""
-            exact = attn_q_sheet(q)
-            qs = sorted({k[2] for k in series if k[:2] == ("attn_decode", shp.attn_key)})
-            lower = [x for x in qs if x < q]
-            upper = [x for x in qs if x > q]
-            if exact is not None or not lower or not upper:
-                return exact
-            s0, s1 = attn_q_sheet(lower[-1]), attn_q_sheet(upper[0])
-            if s0 is None or s1 is None or s0.us != s1.us:
-                return None
-            a = (q - lower[-1]) / (upper[0] - lower[-1])
-            curves = tuple(
-                curve_sum(f"attn_decode/q{q}/b{b:g}", [(1 - a, c0), (a, c1)], "proportional")
-                for b, c0, c1 in zip(s0.us, s0.curves, s1.curves, strict=True)
-            )
-            return Sheet(
-                f"attn_decode/{shp.attn_key}/q{q}(interp)/batch", s0.us, curves, "proportional"
-            )
+    def _attn_sheet(self, series: dict, q: int) -> Sheet | None:
+        """Measured q, else linear in q between the two measured neighbours."""
+        shp = self.shapes
+        exact = self._attn_q_sheet(series, q)
+        qs = sorted({k[2] for k in series if k[:2] == ("attn_decode", shp.attn_key)})
+        lower = [x for x in qs if x < q]
+        upper = [x for x in qs if x > q]
+        if exact is not None or not lower or not upper:
+            return exact
+        s0, s1 = self._attn_q_sheet(series, lower[-1]), self._attn_q_sheet(series, upper[0])
+        if s0 is None or s1 is None or s0.us != s1.us:
+            return None
+        a = (q - lower[-1]) / (upper[0] - lower[-1])
+        curves = tuple(
+            curve_sum(f"attn_decode/q{q}/b{b:g}", [(1 - a, c0), (a, c1)], "proportional")
+            for b, c0, c1 in zip(s0.us, s0.curves, s1.curves, strict=True)
+        )
+        return Sheet(
+            f"attn_decode/{shp.attn_key}/q{q}(interp)/batch", s0.us, curves, "proportional"
+        )
 
-        attn_1 = attn_sheet(1)
+    def _attn_tables(
+        self, series: dict
+    ) -> tuple[Sheet, Sheet | None, tuple[tuple[float, Curve], ...]]:
+        """Attention sheets: (attn_1, attn_w, prefill_attn)."""
+        shp = self.shapes
+        attn_1 = self._attn_sheet(series, 1)
         if attn_1 is None:
             raise ValueError(f"calibration table has no attn_decode q=1 points for {shp.key}")
         w = self.spec.window_tok
-        attn_w = attn_1 if w == 1 else attn_sheet(w)
+        attn_w = attn_1 if w == 1 else self._attn_sheet(series, w)
         if attn_w is None and self.spec.depth:
             raise ValueError(
                 f"calibration table has no attn_decode points with q_tok={w} "
@@ -293,9 +304,16 @@ class CalibratedStepTime:
             )
         pre_ctx = sorted(k[2] for k in series if k[:2] == ("attn_prefill", shp.attn_key))
         prefill_attn = tuple(
-            (float(c), curve(("attn_prefill", shp.attn_key, c), above="proportional"))
+            (float(c), self._curve(series, ("attn_prefill", shp.attn_key, c), above="proportional"))
             for c in pre_ctx
         )
+        return attn_1, attn_w, prefill_attn
+
+    def _build(self) -> _Tables:
+        shp = self.shapes
+        series = self._series()
+        tok, mtp_tok, logits = self._token_curves(series)
+        attn_1, attn_w, prefill_attn = self._attn_tables(series)
         rest = max(self.spec.depth - 1, 0)
         draft_rest = curve_sum("draft_rest", [(float(rest), mtp_tok), (float(rest), logits)])
         return _Tables(
@@ -303,11 +321,11 @@ class CalibratedStepTime:
             mtp_tok=mtp_tok,
             draft_rest=draft_rest,
             logits=logits,
-            host=curve(("host", "roundtrip")),
+            host=self._curve(series, ("host", "roundtrip")),
             attn_w=attn_w,
             attn_1=attn_1,
             prefill_attn=prefill_attn,
-            gdn_prefill=curve(("gdn_prefill", shp.gdn_key)),
+            gdn_prefill=self._curve(series, ("gdn_prefill", shp.gdn_key)),
             gdn_verify=(self._gdn_verify_curve() if self._require_gdn else None),
         )
 

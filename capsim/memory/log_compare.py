@@ -70,16 +70,8 @@ def _compressed_tensors(log: VllmLog) -> str | None:
     )
 
 
-def settings_from_log(
-    log: VllmLog,
-    *,
-    model: ModelSpec,
-    gpu: GpuSpec,
-    engine: EngineConfig,
-    spec: SpecDecodeConfig,
-) -> Settings:
-    """The log's settings over the given defaults; notes name what came from elsewhere."""
-    notes: list[str] = []
+def _fields_from_log(log: VllmLog) -> dict[str, object]:
+    """The engine settings the log states outright."""
     upd: dict[str, object] = {}
     for attr, field_name in (
         ("tp", "tp"),
@@ -97,6 +89,17 @@ def settings_from_log(
         value = getattr(log, attr)
         if value is not None:
             upd[field_name] = value
+    return upd
+
+
+def _version_from_log(
+    log: VllmLog,
+    model: ModelSpec,
+    engine: EngineConfig,
+    upd: dict[str, object],
+    notes: list[str],
+) -> None:
+    """The settings that follow from the log's vLLM version (and its defaults), into upd."""
     if log.vllm_version and dev_build(log.vllm_version):
         raise ValueError(
             f"vllm_version={log.vllm_version!r}: a development build without a release tag; "
@@ -126,6 +129,48 @@ def settings_from_log(
             )
     else:
         notes.append(f"vLLM version not in the log: rules of {engine.vllm_version}")
+
+
+def _quantization_from_log(log: VllmLog, model: ModelSpec) -> ModelSpec:
+    """The model with the log's quantization, where the model names none."""
+    if log.quantization and model.quantization == "none":
+        q = QUANT.get(log.quantization) or _compressed_tensors(log)
+        if q is None:
+            raise ValueError(f"quantization={log.quantization!r} is not supported")
+        if log.quantization == "modelopt" and "fp4" in (log.model or "").lower():
+            q = "nvfp4"
+        model = replace(model, quantization=q)
+    return model
+
+
+def _spec_from_log(log: VllmLog, spec: SpecDecodeConfig, notes: list[str]) -> SpecDecodeConfig:
+    """The speculative-decoding settings from the log, else those given."""
+    if log.num_speculative_tokens is not None:
+        method = log.speculative_method or "mtp"
+        if method in ("mtp", "qwen3_next_mtp", "qwen3_5_mtp"):
+            spec = replace(spec, num_spec_tok=int(log.num_speculative_tokens), tree_widths=None)
+        else:
+            spec = replace(spec, num_spec_tok=int(log.num_speculative_tokens), tree_widths=None)
+            notes.append(
+                f"speculative method {method!r}: its draft model's weights are not modelled"
+            )
+    else:
+        notes.append(f"speculative config not in the log: k={spec.depth} from the command line")
+    return spec
+
+
+def settings_from_log(
+    log: VllmLog,
+    *,
+    model: ModelSpec,
+    gpu: GpuSpec,
+    engine: EngineConfig,
+    spec: SpecDecodeConfig,
+) -> Settings:
+    """The log's settings over the given defaults; notes name what came from elsewhere."""
+    notes: list[str] = []
+    upd = _fields_from_log(log)
+    _version_from_log(log, model, engine, upd, notes)
     if log.gmu is None:
         notes.append(f"gmu not in the log: {engine.gmu}")
     if log.max_num_batched_tokens is None:
@@ -146,24 +191,8 @@ def settings_from_log(
         gpu = with_total_memory(gpu, round(log.gpu_total_gib * GiB))
     else:
         notes.append(f"GPU total memory not in the log: {gpu.name} registry value")
-    if log.quantization and model.quantization == "none":
-        q = QUANT.get(log.quantization) or _compressed_tensors(log)
-        if q is None:
-            raise ValueError(f"quantization={log.quantization!r} is not supported")
-        if log.quantization == "modelopt" and "fp4" in (log.model or "").lower():
-            q = "nvfp4"
-        model = replace(model, quantization=q)
-    if log.num_speculative_tokens is not None:
-        method = log.speculative_method or "mtp"
-        if method in ("mtp", "qwen3_next_mtp", "qwen3_5_mtp"):
-            spec = replace(spec, num_spec_tok=int(log.num_speculative_tokens), tree_widths=None)
-        else:
-            spec = replace(spec, num_spec_tok=int(log.num_speculative_tokens), tree_widths=None)
-            notes.append(
-                f"speculative method {method!r}: its draft model's weights are not modelled"
-            )
-    else:
-        notes.append(f"speculative config not in the log: k={spec.depth} from the command line")
+    model = _quantization_from_log(log, model)
+    spec = _spec_from_log(log, spec, notes)
     return Settings(model, gpu, replace(engine, **upd), spec, tuple(notes))  # type: ignore[arg-type]
 
 

@@ -118,6 +118,64 @@ def _smallest_meeting(pr: _Prober, lo: int, hi: int, m: int) -> int | None:
     return j
 
 
+def _double_until_steady(  # type: ignore[no-untyped-def]
+    pr, task: CapacityTask, j: int, m: int
+) -> tuple[int | None, int, bool, float]:
+    """Double the run length until p99 TTFT at capacity stops moving: (j, m, steady, change)."""
+    s = task.settings
+    steady, p99_change = False, math.nan
+    jj: int | None = j
+    for _ in range(s.max_doublings + 1):
+        a, b = pr.stats(j, m), pr.stats(j, 2 * m)
+        p99_change = abs(b["ttft_p99_s"] / a["ttft_p99_s"] - 1.0) if a["ttft_p99_s"] > 0 else 0.0
+        if not b["misses"] and p99_change < s.steady_tol:
+            steady = True
+            break
+        if m >= 2**s.max_doublings:
+            break
+        m *= 2
+        nj = _smallest_meeting(pr, j, task.num_grid, m)
+        if nj is None:
+            jj = None
+            break
+        j = jj = nj
+    return jj, m, steady, p99_change
+
+
+def _probe_rows(pr, task: CapacityTask) -> list[dict[str, Any]]:  # type: ignore[no-untyped-def]
+    """Every simulation the search ran, in (j, m) order."""
+    s = task.settings
+    return [
+        {
+            "j": jj,
+            "m": mm,
+            "rate": grid_rate(task.top_req_per_s, s.rel_tol, jj),
+            "n": int(st["num_requests"]),
+            "ttft_p99_s": st["ttft_p99_s"],
+            "tpot_mean_s": st["tpot_mean_s"],
+            "misses": st["misses"],
+        }
+        for (jj, mm), st in sorted(pr.cache.items())
+    ]
+
+
+def _run_operating_point(task: CapacityTask, cost, j: int, m: int) -> dict[str, Any]:  # type: ignore[no-untyped-def]
+    """Simulate the operating point: the fleet's rate split over the replicas it needs."""
+    s = task.settings
+    n = replicas_for(task.top_req_per_s, grid_rate(task.top_req_per_s, s.rel_tol, j))
+    op_rate = (task.fleet_req_per_s or task.top_req_per_s) / n
+    cfg = task.cand.sim_config(
+        workload=task.workload,
+        rate_req_per_s=op_rate,
+        num_requests=max(
+            s.probe_min_requests * 2 * m, math.ceil(s.probe_duration_s * 2 * m * op_rate)
+        ),
+        burstiness=task.burstiness,
+        seed=s.seed,
+    )
+    return run_point(cfg, cost, task.slo)
+
+
 def search_capacity(task: CapacityTask) -> dict[str, Any]:
     """One candidate's capacity row (a top-level function: runs in executor workers)."""
     t0 = time.perf_counter()
@@ -131,34 +189,8 @@ def search_capacity(task: CapacityTask) -> dict[str, Any]:
     m, j = 1, _smallest_meeting(pr, task.j_min, task.num_grid, 1)
     steady, p99_change = False, math.nan
     if j is not None:
-        for _ in range(s.max_doublings + 1):
-            a, b = pr.stats(j, m), pr.stats(j, 2 * m)
-            p99_change = (
-                abs(b["ttft_p99_s"] / a["ttft_p99_s"] - 1.0) if a["ttft_p99_s"] > 0 else 0.0
-            )
-            if not b["misses"] and p99_change < s.steady_tol:
-                steady = True
-                break
-            if m >= 2**s.max_doublings:
-                break
-            m *= 2
-            nj = _smallest_meeting(pr, j, task.num_grid, m)
-            if nj is None:
-                j = None
-                break
-            j = nj
-    probes = [
-        {
-            "j": jj,
-            "m": mm,
-            "rate": grid_rate(task.top_req_per_s, s.rel_tol, jj),
-            "n": int(st["num_requests"]),
-            "ttft_p99_s": st["ttft_p99_s"],
-            "tpot_mean_s": st["tpot_mean_s"],
-            "misses": st["misses"],
-        }
-        for (jj, mm), st in sorted(pr.cache.items())
-    ]
+        j, m, steady, p99_change = _double_until_steady(pr, task, j, m)
+    probes = _probe_rows(pr, task)
     row |= {
         "num_sims": len(pr.cache),
         "sim_wall_s": time.perf_counter() - t0,
@@ -177,18 +209,7 @@ def search_capacity(task: CapacityTask) -> dict[str, Any]:
     st = pr.stats(j, 2 * m) if (j, 2 * m) in pr.cache else pr.stats(j, m)
     row |= {f"at_cap_{k}": v for k, v in st.items() if k != "misses"}
     # the operating point: the fleet's rate split over the replicas it needs
-    n = replicas_for(task.top_req_per_s, grid_rate(task.top_req_per_s, s.rel_tol, j))
-    op_rate = (task.fleet_req_per_s or task.top_req_per_s) / n
-    cfg = cand.sim_config(
-        workload=task.workload,
-        rate_req_per_s=op_rate,
-        num_requests=max(
-            s.probe_min_requests * 2 * m, math.ceil(s.probe_duration_s * 2 * m * op_rate)
-        ),
-        burstiness=task.burstiness,
-        seed=s.seed,
-    )
-    op = run_point(cfg, cost, task.slo)
+    op = _run_operating_point(task, cost, j, m)
     row |= {f"op_{k}": v for k, v in op.items()}
     row["op_misses"] = ",".join(task.slo.misses(op))
     row["num_sims"] = len(pr.cache) + 1

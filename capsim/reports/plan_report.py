@@ -39,6 +39,54 @@ def _img(fig: Any, title: str) -> str:
     return f"<h2>{t}</h2><img alt='{t}' src='data:image/png;base64,{b64}'>"
 
 
+def _answer_html(best: dict[str, Any] | None, primary: str) -> str:
+    """The headline paragraph: the cheapest fleet, or that none meets the SLO."""
+    if best:
+        return (
+            f"<p><b>Cheapest ({html.escape(primary)} step times):</b> {best['replicas']} x "
+            f"{html.escape(best['gpu'])} TP{best['tp']} [{html.escape(best['spec'])}] = "
+            f"{best['num_gpus']} GPUs, ${best['fleet_usd_per_h']:.2f}/h at list prices, "
+            f"${best['usd_per_mtok']:.3f} per million output tokens. At the operating point "
+            f"p99 TTFT {best['op_ttft_p99_s'] * 1e3:.0f} ms, mean TPOT "
+            f"{best['op_tpot_mean_s'] * 1e3:.1f} ms, each replica at "
+            f"{best['load_frac_of_capacity']:.0%} of its SLO capacity (mean KV use "
+            f"{best['op_mean_kv_usage']:.0%})"
+            f"; steady-state check: {best['steady']}.</p>"
+        )
+    return f"<p><b>No configuration priced by {html.escape(primary)} meets the SLO.</b></p>"
+
+
+def _fleet_check_parts(d: Path) -> list[str]:
+    """The fleet-check section, if the plan ran one."""
+    parts: list[str] = []
+    fc_path = d / "fleet_check.json"
+    if fc_path.exists():
+        fc = json.loads(fc_path.read_text())
+        parts.append(
+            "<h2>Fleet check (replicas + router simulated jointly)</h2><p class='note'>"
+            f"{fc['replicas']} replicas behind {html.escape(str(fc['router']))} at "
+            f"{fc['fleet_req_per_s']:g} req/s on one clock: p99 TTFT "
+            f"{(fc['ttft_p99_s'] or 0) * 1e3:.0f} ms, mean TPOT "
+            f"{(fc['tpot_mean_s'] or 0) * 1e3:.1f} ms (one replica at the operating point "
+            f"predicted "
+            f"{(fc['predicted_op_ttft_p99_s'] or 0) * 1e3:.0f} ms); SLO misses: "
+            f"{html.escape(fc['misses'] or 'none')}.</p>"
+        )
+    return parts
+
+
+def _day_parts(d: Path) -> list[str]:
+    """The day-of-traffic figure and summary, if the plan simulated a day."""
+    parts: list[str] = []
+    day_csv = d / "day.csv"
+    if day_csv.exists():
+        day = pd.read_csv(day_csv)
+        summ = json.loads((d / "day.json").read_text())
+        parts.append(_img(figure_day(day, summ.get("label", "")), "A day of traffic"))
+        parts.append(f"<p class='note'>{html.escape(json.dumps(summ))}</p>")
+    return parts
+
+
 def build_plan_report(plan_dir: Path | str) -> Path:
     d = Path(plan_dir)
     ans = json.loads((d / "plan.json").read_text())
@@ -56,20 +104,7 @@ def build_plan_report(plan_dir: Path | str) -> Path:
         f"{tr['rate_req_per_s']:.4g} req/s (burstiness {tr['burstiness']:.3g}); SLO "
         f"{html.escape(ans['slo'])}; headroom {ans['headroom_frac']:.0%}; seed {ans['seed']}"
     )
-    if best:
-        answer = (
-            f"<p><b>Cheapest ({html.escape(primary)} step times):</b> {best['replicas']} x "
-            f"{html.escape(best['gpu'])} TP{best['tp']} [{html.escape(best['spec'])}] = "
-            f"{best['num_gpus']} GPUs, ${best['fleet_usd_per_h']:.2f}/h at list prices, "
-            f"${best['usd_per_mtok']:.3f} per million output tokens. At the operating point "
-            f"p99 TTFT {best['op_ttft_p99_s'] * 1e3:.0f} ms, mean TPOT "
-            f"{best['op_tpot_mean_s'] * 1e3:.1f} ms, each replica at "
-            f"{best['load_frac_of_capacity']:.0%} of its SLO capacity (mean KV use "
-            f"{best['op_mean_kv_usage']:.0%})"
-            f"; steady-state check: {best['steady']}.</p>"
-        )
-    else:
-        answer = f"<p><b>No configuration priced by {html.escape(primary)} meets the SLO.</b></p>"
+    answer = _answer_html(best, primary)
     gpu_lines = "; ".join(f"{g}: step times {v}" for g, v in sorted(ans["gpu_step_times"].items()))
     parts = [
         "<!DOCTYPE html><html lang='en'><head><meta charset='utf-8'>",
@@ -106,25 +141,8 @@ def build_plan_report(plan_dir: Path | str) -> Path:
             ],
         ),
     ]
-    fc_path = d / "fleet_check.json"
-    if fc_path.exists():
-        fc = json.loads(fc_path.read_text())
-        parts.append(
-            "<h2>Fleet check (replicas + router simulated jointly)</h2><p class='note'>"
-            f"{fc['replicas']} replicas behind {html.escape(str(fc['router']))} at "
-            f"{fc['fleet_req_per_s']:g} req/s on one clock: p99 TTFT "
-            f"{(fc['ttft_p99_s'] or 0) * 1e3:.0f} ms, mean TPOT "
-            f"{(fc['tpot_mean_s'] or 0) * 1e3:.1f} ms (one replica at the operating point "
-            f"predicted "
-            f"{(fc['predicted_op_ttft_p99_s'] or 0) * 1e3:.0f} ms); SLO misses: "
-            f"{html.escape(fc['misses'] or 'none')}.</p>"
-        )
-    day_csv = d / "day.csv"
-    if day_csv.exists():
-        day = pd.read_csv(day_csv)
-        summ = json.loads((d / "day.json").read_text())
-        parts.append(_img(figure_day(day, summ.get("label", "")), "A day of traffic"))
-        parts.append(f"<p class='note'>{html.escape(json.dumps(summ))}</p>")
+    parts += _fleet_check_parts(d)
+    parts += _day_parts(d)
     parts += [
         "<h2>Prices used</h2>",
         _table(list(ans["prices"].values())),

@@ -186,6 +186,47 @@ def run_sweep(
         )
 
 
+def _record_outcome(store, out, by_id, failures: dict[str, str]) -> bool:  # type: ignore[no-untyped-def]
+    """Write one point's outcome to the store; True if it was computed, else it failed."""
+    if out.error is not None:
+        failures[out.point_id] = out.error
+        return False
+    store.check_calibration(out.step_time_model or {})
+    try:
+        store.write_point(
+            out.point_id,
+            out.row or {},
+            out.steps,
+            out.wall_s,
+            by_id.get(out.point_id),
+        )
+    except SweepWriteError:
+        raise
+    except ValueError as exc:  # an implausible result: this point failed
+        failures[out.point_id] = str(exc)
+        return False
+    return True
+
+
+def _close_run_entry(  # type: ignore[no-untyped-def]
+    store, run_entry: dict[str, Any], points, num_done: int, num_failed: int
+) -> None:
+    """Record the run's end in the manifest and write it."""
+    run_entry["finished_utc"] = now_utc()
+    run_entry["num_computed"] = num_done
+    run_entry["num_failed"] = num_failed
+    store.manifest["num_points"] = len(points)
+    store.manifest["complete"] = all(store.has(p.point_id) for p in points)
+    try:
+        store.write_manifest()
+    except SweepWriteError:
+        # the disk that refused a point may refuse the manifest too: the first error
+        # is the one raised; the run stays 'running' on disk and the next run (taking
+        # the lock) marks it 'killed'. A finished run must record itself, so it raises.
+        if run_entry["status"] == "finished":
+            raise
+
+
 def _run_locked(  # type: ignore[no-untyped-def]
     spec, store, points, todo, executor, point_fn, keep_steps, progress, command, t0
 ) -> SweepReport:
@@ -215,24 +256,8 @@ def _run_locked(  # type: ignore[no-untyped-def]
         # when the traceback (which keeps this frame and the generator alive) is freed.
         with contextlib.closing(ex.map_unordered(execute_point, tasks)) as outcomes:
             for out in outcomes:
-                if out.error is not None:
-                    failures[out.point_id] = out.error
-                else:
-                    store.check_calibration(out.step_time_model or {})
-                    try:
-                        store.write_point(
-                            out.point_id,
-                            out.row or {},
-                            out.steps,
-                            out.wall_s,
-                            by_id.get(out.point_id),
-                        )
-                    except SweepWriteError:
-                        raise
-                    except ValueError as exc:  # an implausible result: this point failed
-                        failures[out.point_id] = str(exc)
-                    else:
-                        num_done += 1
+                if _record_outcome(store, out, by_id, failures):
+                    num_done += 1
                 if bar is not None:
                     bar.update(1)
         run_entry["status"] = "finished"
@@ -244,19 +269,7 @@ def _run_locked(  # type: ignore[no-untyped-def]
     finally:
         if bar is not None:
             bar.close()
-        run_entry["finished_utc"] = now_utc()
-        run_entry["num_computed"] = num_done
-        run_entry["num_failed"] = len(failures)
-        store.manifest["num_points"] = len(points)
-        store.manifest["complete"] = all(store.has(p.point_id) for p in points)
-        try:
-            store.write_manifest()
-        except SweepWriteError:
-            # the disk that refused a point may refuse the manifest too: the first error
-            # is the one raised; the run stays 'running' on disk and the next run (taking
-            # the lock) marks it 'killed'. A finished run must record itself, so it raises.
-            if run_entry["status"] == "finished":
-                raise
+        _close_run_entry(store, run_entry, points, num_done, len(failures))
     if failures:
         atomic_write_json(store.out_dir / "failures.json", failures)
     df, matched = consolidate(store, points)
