@@ -311,7 +311,6 @@ def simulate(
     Load flags are vllm bench serve's: --max-concurrency (closed loop), --request-rate
     (open loop, gamma gaps of shape --burstiness), --num-prompts, --dataset-name."""
     from capsim.footprint import available_memory_bytes
-    from capsim.io.result_files import write_result
     from capsim.simulate import simulate as run_point
 
     mode = _load_mode(replay, rate, concurrency)
@@ -345,6 +344,21 @@ def simulate(
         memory_limit_bytes=available_memory_bytes(),
     )
     wall_s = time.perf_counter() - t0
+    written = _write_outputs(result, out, save_result, result_filename)
+    if as_json:
+        click.echo(dumps_json(result.summary))
+        return
+    _print_point(result, cfg, mode, workload, wall_s)
+    if out is not None:
+        click.echo(f"wrote {out}/" + ", ".join(written))
+
+
+def _write_outputs(
+    result: Any, out: Path | None, save_result: bool, result_filename: Path
+) -> list[str]:
+    """``--out`` files and the ``--save-result`` JSON; an OSError names the flag."""
+    from capsim.io.result_files import write_result
+
     written: list[str] = []
     if out is not None:
         try:
@@ -359,9 +373,11 @@ def simulate(
             write_json_atomic(result_filename, bench_result(result))
         except OSError as exc:
             raise click.ClickException(f"--result-filename {result_filename}: {exc}") from None
-    if as_json:
-        click.echo(dumps_json(result.summary))
-        return
+    return written
+
+
+def _print_point(result: Any, cfg: SimConfig, mode: str, workload: str, wall_s: float) -> None:
+    """The one-point summary: a header line, then the labelled rows."""
     s = result.summary
     load = "replay" if mode == "replay" else f"{s['offered_load']:g}"
     click.echo(
@@ -377,8 +393,6 @@ def simulate(
     )
     for k, v in summary_rows(s, result.step_time_model, cfg.engine.enable_prefix_caching):
         click.echo(f"  {k:<24}{v}")
-    if out is not None:
-        click.echo(f"wrote {out}/" + ", ".join(written))
 
 
 def _check_out_writable(path: Path, flag: str) -> None:

@@ -42,6 +42,7 @@ from capsim.commands.param_types import (
     positive_int,
     workload_names,
 )
+from capsim.commands.plan_flags import PLAN_FLAGS
 from capsim.commit_modes import COMMIT_MODES
 from capsim.config import (
     MAX_CONCURRENCY,
@@ -312,7 +313,7 @@ SHARED_OPTIONS: dict[str, Opt] = {
 }
 """Flags several commands share: engine (``target="engine"``), speculation, load."""
 
-OPTIONS: dict[str, Opt] = {**SHARED_OPTIONS, **COMMAND_FLAGS}
+OPTIONS: dict[str, Opt] = {**SHARED_OPTIONS, **COMMAND_FLAGS, **PLAN_FLAGS}
 """The one option registry: every flag of every ``capsim`` command is an entry here
 (``tests/commands/test_options.py`` checks that no command declares a raw click option)."""
 

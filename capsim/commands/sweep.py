@@ -324,18 +324,17 @@ def whatif_cmd(
         "max_model_len": max_model_len,
         "max_num_seqs": max_num_seqs,
     }
-    candidates = _whatif_candidates(
-        fixed,
-        gmu,
-        tree,
-        ks,
-        modes,
-    )
+    candidates = _whatif_candidates(fixed, gmu, tree, ks, modes)
     _validate_candidates(candidates)
     allres, best = _run_whatif(candidates, slo, jobs, progress, load_mode)
     if as_json:
         click.echo(allres.to_json(orient="records", indent=1))
         return
+    _print_whatif(allres, best, load_mode, num_requests, time.perf_counter() - t0)
+
+
+def _print_whatif(allres: Any, best: Any, load_mode: str, num_requests: int, wall_s: float) -> None:
+    """Every candidate's row, the best per commit mode, and the simulation count."""
     unit = "concurrent requests" if load_mode == "concurrency" else "req/s"
     click.echo(f"All candidates (max_load in {unit}; goodput = output tok/s at max_load):")
     click.echo(format_whatif(allres).to_string(index=False))
@@ -344,7 +343,7 @@ def whatif_cmd(
     click.echo(format_whatif(best[cols]).to_string(index=False))
     click.echo(
         f"\n{int(allres['num_sims'].sum())} short simulations (>= {num_requests} requests each) "
-        f"in {time.perf_counter() - t0:.1f} s"
+        f"in {wall_s:.1f} s"
     )
 
 
