@@ -5,7 +5,7 @@
 #
 # The folder this script lies in (.devstage/engine/, carried with the call) holds the
 # payload built by scripts/engine_payload.py (site.tar.xz, model.tar.xz, MANIFEST.json),
-# engine_runner.py and the job lists. The payload is unpacked to /tmp/capsim_engine once
+# engine_runner.py + engine_jobs.py and the job lists. The payload is unpacked to /tmp/capsim_engine once
 # per machine (skipped when the sha256 of the carried file matches what was unpacked:
 # the machine keeps /tmp between back-to-back calls); compile caches live under
 # /tmp/capsim_cache so a second start-up on the same machine is warm.
