@@ -65,7 +65,8 @@ class MemoryTermRow:
         return int(getattr(self, axis))
 
 
-# The CSV's header: the row's fields in order (kernels/bench/memory/memory_terms.py writes the same).
+# The CSV's header: the row's fields in order
+# (kernels/bench/memory/memory_terms.py writes the same).
 COLUMNS = tuple(f.name for f in fields(MemoryTermRow))
 
 

@@ -1,5 +1,6 @@
 """The vLLM loader's torch stand-ins (CPU) and, where the extracted vLLM files are present
-(``python3 -m capsim_kernels.bench.vllm_shim --extract``; git-ignored, absent in CI), vLLM's own fused
+(``python3 -m capsim_kernels.bench.vllm_shim --extract``; git-ignored, absent in CI),
+vLLM's own fused
 MoE kernel under the shim, run by the Triton interpreter in float32 at a tiny shape."""
 
 from __future__ import annotations

@@ -175,7 +175,8 @@ def _bench_module():
 
 
 def test_bench_shapes_match_the_model_presets():
-    """The GPU script's per-GPU shapes (derived from capsim.models) are the presets split over TP."""
+    """The GPU script's per-GPU shapes (derived from capsim.models): the presets split over
+    TP."""
     bench = _bench_module()
     for shape in bench.SHAPES:
         m = PRESETS[shape.model]

@@ -58,5 +58,5 @@ def test_trace_sets_rate_and_burstiness():
     slo = PlanSlo(ttft_p99_s=1.0)
     t = resolve_traffic(PlanInputs(traffic=Traffic(workload="azure-conv", trace=True), slo=slo))
     assert 1.0 < t.rate_req_per_s < 50.0 and 0.0 < t.burstiness < 10.0 and "trace" in t.source
-    with pytest.raises(ValueError, match="traffic.workload='sharegpt': has no timestamps"):
+    with pytest.raises(ValueError, match=r"traffic\.workload='sharegpt': has no timestamps"):
         resolve_traffic(PlanInputs(traffic=Traffic(workload="sharegpt", trace=True), slo=slo))
