@@ -57,6 +57,13 @@ class ServerSpec:
     port: int = 8000
     extra_args: tuple[str, ...] = ()
     step_log: bool = False  # per-step log of the engine core (engine_steplog/sitecustomize.py)
+    # VLLM_LOGGING_LEVEL for the server (None: vLLM's default INFO); "DEBUG" prints 0.26's
+    # per-mode CUDA-graph estimate lines (first capture + per-graph); start-ups only
+    log_level: str | None = None
+
+    def __post_init__(self) -> None:
+        if self.log_level not in (None, "DEBUG", "INFO", "WARNING", "ERROR"):
+            raise ValueError(f"server.log_level={self.log_level!r}: DEBUG, INFO, WARNING or ERROR")
 
     def speculative_config(self) -> dict[str, Any] | None:
         k = self.num_speculative_tokens

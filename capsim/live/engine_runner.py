@@ -294,6 +294,8 @@ class Runner:
         atomic_write(log_path.with_suffix(".cmd.json"), json.dumps(argv))
         env = serve_env(dict(os.environ), self.payload_flags)
         self.step_log = None
+        if spec.log_level:
+            env["VLLM_LOGGING_LEVEL"] = spec.log_level
         if spec.step_log:
             self.step_log = log_path.parent / "steps.jsonl"
             env["CAPSIM_STEP_LOG"] = str(self.step_log)
