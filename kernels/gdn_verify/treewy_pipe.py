@@ -132,8 +132,11 @@ def treewy_pipe_kernel(
             b_pk2 = tl.zeros([BWP], dtype=tl.float32)
             for i_kc in tl.static_range(0, BK, BKC):
                 o_kc = i_kc + tl.arange(0, BKC)
-                b_pk = tl.load(pk + o_prow + o_kc[None, :],
-                               mask=m_ppath[:, None] & (o_kc < K)[None, :], other=0.0)
+                b_pk = tl.load(
+                    pk + o_prow + o_kc[None, :],
+                    mask=m_ppath[:, None] & (o_kc < K)[None, :],
+                    other=0.0,
+                )
                 b_pkf = b_pk.to(tl.float32)
                 b_pk2 += tl.sum(b_pkf * b_pkf, 1)
             b_pvt = b_pvt * (b_pcoef * tl.rsqrt(b_pk2 + 1e-6))[:, None]
@@ -182,8 +185,8 @@ def treewy_pipe_kernel(
 
 def launch_pipe_stream(
     q, k, v, log_gate, state_pool, state_slot, mats, cols, o, vt, *, num_heads, block_v: int,
-    num_warps: int, ctas_per_sm: int, num_stages: int, prec, bkc: int = 128, pending=None, k_out=None,
-    g_out=None,
+    num_warps: int, ctas_per_sm: int, num_stages: int, prec, bkc: int = 128, pending=None,
+    k_out=None, g_out=None,
 ) -> None:  # fmt: skip
     """Launch the pipelined verify / deferred stream after stage 1 (``mats``, ``cols`` of
     treewy_prep.launch_prep); grid = min(tiles, ctas_per_sm * SMs) (4 SMs off the GPU, so
@@ -212,13 +215,13 @@ def launch_pipe_stream(
         vt if vt is not None else o, pk, pvt, pg, pparent, paccepted,
         k_out if k_out is not None else k, g_out if g_out is not None else log_gate, num_tiles,
     )  # fmt: skip
-    consts = dict(
-        H=hk, HV=hv, W=w, K=dk, V=dv, BW=bw, BK=triton.next_power_of_2(dk),
-        BKC=min(bkc, triton.next_power_of_2(dk)), BV=block_v, NV=nv, WP=wp, BWP=bwp,
-        LOG2_BWP=bwp.bit_length() - 1, STORE_VT=vt is not None, PENDING=pending is not None,
-        STATE_PREC=prec.state, SMALL_PREC=prec.small, NATIVE=prec.native,
-        NUM_STAGES=num_stages, num_warps=num_warps,
-    )  # fmt: skip
+    consts = {
+        "H": hk, "HV": hv, "W": w, "K": dk, "V": dv, "BW": bw, "BK": triton.next_power_of_2(dk),
+        "BKC": min(bkc, triton.next_power_of_2(dk)), "BV": block_v, "NV": nv, "WP": wp,
+        "BWP": bwp, "LOG2_BWP": bwp.bit_length() - 1, "STORE_VT": vt is not None,
+        "PENDING": pending is not None, "STATE_PREC": prec.state, "SMALL_PREC": prec.small,
+        "NATIVE": prec.native, "NUM_STAGES": num_stages, "num_warps": num_warps,
+    }  # fmt: skip
     if ctas_per_sm == 0:
         ctas_per_sm = resident_programs(args, consts, num_warps, q.device)
     grid = (min(num_tiles, ctas_per_sm * sms),)
@@ -231,8 +234,16 @@ _REG_UNIT = 256
 _SMEM_RESERVED_BYTES = 1024
 
 
-def occupancy(regs: int, smem_bytes: int, num_warps: int, *, regs_per_sm: int = 65536,
-              smem_per_sm_bytes: int = 233472, max_warps: int = 64, max_ctas: int = 32) -> int:
+def occupancy(
+    regs: int,
+    smem_bytes: int,
+    num_warps: int,
+    *,
+    regs_per_sm: int = 65536,
+    smem_per_sm_bytes: int = 233472,
+    max_warps: int = 64,
+    max_ctas: int = 32,
+) -> int:
     """Programs of ``num_warps`` warps that fit on one SM with ``regs`` registers per thread
     and ``smem_bytes`` of shared memory per program (H200 / sm_90 limits by default)."""
     per_warp = -(-regs * 32 // _REG_UNIT) * _REG_UNIT

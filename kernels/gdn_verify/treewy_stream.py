@@ -27,8 +27,8 @@ import triton.language as tl
 from ._jit import chain_scale, dot_precision, pad_window, path_scale, pick_block_v, xdot
 from .policy import DEFAULT_POLICY, LaunchPolicy
 from .treewy_inputs import check_inputs, check_parent, launch_split
-from .treewy_pipe import launch_pipe_stream
 from .treewy_persistent import PERSISTENT_BLOCK_V, PERSISTENT_WARPS, launch_persistent_stream
+from .treewy_pipe import launch_pipe_stream
 from .treewy_prep import launch_prep
 from .treewy_small import launch_small
 

@@ -219,7 +219,7 @@ def _pending(case: Case, pool):
     return ping, pong
 
 
-def build_deferred(case: Case, ctx: dict) -> Prepared:
+def build_deferred(case: Case, ctx: dict, policy=None) -> Prepared:
     """Deferred: the step applies the previous window's accepted path (here: this window's,
     so the committed state it leaves is checkable) inside its verify."""
     from ... import gdn_verify as ck
@@ -227,13 +227,15 @@ def build_deferred(case: Case, ctx: dict) -> Prepared:
     tr: Truth = ctx["truth"]
     pool = case.pool.clone()
     ping, pong = _pending(case, pool)
-    ck.treewy_deferred_verify(*_args(case), pool, case.slot, case.parent, ping, pong)
+    ck.treewy_deferred_verify(*_args(case), pool, case.slot, case.parent, ping, pong,
+                              policy=policy)  # fmt: skip
     check = head_errors(tr.accepted_state, _committed(case, pool))
     tpool = case.pool.clone()
     tping, tpong = _pending(case, tpool)
 
     def fn():
-        ck.treewy_deferred_verify(*_args(case), tpool, case.slot, case.parent, tping, tpong)
+        ck.treewy_deferred_verify(*_args(case), tpool, case.slot, case.parent, tping, tpong,
+                                  policy=policy)  # fmt: skip
 
     return Prepared(fn, check, _treewy_math(case))
 

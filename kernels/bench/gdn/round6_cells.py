@@ -122,7 +122,14 @@ def p2_cells(dry: bool) -> list[Cell]:
             for t in windows]  # fmt: skip
 
 
-CELLS = {"gdn_main": main_cells, "gdn_tp": tp_cells, "gdn_p2": p2_cells}
+def kc_cells(dry: bool) -> list[Cell]:
+    """kcode's round-7 launch variants next to the defaults (variants.variant_cells)."""
+    from .variants import variant_cells
+
+    return variant_cells(dry)
+
+
+CELLS = {"gdn_main": main_cells, "gdn_tp": tp_cells, "gdn_p2": p2_cells, "gdn_kc": kc_cells}
 
 
 def _ctx(vllm_src: Path, notes: list[str]) -> dict:
@@ -145,9 +152,12 @@ def _ctx(vllm_src: Path, notes: list[str]) -> dict:
 
 def _kernels(cell: Cell):
     from .registry import KERNELS
+    from .variants import VARIANT_KERNELS
 
     names = cell.kernels
-    return [k for k in KERNELS if names is None or k.name in names]
+    # kcode's launch variants (variants.py) only where a cell names them
+    return [k for k in KERNELS if names is None or k.name in names] + [
+        k for k in VARIANT_KERNELS if names is not None and k.name in names]
 
 
 def measure_cell(cell: Cell, ctx: dict, copy_gbps: float, device: str, notes: list[str],
