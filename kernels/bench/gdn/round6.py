@@ -64,10 +64,13 @@ def warm_key(cell: Cell, batch: int) -> tuple:
     return (cell.shape.heads_key, cell.state_dtype, cell.tree.parent, batch, cell.kernels)
 
 
-def warm_cells(dry: bool) -> list[Cell]:
-    """The warm-up's cells: every distinct compile of the run at B = 1 and 64 (2 dry)."""
+def warm_cells(dry: bool, kc: bool = False) -> list[Cell]:
+    """The warm-up's cells: every distinct compile of the run at B = 1 and 64 (2 dry);
+    ``kc``: also kcode's variant cells (phase gdn_kc), listed first."""
+    from .round6_cells import kc_cells
+
     keys, todo = set(), []
-    for c in main_cells(dry) + tp_cells(dry):
+    for c in (kc_cells(dry) if kc else []) + main_cells(dry) + tp_cells(dry):
         for b in (1, 2 if dry else 64):
             if warm_key(c, b) not in keys:
                 keys.add(warm_key(c, b))
@@ -79,7 +82,7 @@ def warm_worker(spec: str, vllm_src: Path) -> int:
     """Worker ``i/n``: run every kernel of its share of the cells once (B = 1 and 64)."""
     i, n = (int(x) for x in spec.split("/"))
     dry = os.environ.get("R6_DRY") == "1"
-    todo = warm_cells(dry)
+    todo = warm_cells(dry, kc=os.environ.get("R6_WARM_KC") == "1")
     notes: list[str] = []
     ctx = _ctx(vllm_src, notes) | {"warm": True}
     device = "cuda" if not dry else "cpu"
@@ -93,10 +96,13 @@ def warm_worker(spec: str, vllm_src: Path) -> int:
     return 0
 
 
-def warm(workers: int, vllm_src: Path, deadline: float, dry: bool, notes: list[str]) -> float:
-    """Start ``workers`` warm-up processes and wait for them (at most until ``deadline``)."""
+def warm(workers: int, vllm_src: Path, deadline: float, dry: bool, notes: list[str],
+         kc: bool = False) -> float:  # fmt: skip
+    """Start ``workers`` warm-up processes and wait for them (at most until ``deadline``);
+    ``kc``: kcode's variant cells are warmed too (first)."""
     t0 = time.monotonic()
-    env = {**os.environ, "R6_DRY": "1" if dry else "0", "PYTHONUNBUFFERED": "1"}
+    env = {**os.environ, "R6_DRY": "1" if dry else "0", "PYTHONUNBUFFERED": "1",
+           "R6_WARM_KC": "1" if kc else "0"}  # fmt: skip
     procs = [
         subprocess.Popen(
             [
@@ -308,7 +314,7 @@ def main(argv: list[str] | None = None) -> int:
     if "warm" in phases and args.workers > 0:
         meta["phase_s"]["warm"] = round(
             warm(args.workers, args.vllm_src, time.monotonic() + end["warm"] - time.time(),
-                 args.dry_run, meta["notes"]), 1)  # fmt: skip
+                 args.dry_run, meta["notes"], kc="gdn_kc" in phases), 1)  # fmt: skip
         save()
     from ..timing import measure_copy_gbps
 
