@@ -55,7 +55,8 @@ def _label(name: str) -> str:
 
 
 def _entries() -> tuple[Kernel, ...]:
-    out = []
+    out = [Kernel("treewy_prep", "TreeWY stage 1 alone", build_prep, bytes_fn=_prep_bytes,
+                  state_check=False)]  # fmt: skip
     for name, policy in VARIANTS.items():
         pd = _PIPES[name][1]
         cfg = _label(name)
@@ -77,6 +78,38 @@ def _entries() -> tuple[Kernel, ...]:
                 bytes_fn=lambda s, d, w, b, t=None: bytes_moved("deferred", s, d, w, b),
             ))  # fmt: skip
     return tuple(out)
+
+
+def _prep_bytes(shape, state_dtype: str, w: int, b: int, tree=None) -> int:
+    """Stage 1 alone: q, k (bf16), gates and betas read; m1, pm [W, W] and ck, cq [W]
+    (fp32) written per (request, value head)."""
+    hv = shape.num_v_heads
+    reads = 2 * b * w * shape.num_k_heads * shape.dk * 2 + 2 * b * w * hv * 4
+    return reads + 2 * b * hv * (w * w + w) * 4
+
+
+def build_prep(case, ctx: dict):
+    """Stage 1 (the per-head window kernel) alone: a diagnostic of where the verify time
+    goes (verify = stage 1 + the stream). Its outputs are checked through the verify rows
+    of the same cell (same inputs); this row carries their o_err."""
+    from ...gdn_verify import treewy as tw
+    from ...gdn_verify._jit import dot_precision
+    from .registry import Prepared, _treewy_math
+
+    hk, hv = case.q.shape[2], case.v.shape[2]
+    prec = dot_precision(case.pool.dtype, case.q.dtype, None, case.q.device.type)
+    scale = case.q.shape[3] ** -0.5
+
+    def fn():
+        return tw.launch_prep(
+            case.q, case.k, case.log_gate, case.beta, case.parent,
+            scale=scale, num_heads=(hk, hv), gram_precision=prec.gram,
+        )  # fmt: skip
+
+    fn()
+    check = {"err_max_req_head": float("nan"), "state_err": float("nan"),
+             "o_err": float("nan")}  # fmt: skip
+    return Prepared(fn, check, _treewy_math(case), "stage 1 alone (diagnostic)")
 
 
 def _with_config(prep, config: str):
