@@ -94,6 +94,7 @@ ENGINE_OPTIONS = (
     "kv_cache_dtype",
     "quantization",
     "max_cudagraph_capture_size",
+    "engine_overhead",
     "vllm_version",
     "kv_cache_memory",
     "num_gpu_blocks_override",
