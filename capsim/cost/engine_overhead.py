@@ -12,9 +12,10 @@ host time launching them, and how much depends on how vLLM 0.26 dispatches the b
 Launches overlap the GPU work they queue, so a step costs ``max(kernel price, host_s(mode))
 + delta``, ``delta`` being the per-step engine work between steps (scheduling, input
 preparation, output processing). Constants (``MEASURED_H200_VLLM026``) are a **fit**
-(experiments/engine/PLAN.md, 2026-12-01 23:35): delta from the mean TPOT of one idle-engine
-run, the host terms from the first-step latency of three concurrency-1 runs (vLLM's step log,
-``t_done_s - t_sched_s``); ``capsim.live.engine_fit`` recomputes them from the committed files.
+(experiments/engine/PLAN.md, 2026-12-01, the addition stamped 23:35, written 23:10): delta from
+the mean TPOT of one idle-engine run, the host terms from the first-step latency of three
+concurrency-1 runs (vLLM's step log, ``t_done_s - t_sched_s``); ``capsim.live.engine_fit``
+recomputes them from the committed files.
 They describe one engine build (vLLM 0.26.0, torch 2.11, H200, Qwen3.5-35B-A3B, dummy
 weights, Triton GDN prefill); another release, GPU, host CPU or model is not covered.
 """
@@ -48,8 +49,9 @@ class EngineOverheadFit:
                 raise ValueError(f"engine overhead {self.name}: {f}={v!r} must be a float")
 
 
-# FIT (PLAN.md 2026-12-01 23:35), recomputed by `capsim.live.engine_fit.fit_engine_overhead`
-# (asserted equal in tests/experiments/test_engine_out_of_sample.py) with
+# FIT (PLAN.md 2026-12-01, the addition stamped 23:35, written 23:10), recomputed by
+# `capsim.live.engine_fit.fit_engine_overhead` (asserted equal in
+# tests/experiments/test_engine_out_of_sample.py) with
 #   PYTHONPATH=. python3 -m capsim.live.engine_fit experiments/engine/runs
 # from experiments/engine/runs/{g090_k3_rand_c1_steps,g090_k3_in128_c1,g090_k3_in4096_c1}/
 # (vLLM 0.26.0, H200, recorded 2026-12-01 22:44-22:53 UTC, device call 3).
@@ -67,7 +69,9 @@ ENGINE_OVERHEADS: dict[str, EngineOverheadFit] = {MEASURED_H200_VLLM026.name: ME
 
 def get_engine_overhead(name: str) -> EngineOverheadFit:
     if name not in ENGINE_OVERHEADS:
-        raise ValueError(f"engine.engine_overhead={name!r}: choose one of {sorted(ENGINE_OVERHEADS)}")
+        raise ValueError(
+            f"engine.engine_overhead={name!r}: choose one of {sorted(ENGINE_OVERHEADS)}"
+        )
     return ENGINE_OVERHEADS[name]
 
 

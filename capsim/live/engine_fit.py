@@ -1,7 +1,8 @@
 """Fit the engine-overhead constants (capsim.cost.engine_overhead) from committed step logs.
 
-experiments/engine/PLAN.md (2026-12-01 23:35): delta from the mean TPOT of the idle-engine
-decode run (``delta = (TPOT_real - TPOT_capsim) * capsim's tokens per step``, as at 20:01);
+experiments/engine/PLAN.md (2026-12-01, the addition stamped 23:35, written 23:10): delta from
+the mean TPOT of the idle-engine decode run (``delta = (TPOT_real - TPOT_capsim) * capsim's
+tokens per step``, as at 20:01);
 the host time of a step's CUDA-graph mode from the first-step latency (``t_done_s -
 t_sched_s`` of the request's prefill step, vLLM's step log) of three concurrency-1 runs,
 median over each run's requests, less delta: 128 prompt tokens -> PIECEWISE (one constant),
@@ -44,7 +45,9 @@ def first_steps(run_dir: Path) -> pd.DataFrame:
 def _one_shape(runs: Path, name: str) -> tuple[int, float]:
     fs = first_steps(runs / name)
     if fs["num_tok"].nunique() != 1:
-        raise ValueError(f"run {name}: first steps of {sorted(set(fs['num_tok']))} tokens, want one")
+        raise ValueError(
+            f"run {name}: first steps of {sorted(set(fs['num_tok']))} tokens, want one"
+        )
     return int(fs["num_tok"].iloc[0]), float(np.median(fs["lat_s"]))
 
 
@@ -82,7 +85,9 @@ def fit_engine_overhead(runs: Path) -> EngineOverheadFit:
         )
         want = PIECEWISE if name == PIECEWISE_RUN else NONE
         if graph_mode(shape, descs) != want:
-            raise ValueError(f"run {name}: a {tok}-token step is {graph_mode(shape, descs)}, not {want}")
+            raise ValueError(
+                f"run {name}: a {tok}-token step is {graph_mode(shape, descs)}, not {want}"
+            )
         kernels = base.step_time_s(shape)
         if kernels + delta > lat:
             raise ValueError(
@@ -109,7 +114,9 @@ def main(argv: list[str] | None = None) -> int:
         print("usage: python3 -m capsim.live.engine_fit RUNS_DIR", file=sys.stderr)
         return 2
     fit = fit_engine_overhead(Path(args[0]))
-    print(json.dumps({k: getattr(fit, k) for k in fit.__dataclass_fields__}, indent=1, default=list))
+    print(
+        json.dumps({k: getattr(fit, k) for k in fit.__dataclass_fields__}, indent=1, default=list)
+    )
     return 0
 
 

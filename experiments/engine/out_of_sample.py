@@ -4,8 +4,9 @@
     PYTHONPATH=. python3 experiments/engine/out_of_sample.py --check  # recompute, compare
 
 Writes experiments/engine/out_of_sample.csv (every number) and out_of_sample.md (the table).
-Fit vs predict: experiments/engine/PLAN.md (20:01: one fit run, one constant; 23:35: the engine
-terms, fitted on three concurrency-1 runs of device call 3).
+Fit vs predict: experiments/engine/PLAN.md (20:01: one fit run, one constant; the addition
+stamped 23:35, written 23:10: the engine terms, fitted on three concurrency-1 runs of device
+call 3).
 """
 
 from __future__ import annotations
@@ -44,7 +45,8 @@ def markdown(df: pd.DataFrame, delta_s: float) -> str:
     lines = [
         f"capsim+delta: engine overhead fitted on {', '.join(FIT_RUNS)}: delta = "
         f"{1e3 * delta_s:.3f} ms per step (PLAN.md 20:01).",
-        f"capsim+engine: `--engine-overhead {fit.name}` (PLAN.md 23:35, fit on "
+        f"capsim+engine: `--engine-overhead {fit.name}` (PLAN.md addition stamped 23:35, "
+        f"written 23:10; fit on "
         f"{', '.join(fit.fit_runs)}): step = max(kernels, host(mode)) + "
         f"{1e3 * fit.delta_s:.3f} ms; host FULL 0, PIECEWISE {1e3 * fit.piecewise_host_s:.1f} ms, "
         f"eager {1e3 * fit.eager_host_s:.1f} ms + {1e6 * fit.eager_host_s_per_tok:.2f} us/tok.",

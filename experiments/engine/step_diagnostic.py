@@ -92,8 +92,13 @@ def summary(run: str, df: pd.DataFrame) -> str:
         engine_ms=("engine_ms", "median"),
     )
     g = g[g["steps"] >= 3].reset_index()
-    lines = [f"### {run}", "", "| mode | prefill in step | requests | steps | tokens (median) | "
-             "real period ms | capsim ms (err) | capsim+engine ms (err) |", "|" + "---|" * 8]
+    lines = [
+        f"### {run}",
+        "",
+        "| mode | prefill in step | requests | steps | tokens (median) | "
+        "real period ms | capsim ms (err) | capsim+engine ms (err) |",
+        "|" + "---|" * 8,
+    ]
     for r in g.itertuples():
         e1, e2 = (100 * (r.capsim_ms / r.real_ms - 1), 100 * (r.engine_ms / r.real_ms - 1))
         lines.append(
@@ -106,9 +111,12 @@ def summary(run: str, df: pd.DataFrame) -> str:
 
 def main(argv: list[str]) -> int:
     runs = argv or list(RUNS)
-    text = "# Step periods of the real engine vs capsim (diagnostic, no fit)\n\n" + __doc__.split(
-        "\n\n", 2
-    )[2].split("    PYTHONPATH")[0] + "\n" + "\n".join(summary(r, diagnose(r)) for r in runs)
+    text = (
+        "# Step periods of the real engine vs capsim (diagnostic, no fit)\n\n"
+        + __doc__.split("\n\n", 2)[2].split("    PYTHONPATH")[0]
+        + "\n"
+        + "\n".join(summary(r, diagnose(r)) for r in runs)
+    )
     if not argv:
         tmp = HERE / "step_diagnostic.md.tmp"
         tmp.write_text(text)
