@@ -41,12 +41,30 @@ class EngineOverheadFit:
     eager_host_s_per_tok: float  # ... + this per token of the step
     fit_runs: tuple[str, ...]
     source: str
+    covers: tuple[str, str, str, int]  # (model, GPU, vLLM release, tp) the fit was made on
 
     def __post_init__(self) -> None:
         for f in ("delta_s", "piecewise_host_s", "eager_host_s", "eager_host_s_per_tok"):
             v = getattr(self, f)
             if not isinstance(v, float) or v != v:
                 raise ValueError(f"engine overhead {self.name}: {f}={v!r} must be a float")
+
+    def check_covers(self, model: str, gpu: str, vllm_version: str, tp: int) -> None:
+        """Refuse a deployment other than the one the constants were measured on."""
+        want_model, want_gpu, want_release, want_tp = self.covers
+        got = {"model": model, "gpu": gpu, "vllm_version": vllm_version, "tp": tp}
+        ok = {
+            "model": model == want_model,
+            "gpu": gpu.upper() == want_gpu.upper(),
+            "vllm_version": vllm_version.split(".")[:2] == want_release.split(".")[:2],
+            "tp": tp == want_tp,
+        }
+        for name, good in ok.items():
+            if not good:
+                raise ValueError(
+                    f"engine.engine_overhead={self.name!r}: a fit of {want_model} on "
+                    f"{want_gpu}, vLLM {want_release}, tp {want_tp}; got {name}={got[name]!r}"
+                )
 
 
 # FIT (PLAN.md 2026-12-01, the addition stamped 23:35, written 23:10), recomputed by
@@ -63,6 +81,7 @@ MEASURED_H200_VLLM026 = EngineOverheadFit(
     eager_host_s_per_tok=4.535807291666486e-06,  # and 4096 tok (g090_k3_in4096_c1)
     fit_runs=("g090_k3_rand_c1_steps", "g090_k3_in128_c1", "g090_k3_in4096_c1"),
     source="fit: experiments/engine/runs (device call 3), capsim.live.engine_fit",
+    covers=("qwen3.5-35b-a3b", "H200", "0.26", 1),
 )
 ENGINE_OVERHEADS: dict[str, EngineOverheadFit] = {MEASURED_H200_VLLM026.name: MEASURED_H200_VLLM026}
 

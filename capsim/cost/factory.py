@@ -19,6 +19,8 @@ def build_step_time_model(cfg: SimConfig, model: ModelSpec, gpu: GpuSpec) -> Ste
     from capsim.memory.cudagraph import CaptureDescs, capture_descs
 
     eng = cfg.engine
+    fit = get_engine_overhead(eng.engine_overhead)
+    fit.check_covers(cfg.model, gpu.name, eng.vllm_version, eng.tp)
     seqs, tokens = eng.resolved_batch_defaults(gpu)
     descs = (
         CaptureDescs((), ())
@@ -33,7 +35,7 @@ def build_step_time_model(cfg: SimConfig, model: ModelSpec, gpu: GpuSpec) -> Ste
             max_capture_tok=eng.max_cudagraph_capture_size,
         )
     )
-    return HostBoundStepTime(base, get_engine_overhead(eng.engine_overhead), descs)
+    return HostBoundStepTime(base, fit, descs)
 
 
 def _kernel_model(cfg: SimConfig, model: ModelSpec, gpu: GpuSpec) -> StepTimeModel:

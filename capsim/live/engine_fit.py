@@ -105,6 +105,7 @@ def fit_engine_overhead(runs: Path) -> EngineOverheadFit:
         eager_host_s_per_tok=float(slope),
         fit_runs=FIT_RUNS,
         source="fit: experiments/engine/runs (device call 3), capsim.live.engine_fit",
+        covers=("qwen3.5-35b-a3b", "H200", "0.26", 1),
     )
 
 

@@ -164,6 +164,10 @@ def test_engine_overhead_is_off_by_default():
     assert isinstance(cost, CalibratedStepTime)
     with pytest.raises(ValueError, match=r"engine\.engine_overhead='x'"):
         EngineConfig(engine_overhead="x")
+    # a fit of one deployment: another release (or GPU, model, tp) is refused, naming it
+    other = SimConfig(engine=EngineConfig(engine_overhead="measured-h200-vllm0.26"))
+    with pytest.raises(ValueError, match=r"got vllm_version='0\.33'"):
+        build_step_time_model(other, get_model(other.model), get_gpu(other.gpu))
 
 
 def test_engine_column_verdicts(computed):
