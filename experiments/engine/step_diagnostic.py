@@ -2,14 +2,19 @@
 
     PYTHONPATH=. python3 experiments/engine/step_diagnostic.py [RUN ...]
 
-For each committed run with a step log (runs/<run>/steps.csv): every step's period (gap
-between consecutive t_done_s; vLLM 0.26 keeps two batches in flight, so the period is the
-time one step adds) against capsim's kernel price of the same shape (calibrated tables,
+For each committed run with a step log (runs/<run>/steps.csv): every step's cost on the real
+engine, read as the gap between its schedule and the next schedule (``t_sched_s[i+1] -
+t_sched_s[i]``). vLLM 0.26 keeps two batches in flight and, on one GPU, launches a batch in
+the scheduling thread: the next batch is scheduled once this one is launched and (queue
+full) the one before it is done, so the gap is max(this batch's host launch, the GPU wait).
+The gap between consecutive outputs (``t_done_s``) is shifted by one: a decode step followed
+by an eager one shows the eager launch in its own output gap. Steps after an idle engine
+(gap > 1 s) are dropped. Compared with capsim's kernel price of the same shape (calibrated tables,
 k of the run) and capsim + the fitted engine terms (capsim.cost.engine_overhead). Shapes
 are rebuilt from the log's counts: decode contexts at their mean, the prefill tokens split
 evenly over the step's prefill requests, each at 0 computed tokens (the log does not say
 how far each chunk is into its prompt: an approximation, stated). Grouped by CUDA-graph
-mode and batch size; medians. Writes step_diagnostic.md next to this file.
+mode, requests and tokens (groups of >= 2 steps); medians. Writes step_diagnostic.md here.
 """
 
 from __future__ import annotations
@@ -72,37 +77,38 @@ def diagnose(run: str) -> pd.DataFrame:
             "num_req": steps["num_req"],
             "num_tok": steps["num_tok"],
             "prefill": steps["num_prefill_tok"] > 0,
-            "period_ms": 1e3 * steps["t_done_s"].diff(),
+            "period_ms": 1e3 * (steps["t_sched_s"].shift(-1) - steps["t_sched_s"]),
             "capsim_ms": [1e3 * base.step_time_s(s) for s in sh],
             "engine_ms": [1e3 * eng.step_time_s(s) for s in sh],
         }
-    ).iloc[1:]
-    # steady state only: a step right after an idle gap (client think time) is not a period
+    ).iloc[:-1]
     return df[df["period_ms"] < 1e3]
 
 
 def summary(run: str, df: pd.DataFrame) -> str:
     bins = [0, 1, 2, 8, 16, 32, 48, 64, 128, 256, 512, 1024]
-    df = df.assign(req_bin=pd.cut(df["num_req"], bins))
-    g = df.groupby(["mode", "prefill", "req_bin"], observed=True).agg(
+    tok_bins = [0, 512, 2048, 8192]
+    df = df.assign(req_bin=pd.cut(df["num_req"], bins), tok_bin=pd.cut(df["num_tok"], tok_bins))
+    g = df.groupby(["mode", "prefill", "req_bin", "tok_bin"], observed=True).agg(
         steps=("period_ms", "size"),
         tokens=("num_tok", "median"),
         real_ms=("period_ms", "median"),
         capsim_ms=("capsim_ms", "median"),
         engine_ms=("engine_ms", "median"),
     )
-    g = g[g["steps"] >= 3].reset_index()
+    g = g[g["steps"] >= 2].reset_index()
     lines = [
         f"### {run}",
         "",
-        "| mode | prefill in step | requests | steps | tokens (median) | "
-        "real period ms | capsim ms (err) | capsim+engine ms (err) |",
-        "|" + "---|" * 8,
+        "| mode | prefill in step | requests | tokens | steps | tokens (median) | "
+        "real sched-to-sched ms | capsim ms (err) | capsim+engine ms (err) |",
+        "|" + "---|" * 9,
     ]
     for r in g.itertuples():
         e1, e2 = (100 * (r.capsim_ms / r.real_ms - 1), 100 * (r.engine_ms / r.real_ms - 1))
         lines.append(
-            f"| {r.mode} | {'yes' if r.prefill else 'no'} | {r.req_bin} | {r.steps} | "
+            f"| {r.mode} | {'yes' if r.prefill else 'no'} | {r.req_bin} | {r.tok_bin} | "
+            f"{r.steps} | "
             f"{r.tokens:.0f} | {r.real_ms:.2f} | {r.capsim_ms:.2f} ({e1:+.0f}%) | "
             f"{r.engine_ms:.2f} ({e2:+.0f}%) |"
         )
