@@ -73,3 +73,15 @@ def test_pipe_config_rejects_bad_values():
         PipeConfig(stages=0)
     with pytest.raises(ValueError, match="ctas_per_sm"):
         PipeConfig(ctas_per_sm=-1)
+
+
+def test_variant_cells_put_t4_b256_first_and_can_be_trimmed():
+    from capsim_kernels.bench.gdn.variants import variant_cells
+
+    cells = variant_cells(False, only="")
+    assert [(c.tree.num_nodes, c.batch) for c in cells[:2]] == [(4, 256), (4, 256)]
+    assert {c.shape.name for c in cells[:2]} == {"qwen3.5-35b-a3b-tp1", "qwen3.5-397b-a17b-tp8"}
+    few = variant_cells(False, only="treewy_verify,treewy_verify@pipe_a")
+    assert few[0].kernels == ("treewy_verify", "treewy_verify@pipe_a")
+    with pytest.raises(ValueError, match="R6_KC_KERNELS"):
+        variant_cells(False, only="treewy_verify@nope")

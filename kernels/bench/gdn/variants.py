@@ -144,20 +144,31 @@ def family(kernel: str) -> str:
     return kernel.split("@", 1)[0]
 
 
-def variant_cells(dry: bool) -> list:
+def variant_cells(dry: bool, only: str | None = None) -> list:
     """The cells that time the variants next to the defaults, most informative first:
-    B = 256 at T = 4 for both shapes, then T = 2, 3, 5..9, 15 and (2,2,2) (35B), then
-    B = 64 at T = 4; every cell also times the default kernels of the three families."""
+    B = 256 at T = 4 for both shapes, then (35B) T = 5 and 9 (reg168's test), 3, 2,
+    6, 7, 8, 15 and (2,2,2), then B = 64 at T = 4; every cell also times the default
+    kernels of the three families. ``only`` (default: env R6_KC_KERNELS, a comma list of
+    registry names): time only those kernels, to fit a short device budget."""
+    import os
+
     from ...gdn_verify.tree import TreeSpec
     from .round6_cells import Cell, main_shapes
 
     names = tuple(FAMILIES) + tuple(k.name for k in VARIANT_KERNELS)
+    only = os.environ.get("R6_KC_KERNELS", "") if only is None else only
+    if only:
+        keep = {n.strip() for n in only.split(",") if n.strip()}
+        unknown = keep - set(names)
+        if unknown:
+            raise ValueError(f"R6_KC_KERNELS: unknown kernel(s) {sorted(unknown)}")
+        names = tuple(n for n in names if n in keep)
     shapes = main_shapes(dry)
     if dry:
         return [Cell(shapes[0], "float32", TreeSpec.chain(4), 8, names, "gdn_kc")]
     b = 256
     cells = [Cell(s, "float32", TreeSpec.chain(4), b, names, "gdn_kc") for s in shapes]
-    for t in (TreeSpec.chain(n) for n in (2, 3, 5, 6, 7, 8, 9, 15)):
+    for t in (TreeSpec.chain(n) for n in (5, 9, 3, 2, 6, 7, 8, 15)):
         cells.append(Cell(shapes[0], "float32", t, b, names, "gdn_kc"))
     cells.append(Cell(shapes[0], "float32", TreeSpec((2, 2, 2)), b, names, "gdn_kc"))
     cells.append(Cell(shapes[0], "float32", TreeSpec.chain(4), 64, names, "gdn_kc"))
