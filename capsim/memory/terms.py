@@ -116,7 +116,10 @@ def activation_term(p: PlanInputs) -> tuple[Term, dict[str, int]]:
     sampler = sampler_peak_bytes(m, rows)
     got = p.measured("sampler_dummy_run", rows)
     if got is not None:
-        sampler = got
+        # The table's row is the peak over the bf16 logits (kernels/MEMORY_TERMS.md), but
+        # ``_dummy_sampler_run`` keeps ``compute_logits``' [rows, padded vocab] output alive
+        # while both sampler calls run (0.26.0 v1/worker/gpu_model_runner.py): add it back.
+        sampler = got + rows * padded_vocab(m) * dtype_bytes(m.weight_dtype)
         measured.append("sampler")
     rejection = 0
     if p.spec.depth > 0:
@@ -221,10 +224,8 @@ def cudagraph_term(p: PlanInputs) -> tuple[Term, cg.CaptureDescs, int]:
     m, tp = p.model, p.engine.tp
     transient = 0
     if m.is_hybrid and descs.full_tok and rule("gdn_first_full_capture_transient", p.vllm_version):
-        ctx = cg.first_full_context_tok(
-            descs, p.spec.num_draft_nodes, p.max_num_batched_tokens, p.max_model_len
-        )
-        transient = cg.gdn_transient_bytes(m.conv_dim // tp, ctx)
+        units = cg.first_full_capture_units(descs, p.max_num_batched_tokens, p.max_model_len)
+        transient = cg.gdn_transient_bytes(m.conv_dim // tp, units)
     heads = m.num_attention_heads // tp
     samples = cg.modelled_samples(
         descs,
