@@ -364,9 +364,7 @@ def _model_from_dict(cfg: dict[str, Any], path: Path, raw: dict[str, Any]) -> Mo
         ),
         # transformers' Qwen3-Next / Qwen3.5 configs default attn_output_gate to True; a
         # dense (non-GDN) config without the field has no output gate.
-        attn_output_gate=bool(
-            cfg.get("attn_output_gate", bool(cfg.get("linear_num_value_heads")))
-        ),
+        attn_output_gate=bool(cfg.get("attn_output_gate", bool(cfg.get("linear_num_value_heads")))),
         linear_num_key_heads=int(cfg.get("linear_num_key_heads", 0)),
         linear_num_value_heads=int(cfg.get("linear_num_value_heads", 0)),
         linear_key_head_dim=int(cfg.get("linear_key_head_dim", 128)),
