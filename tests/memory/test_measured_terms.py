@@ -44,8 +44,11 @@ def test_measured_sampler_is_used_and_labelled(tmp_path: Path) -> None:
     # max_num_seqs 1024 lies between the measured 512 and 2048: linear, 4 GiB, plus the bf16
     # logits [1024, padded vocab] that _dummy_sampler_run holds beside the sampler (the
     # table's row is the peak over them)
+    # and the dummy forward's hidden states profile_run holds: [mnbt + 2 x 1024, hidden] bf16
     logits = 1024 * padded_vocab(model) * 2
-    assert plan.activation_parts_bytes["sampler"] == 4 * GIB + logits
+    held = (plan.max_num_batched_tokens + 2 * 1024) * model.hidden_size * 2
+    assert plan.activation_parts_bytes["sampler.held_hidden_states"] == held
+    assert plan.activation_parts_bytes["sampler"] == 4 * GIB + logits + held
     assert plan.activation_parts_bytes["forward.moe"] == GIB // 2  # 16384 tokens
     assert plan.terms["activation_peak"].source is Source.MEASURED
     assert "sampler_dummy_run" in plan.terms["activation_peak"].detail
@@ -97,6 +100,7 @@ def test_committed_h200_table_labels_the_default_plan() -> None:
     table = load_memory_terms()
     # the table's peak over the bf16 logits, plus those logits (held by _dummy_sampler_run)
     logits = 1024 * padded_vocab(get_model("qwen3.5-35b-a3b")) * 2
-    assert plan.activation_parts_bytes["sampler"] == logits + round(
+    held = (8192 + 2 * 1024) * 2048 * 2  # hidden states profile_run holds (mnbt 8192)
+    assert plan.activation_parts_bytes["sampler"] == logits + held + round(
         table.bytes_at("sampler_dummy_run", "qwen3.5-35b-a3b", 1, 1024)
     )
