@@ -74,3 +74,14 @@ def test_runner_buffers_are_not_charged() -> None:
     )
     t = plan.terms["runner_buffers"]
     assert t.bytes == 0 and t.source is Source.NOT_CHARGED and "GiB" in t.detail
+
+
+def test_engine_config_line_gives_prefix_caching() -> None:
+    # "Initializing a V1 LLM engine (v0.26.0) with config: ... enable_prefix_caching=False"
+    # (experiments/vllm_logs/excerpts/h200-35b-g090-k0-s2call4.log): the resolved setting
+    from capsim.memory.vllm_log import read_vllm_log
+
+    log = read_vllm_log(LOGS / "excerpts" / "h200-35b-g090-k0-s2call4.log")
+    assert log.enable_prefix_caching is False
+    assert log.num_speculative_tokens is None or log.num_speculative_tokens == 0
+    assert log.vllm_version == "0.26.0" and log.gmu == 0.9
