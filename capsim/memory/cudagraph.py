@@ -200,6 +200,9 @@ GDN_TRANSIENT_FIT_SOURCE: str = (
     "fit: H200 vLLM 0.26.0 start-up, Qwen3.5-35B-A3B TP1, gmu 0.9, k=3, mnbt 8192 "
     "(REAL_VLLM_H200.md, estimate 0.74 GiB); scaled by capture tokens x profile_seq_lens"
 )
+# Open: the 1/TP width scaling is not checked; the TP4 row qwen35-35b-tp4-gh50722 (mnbt 40000,
+# drafts unknown) logs 1.32 GiB where this rule gives 0.65 (experiments/memory_plan/h200/
+# predictions_s2.md).
 # Width the fit is scaled by to other per-GPU shapes: the GDN q/k/v channels per rank
 # (conv_dim / tp) of the fitted shape (Qwen3.5-35B-A3B: 2*16*128 + 32*128 = 8192).
 GDN_TRANSIENT_FIT_CONV_DIM: int = 8192
