@@ -85,3 +85,27 @@ def test_engine_config_line_gives_prefix_caching() -> None:
     assert log.enable_prefix_caching is False
     assert log.num_speculative_tokens is None or log.num_speculative_tokens == 0
     assert log.vllm_version == "0.26.0" and log.gmu == 0.9
+
+
+def test_rope_cache_is_in_the_logged_weights() -> None:
+    # "Model loading took X GiB" includes the RoPE cos_sin_cache (rotary_embedding/base.py,
+    # mrope.py: 4 x positions for multimodal RoPE). Qwen3.5-35B-A3B on the H200, k=0:
+    # 65.53 GiB logged (h200-35b-g090-k0-s2call4); Llama-3.1-8B on the H100: 14.99 GiB
+    from capsim.memory.weights import rotary_cache_bytes
+
+    m = get_model("qwen3.5-35b-a3b")
+    assert rotary_cache_bytes(m) == 4 * 262144 * 64 * 2  # 128 MiB
+    plan = plan_memory(
+        m,
+        get_gpu("H200"),
+        EngineConfig(gmu=0.9, vllm_version="0.26.0", enable_prefix_caching=False),
+        SpecDecodeConfig(num_spec_tok=0),
+    )
+    assert abs(plan.weights_bytes / 2**30 - 65.53) < 0.02  # was 0.14 GiB under
+    rows = {}
+    for r in validate_dir(LOGS):
+        for t in r.comparison.rows if r.comparison else ():
+            if t.term.startswith("weights") and t.log is not None:
+                rows[r.row_id] = (t.log, t.capsim)
+    logged, mine = rows["llama31-8b-h100-tp1-llmdplanner"]
+    assert abs(mine - logged) < 0.006
