@@ -219,7 +219,8 @@ def _why(row: dict[str, str], c: Comparison | None, failure: str | None) -> str:
         reasons.extend(c.settings.notes)
         terms = c.plan.terms if c.plan else {}
         for term, t in terms.items():
-            if t.source is Source.NOT_CHARGED and term != "cudagraph":
+            # vLLM charges neither graphs (before 0.20) nor runner buffers: not a miss reason
+            if t.source is Source.NOT_CHARGED and term not in ("cudagraph", "runner_buffers"):
                 reasons.append(f"{term}: {t.label()}")
         if c.differing:
             reasons.append("differs: " + ", ".join(c.differing))
