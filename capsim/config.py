@@ -402,6 +402,14 @@ class SimConfig:
         if not _is_int(self.seed) or not 0 <= self.seed < 2**63:
             _fail("sim", "seed", self.seed, "must be an int in [0, 2**63)")
 
+    def model_spec(self) -> ModelSpec:
+        """The model as this point's engine loads it: the preset or config.json, with
+        ``engine.quantization`` (vLLM ``--quantization``) replacing the checkpoint's weight
+        format, so weights, the pool and the step prices all see the same format."""
+        from capsim.models import get_model
+
+        return self.engine.model_for(get_model(self.model))
+
     def to_dict(self) -> dict[str, Any]:
         """``asdict``, less the engine fields added since the sweep store's point ids were
         fixed while they hold their defaults (``ENGINE_FIELDS_OMITTED_AT_DEFAULT``): the

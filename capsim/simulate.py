@@ -30,7 +30,6 @@ from capsim.loadgen import release_times_s
 from capsim.memory.memory_plan import MemoryPlan, plan_memory
 from capsim.memory.term_lookup import measured_term
 from capsim.metrics import summarize
-from capsim.models import get_model
 from capsim.request_source import LazyRequests
 from capsim.sim_result import SimResult
 from capsim.traces.table import RequestTable
@@ -139,7 +138,7 @@ def prepare(
     ``memory_limit_bytes`` (before the workload is loaded, and after). Without it (the
     fleet): every handle built up front, as before.
     """
-    model = get_model(cfg.model)
+    model = cfg.model_spec()
     gpu = get_gpu(cfg.gpu)
     plan = plan_memory(model, gpu, cfg.engine, cfg.spec, lookup=measured_term)
     if keep is not None and workload is None:

@@ -67,6 +67,10 @@ class Deployment:
         default=None, metadata={"help": "images per prompt (0: text only)"}
     )
     enforce_eager: bool = field(default=False, metadata={"help": "no CUDA graphs"})
+    quantization: str | None = field(
+        default=None,
+        metadata={"help": "vLLM --quantization (None: the checkpoint's quantization_config)"},
+    )
 
     def engine(self, gmu: float, enable_prefix_caching: bool = False) -> EngineConfig:
         """The EngineConfig of this deployment at one gmu (validates the pool flags)."""
@@ -79,6 +83,7 @@ class Deployment:
             num_gpu_blocks_override=self.num_gpu_blocks_override,
             limit_mm_per_prompt=self.limit_mm_per_prompt,
             enforce_eager=self.enforce_eager,
+            quantization=self.quantization,
         )
 
     def __post_init__(self) -> None:
@@ -323,6 +328,7 @@ POOL_KEYS: tuple[str, ...] = (
     "num_gpu_blocks_override",
     "limit_mm_per_prompt",
     "enforce_eager",
+    "quantization",
 )
 
 
