@@ -61,7 +61,7 @@ def test_sweep_rows_use_the_quantized_plan() -> None:
 
     seen: list[str] = []
 
-    def spy(model, gpu, engine, spec):  # noqa: ANN001, ANN202
+    def spy(model, gpu, engine, spec):
         seen.append(model.quantization)
         return default_plan_fn()(model, gpu, engine, spec)
 
@@ -71,7 +71,7 @@ def test_sweep_rows_use_the_quantized_plan() -> None:
     assert seen == ["fp8"] and row["bytes_per_block"] > 0
 
 
-def _grid(quantization: str | None, tp: int):  # noqa: ANN202
+def _grid(quantization: str | None, tp: int):
     from capsim.sweep.grid_toml import spec_from_dict
 
     dep = {"model": "qwen3.5-35b-a3b", "gpu": "H200", "tp": tp, "gmu": [0.9]}
@@ -80,9 +80,7 @@ def _grid(quantization: str | None, tp: int):  # noqa: ANN202
     return spec_from_dict(
         {
             "sweep": {"commit_modes": ["storeall"]},
-            "block": [
-                {"deployment": [dep], "workload": [{"name": "sharegpt", "loads": [4]}]}
-            ],
+            "block": [{"deployment": [dep], "workload": [{"name": "sharegpt", "loads": [4]}]}],
         }
     )
 
@@ -106,7 +104,7 @@ def test_sweep_validation_plans_the_quantized_model() -> None:
 
     seen: list[str] = []
 
-    def spy(model, gpu, engine, spec):  # noqa: ANN001, ANN202
+    def spy(model, gpu, engine, spec):
         seen.append(model.quantization)
 
     spec = _grid("fp8", 1)
