@@ -96,6 +96,9 @@ def test_a_grid_deployment_carries_the_quantization() -> None:
     assert "quantization" not in bf16.cfg.to_dict()["engine"]
     (pinned,) = expand(with_pool(_grid(None, 1), {"quantization": "fp8"}))
     assert point_id_of(pinned.cfg) == point_id_of(fp8.cfg)
+    # the sweep's fingerprint (resume key) of a grid without it is unchanged too
+    assert "quantization" not in _grid(None, 1).to_dict()["blocks"][0]["deployments"][0]
+    assert _grid("fp8", 1).fingerprint() != _grid(None, 1).fingerprint()
 
 
 def test_sweep_validation_plans_the_quantized_model() -> None:
