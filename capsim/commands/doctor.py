@@ -97,7 +97,11 @@ def doctor(
         gpu = gpu_from_text("unnamed", total)
     spec = SpecDecodeConfig(num_spec_tok=int(k or 0))
     report = doc.diagnose(
-        get_model(model_name), gpu, engine, spec, tuple(contexts) or doc.DEFAULT_CONTEXTS_TOK
+        engine.model_for(get_model(model_name)),
+        gpu,
+        engine,
+        spec,
+        tuple(contexts) or doc.DEFAULT_CONTEXTS_TOK,
     )
     click.echo(_report_json(report) if as_json else doc.format_report(report))
 

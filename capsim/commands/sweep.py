@@ -20,7 +20,7 @@ from capsim.commit_modes import COMMIT_MODES
 from capsim.sweep.executors import make_executor
 from capsim.sweep.grid import PUBLISHED_GRID, SweepSpec, restrict, with_pool
 from capsim.sweep.grid_toml import load_spec
-from capsim.vllm_rules import resolve_gmu
+from capsim.vllm_rules import resolve_gmu, rules_for
 
 MODES = ListOf(click.Choice(COMMIT_MODES))
 
@@ -30,6 +30,7 @@ POOL_OPTIONS = (
     "num_gpu_blocks_override",
     "limit_mm_per_prompt",
     "enforce_eager",
+    "quantization",
 )
 """vLLM's pool flags (``capsim.commands.options.OPTIONS``), on ``sweep`` and ``whatif``."""
 
@@ -276,7 +277,7 @@ def whatif_cmd(
     seed: int,
     jobs: int | None,
     progress: bool,
-    enable_prefix_caching: bool,
+    enable_prefix_caching: bool | None,
     ks: tuple[int, ...],
     step_time: str,
     max_model_len: int | None,
@@ -294,6 +295,8 @@ def whatif_cmd(
     pins = pool_pins(pool)
     if gmu is None:
         gmu = (resolve_gmu(None, pins["vllm_version"]),)
+    if enable_prefix_caching is None:  # the release's default for hybrids, as EngineConfig
+        enable_prefix_caching = rules_for(pins["vllm_version"]).hybrid_prefix_caching_default
     if max_model_len is None and max_num_seqs is None and ks == (3,) and step_time == "calibrated":
         _validate_whatif(
             model,
@@ -385,12 +388,11 @@ def _validate_candidates(candidates: list[Any]) -> None:
     from capsim.gpus import get_gpu
     from capsim.memory.memory_plan import plan_memory
     from capsim.memory.term_lookup import measured_term
-    from capsim.models import get_model
 
     for c in candidates:
         try:
             cfg = c.config(1.0)
-            model, gpu = get_model(cfg.model), get_gpu(cfg.gpu)
+            model, gpu = cfg.model_spec(), get_gpu(cfg.gpu)
             plan_memory(model, gpu, cfg.engine, cfg.spec, lookup=measured_term)
             build_step_time_model(cfg, model, gpu)
         except ValueError as exc:
