@@ -14,8 +14,6 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
-from capsim.vllm_rules import RULES
-
 Release = tuple[int, int, int]
 
 
@@ -27,12 +25,6 @@ class ReleaseRule:
     since_value: object
     since: Release
     source: str
-
-
-def _from_version_rule(key: str) -> ReleaseRule:
-    """A rule kept in ``capsim.vllm_rules.RULES`` (the engine defaults read it there)."""
-    (r,) = (r for r in RULES if r.key == key)
-    return ReleaseRule(r.key, r.what, r.before, r.since_value, (*r.since, 0), r.source)
 
 
 RELEASE_RULES: tuple[ReleaseRule, ...] = (
@@ -124,7 +116,18 @@ RELEASE_RULES: tuple[ReleaseRule, ...] = (
         "profile_seq_lens code itself is already in 0.20.0 gpu_model_runner.py:"
         "profile_cudagraph_memory; what grew in 0.26 is the GDN path it drives",
     ),
-    _from_version_rule("hybrid_prefix_caching_default"),
+    ReleaseRule(
+        "hybrid_prefix_caching_default",
+        "prefix caching is on by default for hybrid (GDN/mamba) generative models when the "
+        "user does not decide (mamba_cache_mode 'align')",
+        False,
+        True,
+        (0, 28, 0),
+        "engine/arg_utils.py default_prefix_caching = model_config.is_prefix_caching_supported: "
+        "config/model.py returns False for hybrids in 0.19.0-0.21.0; 0.26.0 and 0.27.0 return "
+        "True but keep hybrids opt-in ('and not model_config.is_hybrid'); 0.28.0-0.33.0 drop "
+        "the opt-in. The vllm#40691 row (0.19.0, no flag) logs 45 blocks per request: mode none",
+    ),
     ReleaseRule(
         "mamba_blocks_refusal",
         "vLLM refuses to start when max_num_seqs exceeds the KV pool's block count on a "

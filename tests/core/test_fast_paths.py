@@ -27,8 +27,7 @@ from capsim.traces.table import RequestTable
 def _cfg(workload: str, *, gmu: float = 0.9, n: int = 300, conc: int = 128, **kw) -> SimConfig:  # type: ignore[no-untyped-def]
     spec = kw.pop("spec", SpecDecodeConfig(commit="storeall"))
     load = kw.pop("load", LoadConfig(concurrency=conc, num_requests=n))
-    # prefix caching off unless a case asks (the decode-run fast path needs it off)
-    engine = kw.pop("engine", EngineConfig(gmu=gmu, enable_prefix_caching=False))
+    engine = kw.pop("engine", EngineConfig(gmu=gmu))
     return SimConfig(
         workload=workload,
         engine=engine,
@@ -126,7 +125,7 @@ def test_run_cut_by_the_pool(monkeypatch: pytest.MonkeyPatch) -> None:
     table = RequestTable(name="t", prompt_tok=[1000] * 6, output_tok=[3000] * 6)
     cfg = SimConfig(
         gpu="B200",
-        engine=EngineConfig(gmu=0.9, num_gpu_blocks_override=80, enable_prefix_caching=False),
+        engine=EngineConfig(gmu=0.9, num_gpu_blocks_override=80),
         spec=SpecDecodeConfig(commit="storeall"),
         load=LoadConfig(concurrency=6, num_requests=6),
         step_time="calibrated",
@@ -146,7 +145,7 @@ def test_varied_lengths_small_budget(monkeypatch: pytest.MonkeyPatch) -> None:
     table = synthetic_table(120, seed=3, prompt=(20, 5000), output=(5, 700))
     cfg = SimConfig(
         gpu="B200",
-        engine=EngineConfig(gmu=0.6, max_num_batched_tokens=2048, enable_prefix_caching=False),
+        engine=EngineConfig(gmu=0.6, max_num_batched_tokens=2048),
         spec=SpecDecodeConfig(commit="reconstruct"),
         load=LoadConfig(concurrency=48, num_requests=120),
         seed=9,
