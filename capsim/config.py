@@ -44,6 +44,11 @@ def _is_num(value: object) -> bool:
     return isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value)
 
 
+# The engine-overhead fits capsim.cost.engine_overhead ships (its ENGINE_OVERHEADS keys; a
+# test keeps the two equal). Named here so the config check needs no import from cost/.
+ENGINE_OVERHEAD_NAMES: tuple[str, ...] = ("measured-h200-vllm0.26",)
+
+
 @dataclass(frozen=True, slots=True, kw_only=True)
 class EngineConfig:
     """vLLM engine settings that shape the pool and the scheduler."""
@@ -166,10 +171,13 @@ class EngineConfig:
             not _is_int(self.max_cudagraph_capture_size) or self.max_cudagraph_capture_size < 1
         ):
             _fail(o, "max_cudagraph_capture_size", self.max_cudagraph_capture_size, "must be >= 1")
-        if self.engine_overhead is not None:
-            from capsim.cost.engine_overhead import get_engine_overhead
-
-            get_engine_overhead(self.engine_overhead)
+        if self.engine_overhead is not None and self.engine_overhead not in ENGINE_OVERHEAD_NAMES:
+            _fail(
+                o,
+                "engine_overhead",
+                self.engine_overhead,
+                f"choose one of {list(ENGINE_OVERHEAD_NAMES)}",
+            )
         dtype_bytes(self.conv_state_dtype, field_name="engine.conv_state_dtype")
         if self.ssm_state_dtype is not None:
             dtype_bytes(self.ssm_state_dtype, field_name="engine.ssm_state_dtype")

@@ -255,3 +255,14 @@ def test_thresholds_are_the_issues():
         "ttft_p99_ms": (0.30, 0.0),
         "peak_running": (0.05, 0.0),
     }
+
+
+def test_config_names_the_shipped_engine_overheads() -> None:
+    """capsim.config validates --engine-overhead against its own name list (no import from
+    cost/); the list must be exactly the fits capsim.cost.engine_overhead ships."""
+    from capsim.config import ENGINE_OVERHEAD_NAMES, EngineConfig
+    from capsim.cost.engine_overhead import ENGINE_OVERHEADS
+
+    assert set(ENGINE_OVERHEAD_NAMES) == set(ENGINE_OVERHEADS)
+    with pytest.raises(ValueError, match="engine_overhead='nope'"):
+        EngineConfig(engine_overhead="nope")
