@@ -44,6 +44,11 @@ def _is_num(value: object) -> bool:
     return isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value)
 
 
+# The engine-overhead fits capsim.cost.engine_overhead ships (its ENGINE_OVERHEADS keys; a
+# test keeps the two equal). Named here so the config check needs no import from cost/.
+ENGINE_OVERHEAD_NAMES: tuple[str, ...] = ("measured-h200-vllm0.26",)
+
+
 @dataclass(frozen=True, slots=True, kw_only=True)
 class EngineConfig:
     """vLLM engine settings that shape the pool and the scheduler."""
@@ -166,10 +171,13 @@ class EngineConfig:
             not _is_int(self.max_cudagraph_capture_size) or self.max_cudagraph_capture_size < 1
         ):
             _fail(o, "max_cudagraph_capture_size", self.max_cudagraph_capture_size, "must be >= 1")
-        if self.engine_overhead is not None:
-            from capsim.cost.engine_overhead import get_engine_overhead
-
-            get_engine_overhead(self.engine_overhead)
+        if self.engine_overhead is not None and self.engine_overhead not in ENGINE_OVERHEAD_NAMES:
+            _fail(
+                o,
+                "engine_overhead",
+                self.engine_overhead,
+                f"choose one of {list(ENGINE_OVERHEAD_NAMES)}",
+            )
         dtype_bytes(self.conv_state_dtype, field_name="engine.conv_state_dtype")
         if self.ssm_state_dtype is not None:
             dtype_bytes(self.ssm_state_dtype, field_name="engine.ssm_state_dtype")
@@ -413,6 +421,14 @@ class SimConfig:
     def __post_init__(self) -> None:
         if not _is_int(self.seed) or not 0 <= self.seed < 2**63:
             _fail("sim", "seed", self.seed, "must be an int in [0, 2**63)")
+
+    def model_spec(self) -> ModelSpec:
+        """The model as this point's engine loads it: the preset or config.json, with
+        ``engine.quantization`` (vLLM ``--quantization``) replacing the checkpoint's weight
+        format, so weights, the pool and the step prices all see the same format."""
+        from capsim.models import get_model
+
+        return self.engine.model_for(get_model(self.model))
 
     def to_dict(self) -> dict[str, Any]:
         """``asdict``, less the engine fields added since the sweep store's point ids were

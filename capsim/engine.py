@@ -144,7 +144,7 @@ class EngineSim:
         else:
             # no speculation: one token on an otherwise computed sequence
             is_dec = (out.num_new == 1) & (
-                comp == cols["prompt_tok"][out.slots] + cols["num_output_tok"][out.slots] - 1
+                comp == cols.prompt_tok[out.slots] + cols.num_output_tok[out.slots] - 1
             )
         num_dec = int(np.count_nonzero(is_dec))
         if num_dec == comp.size:  # decodes only (the common step): no masking
@@ -208,7 +208,7 @@ class EngineSim:
             yield env.timeout(step_s)
             finished = sched.update(out, self.acceptance)
             now = env.now
-            idx = cols["index"][out.emitted_slots]
+            idx = cols.index[out.emitted_slots]
             fresh = np.isnan(first_token[idx])
             num_fresh = int(np.count_nonzero(fresh))
             if num_fresh:
@@ -249,7 +249,7 @@ class EngineSim:
         request is admitted or preempted in between, no prefill, no prefix cache)."""
         env, sched, rec = self.env, self.scheduler, self.recorder
         kv, w = sched.kv, self.window_tok
-        idx = sched.store.cols["index"][run.slots]
+        idx = sched.store.cols.index[run.slots]
         handles = sched.store.handles
         last_emit = self.last_emit_s
         done_in_run: list[Request] = []
@@ -318,12 +318,12 @@ class EngineSim:
             return
         store = self.scheduler.store
         cols = store.cols
-        slots = np.fromiter((r._slot for r in finished), dtype=np.int64, count=len(finished))
-        idx = cols["index"][slots]
-        used = cols["num_accept_draws_used"][slots]
+        slots = np.fromiter((r.slot for r in finished), dtype=np.int64, count=len(finished))
+        idx = cols.index[slots]
+        used = cols.num_accept_draws_used[slots]
         self.num_accept_draws_used[idx] = used
-        self.num_preemptions[idx] = cols["num_preemptions"][slots]
-        self.num_cached_tok[idx] = cols["num_cached_tok"][slots]
+        self.num_preemptions[idx] = cols.num_preemptions[slots]
+        self.num_cached_tok[idx] = cols.num_cached_tok[slots]
         if isinstance(self.acceptance, StreamingAcceptanceDraws):
             self.acceptance.finished(idx, used)
         if self.recycle_slots:

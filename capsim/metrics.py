@@ -259,10 +259,13 @@ StepCols = Union[pd.DataFrame, Mapping[str, np.ndarray], "StepColumns"]
 
 
 def _col(table: Any, name: str) -> np.ndarray:
-    if isinstance(table, pd.DataFrame):
-        return table[name].to_numpy()
     if hasattr(table, "column"):  # StepColumns
         return table.column(name)
+    if name not in table:
+        have = ", ".join(map(str, table.columns if isinstance(table, pd.DataFrame) else table))
+        raise ValueError(f"metrics: column {name!r} is missing (columns: {have})")
+    if isinstance(table, pd.DataFrame):
+        return table[name].to_numpy()
     return np.asarray(table[name])
 
 

@@ -83,6 +83,13 @@ class ModelSpec:
     tie_word_embeddings: bool = field(default=False, metadata={"help": "lm_head shares embed"})
     num_mtp_layers: int = field(default=1, metadata={"help": "MTP draft decoder layers"})
     max_position_embeddings: int = field(default=262144, metadata={"help": "max_model_len"})
+    partial_rotary_factor: float = field(
+        default=1.0, metadata={"help": "share of head_dim that RoPE rotates (rotary_dim)"}
+    )
+    mrope: bool = field(
+        default=False,
+        metadata={"help": "multimodal RoPE (rope_parameters.mrope_section): vLLM caches 4x"},
+    )
     weight_dtype: str = field(default="bfloat16", metadata={"help": "weight dtype"})
     quantization: str = field(
         default="none", metadata={"help": "checkpoint quantization: none|fp8|nvfp4|awq|gptq"}
@@ -197,6 +204,10 @@ PRESETS: dict[str, ModelSpec] = {
         vocab_size=248320,
         num_mtp_layers=1,
         max_position_embeddings=262144,
+        # rope_parameters of the Qwen3.5 configs (scripts/engine_model_dir.py, the H200
+        # start-ups' config): partial rotary 0.25, mrope_section [11, 11, 10]
+        partial_rotary_factor=0.25,
+        mrope=True,
         ssm_state_dtype="float32",
         vision=qwen35_vision(2048),
         sources=(*_QWEN35_SOURCES, "vision tower: qwen35_vision (Qwen3.5 vision_config)"),
@@ -222,6 +233,10 @@ PRESETS: dict[str, ModelSpec] = {
         vocab_size=248320,
         num_mtp_layers=1,
         max_position_embeddings=262144,
+        # rope_parameters of the Qwen3.5 configs (scripts/engine_model_dir.py, the H200
+        # start-ups' config): partial rotary 0.25, mrope_section [11, 11, 10]
+        partial_rotary_factor=0.25,
+        mrope=True,
         ssm_state_dtype="float32",
         vision=qwen35_vision(4096),
         sources=(
@@ -254,6 +269,7 @@ PRESETS: dict[str, ModelSpec] = {
         vocab_size=151936,
         num_mtp_layers=1,
         max_position_embeddings=262144,
+        partial_rotary_factor=0.25,  # Qwen3-Next config.json: plain RoPE on 64 of 256
         ssm_state_dtype="bfloat16",
         sources=(
             "shared/VLLM.md s6: transformers 5.24.0 Qwen3NextConfig (docstring "
@@ -345,6 +361,9 @@ def _model_from_dict(cfg: dict[str, Any], path: Path, raw: dict[str, Any]) -> Mo
         num_attn = sum(1 for i in range(num_layers) if (i + 1) % interval == 0)
     num_gdn = num_layers - num_attn
     num_experts = int(cfg.get("num_experts", 0) or 0)
+    # rope block: "rope_parameters" (newer configs) or "rope_scaling"; absent = plain full RoPE
+    rope = cfg.get("rope_parameters") or cfg.get("rope_scaling") or {}
+    rope = rope if isinstance(rope, dict) else {}
     # No mamba_ssm_dtype: a live vLLM 0.32 used an fp32 SSM state ("auto" cache dtype;
     # experiments/live/README.md, VLLM.md s2.1 calls the default version dependent).
     ssm_dtype = cfg.get("mamba_ssm_dtype") or "float32"
@@ -364,9 +383,7 @@ def _model_from_dict(cfg: dict[str, Any], path: Path, raw: dict[str, Any]) -> Mo
         ),
         # transformers' Qwen3-Next / Qwen3.5 configs default attn_output_gate to True; a
         # dense (non-GDN) config without the field has no output gate.
-        attn_output_gate=bool(
-            cfg.get("attn_output_gate", bool(cfg.get("linear_num_value_heads")))
-        ),
+        attn_output_gate=bool(cfg.get("attn_output_gate", bool(cfg.get("linear_num_value_heads")))),
         linear_num_key_heads=int(cfg.get("linear_num_key_heads", 0)),
         linear_num_value_heads=int(cfg.get("linear_num_value_heads", 0)),
         linear_key_head_dim=int(cfg.get("linear_key_head_dim", 128)),
@@ -383,6 +400,10 @@ def _model_from_dict(cfg: dict[str, Any], path: Path, raw: dict[str, Any]) -> Mo
             cfg.get("mtp_num_hidden_layers", cfg.get("num_nextn_predict_layers", 0)) or 0
         ),
         max_position_embeddings=int(cfg.get("max_position_embeddings", 262144)),
+        partial_rotary_factor=float(
+            cfg.get("partial_rotary_factor", rope.get("partial_rotary_factor", 1.0)) or 1.0
+        ),
+        mrope="mrope_section" in rope,
         ssm_state_dtype=str(ssm_dtype),
         sources=(f"HF config {path}",),
     )

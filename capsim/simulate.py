@@ -9,7 +9,7 @@ requests, arrivals and per-request acceptance (common random numbers).
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 from typing import Any
 
 import numpy as np
@@ -30,7 +30,6 @@ from capsim.loadgen import release_times_s
 from capsim.memory.memory_plan import MemoryPlan, plan_memory
 from capsim.memory.term_lookup import measured_term
 from capsim.metrics import summarize
-from capsim.models import get_model
 from capsim.request_source import LazyRequests
 from capsim.sim_result import SimResult
 from capsim.traces.table import RequestTable
@@ -139,7 +138,7 @@ def prepare(
     ``memory_limit_bytes`` (before the workload is loaded, and after). Without it (the
     fleet): every handle built up front, as before.
     """
-    model = get_model(cfg.model)
+    model = cfg.model_spec()
     gpu = get_gpu(cfg.gpu)
     plan = plan_memory(model, gpu, cfg.engine, cfg.spec, lookup=measured_term)
     if keep is not None and workload is None:
@@ -336,13 +335,13 @@ def simulate(
         recycle_slots=not cfg.engine.enable_prefix_caching,
     )
     sim.run()
-    cols = _request_columns(sim, p.prompt, p.output)
+    metrics = _request_columns(sim, p.prompt, p.output)
     rec = sim.recorder
     steps_df = rec.frame()
     summary = point_summary(
         cfg,
         p,
-        cols,
+        metrics.columns(),
         steps_df if rec.columns is None else rec.columns,
         rec.itl_runs if rec.itl_runs is not None else rec.itl_s,
         sim.num_accept_draws_used,
@@ -353,7 +352,7 @@ def simulate(
         summary["total_input_tok"] = int(p.prompt.sum())
         # (after the plan's figures: the key order of the exact path's summary is kept)
         summary["step_time_label"] = summary.pop("step_time_label")
-    req_df = _request_frame(cols, p.table, p.release, n) if keep.requests else pd.DataFrame()
+    req_df = _request_frame(metrics, p.table, p.release, n) if keep.requests else pd.DataFrame()
     return SimResult(
         config=cfg.to_dict(),
         summary=summary,
@@ -363,44 +362,68 @@ def simulate(
     )
 
 
-def _request_columns(
-    sim: EngineSim, prompt: np.ndarray, output: np.ndarray
-) -> dict[str, np.ndarray]:
-    """Per-request metrics as numpy columns (``vllm bench serve`` definitions)."""
+@dataclass(frozen=True, slots=True, kw_only=True)
+class RequestMetrics:
+    """Per-request metrics of one run as numpy columns (``vllm bench serve`` definitions),
+    one typed field per column, in the requests table's order."""
+
+    prompt_tok: np.ndarray
+    output_tok: np.ndarray
+    send_s: np.ndarray
+    first_scheduled_s: np.ndarray
+    first_token_s: np.ndarray
+    finish_s: np.ndarray
+    ttft_s: np.ndarray
+    tpot_s: np.ndarray
+    e2el_s: np.ndarray
+    num_preemptions: np.ndarray
+    cached_tok: np.ndarray
+
+    def columns(self) -> dict[str, np.ndarray]:
+        """Column name -> values (what ``summarize`` reads)."""
+        return {f.name: getattr(self, f.name) for f in fields(self)}
+
+
+def _request_columns(sim: EngineSim, prompt: np.ndarray, output: np.ndarray) -> RequestMetrics:
     send, first, finish = sim.send_s, sim.first_token_s, sim.finish_s
     ttft = first - send
     e2el = finish - send
     with np.errstate(divide="ignore", invalid="ignore"):
         tpot = np.where(output > 1, (e2el - ttft) / (output - 1), np.nan)
-    return {
-        "prompt_tok": prompt.astype(np.int64),
-        "output_tok": output,
-        "send_s": send,
-        "first_scheduled_s": sim.first_scheduled_s,
-        "first_token_s": first,
-        "finish_s": finish,
-        "ttft_s": ttft,
-        "tpot_s": tpot,
-        "e2el_s": e2el,
-        "num_preemptions": sim.num_preemptions.astype(np.int64),
-        "cached_tok": sim.num_cached_tok.astype(np.int64),
-    }
+    return RequestMetrics(
+        prompt_tok=prompt.astype(np.int64),
+        output_tok=output,
+        send_s=send,
+        first_scheduled_s=sim.first_scheduled_s,
+        first_token_s=first,
+        finish_s=finish,
+        ttft_s=ttft,
+        tpot_s=tpot,
+        e2el_s=e2el,
+        num_preemptions=sim.num_preemptions.astype(np.int64),
+        cached_tok=sim.num_cached_tok.astype(np.int64),
+    )
 
 
 def _request_frame(
-    cols: dict[str, np.ndarray], table: RequestTable, release: np.ndarray, n: int
+    m: RequestMetrics, table: RequestTable, release: np.ndarray, n: int
 ) -> pd.DataFrame:
     """The requests table, columns in their published order."""
     return pd.DataFrame(
         {
             "req_id": [f"r{i}" for i in range(n)],
             "source_id": list(table.source_id[:n]),
-            "prompt_tok": cols["prompt_tok"],
-            "output_tok": cols["output_tok"],
+            "prompt_tok": m.prompt_tok,
+            "output_tok": m.output_tok,
             "release_s": release,
-            **{k: cols[k] for k in ("send_s", "first_scheduled_s", "first_token_s")},
-            **{k: cols[k] for k in ("finish_s", "ttft_s", "tpot_s", "e2el_s")},
-            "num_preemptions": cols["num_preemptions"],
-            "cached_tok": cols["cached_tok"],
+            "send_s": m.send_s,
+            "first_scheduled_s": m.first_scheduled_s,
+            "first_token_s": m.first_token_s,
+            "finish_s": m.finish_s,
+            "ttft_s": m.ttft_s,
+            "tpot_s": m.tpot_s,
+            "e2el_s": m.e2el_s,
+            "num_preemptions": m.num_preemptions,
+            "cached_tok": m.cached_tok,
         }
     )

@@ -388,7 +388,9 @@ COMMAND_FLAGS: dict[str, Opt] = {
         help="a vLLM start-up log instead of a command line",
     ),
     "doctor.vllm_version": raw_opt(
-        "--vllm-version", required=True, help="the vLLM release, e.g. 0.26.0"
+        "--vllm-version",
+        default=None,
+        help="the vLLM release, e.g. 0.26.0 (default with --from-log: the log's version line)",
     ),
     "doctor.gpu": raw_opt(
         "--gpu", "-g", "gpu_name", default=None, help="GPU registry name (e.g. H200)"

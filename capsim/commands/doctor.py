@@ -25,7 +25,7 @@ CONTEXT_SETTINGS = {"help_option_names": ["-h", "--help"], "max_content_width": 
 def doctor(
     command: str | None,
     log_path: Path | None,
-    vllm_version: str,
+    vllm_version: str | None,
     gpu_name: str | None,
     gpu_total_gib: float | None,
     model_name: str | None,
@@ -48,14 +48,27 @@ def doctor(
         raise click.UsageError("give exactly one of --command and --from-log")
     from capsim.memory.release_rules import rule
 
+    log = read_vllm_log(log_path) if log_path is not None else None
+    if vllm_version is None:
+        vllm_version = log.vllm_version if log is not None else None
+        if vllm_version is None:
+            where = "the log has no version line" if log is not None else "a command line"
+            raise click.UsageError(f"--vllm-version is required ({where} does not say it)")
+    from capsim.memory.log_fixes import dev_build
+
+    if dev_build(vllm_version):
+        raise click.UsageError(
+            f"vllm_version={vllm_version!r} is a development build: give --vllm-version X.Y"
+        )
+
     base = EngineConfig(
         vllm_version=vllm_version,
         gmu=rules_for(vllm_version).default_gmu,
         enable_prefix_caching=bool(rule("hybrid_prefix_caching_default", vllm_version)),
     )
     names: list[str | None] = []
-    log = None
-    if command is not None:
+    if log is None:
+        assert command is not None
         text = doc.read_command(command)
         engine, k = doc.engine_from_command(text, base)
         from capsim.memory.log_fixes import serve_command
@@ -64,7 +77,6 @@ def doctor(
             serve_command(text if "vllm serve " in text else f"vllm serve {text}").get("model")
         ]
     else:
-        log = read_vllm_log(log_path)
         engine, k = doc.engine_from_log(log, base)
         names = [log.model, log.served_model_name]
     if model_name is None:
@@ -85,7 +97,11 @@ def doctor(
         gpu = gpu_from_text("unnamed", total)
     spec = SpecDecodeConfig(num_spec_tok=int(k or 0))
     report = doc.diagnose(
-        get_model(model_name), gpu, engine, spec, tuple(contexts) or doc.DEFAULT_CONTEXTS_TOK
+        engine.model_for(get_model(model_name)),
+        gpu,
+        engine,
+        spec,
+        tuple(contexts) or doc.DEFAULT_CONTEXTS_TOK,
     )
     click.echo(_report_json(report) if as_json else doc.format_report(report))
 

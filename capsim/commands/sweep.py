@@ -30,6 +30,7 @@ POOL_OPTIONS = (
     "num_gpu_blocks_override",
     "limit_mm_per_prompt",
     "enforce_eager",
+    "quantization",
 )
 """vLLM's pool flags (``capsim.commands.options.OPTIONS``), on ``sweep`` and ``whatif``."""
 
@@ -385,12 +386,11 @@ def _validate_candidates(candidates: list[Any]) -> None:
     from capsim.gpus import get_gpu
     from capsim.memory.memory_plan import plan_memory
     from capsim.memory.term_lookup import measured_term
-    from capsim.models import get_model
 
     for c in candidates:
         try:
             cfg = c.config(1.0)
-            model, gpu = get_model(cfg.model), get_gpu(cfg.gpu)
+            model, gpu = cfg.model_spec(), get_gpu(cfg.gpu)
             plan_memory(model, gpu, cfg.engine, cfg.spec, lookup=measured_term)
             build_step_time_model(cfg, model, gpu)
         except ValueError as exc:

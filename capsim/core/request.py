@@ -69,7 +69,7 @@ class RequestColumns:
     def __getitem__(self, name: str) -> np.ndarray:
         """``cols["index"]``: the column by name (readers outside ``core``)."""
         if name not in _COUNTERS:
-            raise KeyError(name)
+            raise KeyError(f"request column {name!r} is unknown: one of {', '.join(_COUNTERS)}")
         return getattr(self, name)
 
 

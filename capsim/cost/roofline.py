@@ -38,6 +38,7 @@ from capsim.memory.weights import (
     gdn_layer_params,
     kv_heads_per_rank,
     padded_vocab,
+    weight_breakdown_bytes,
 )
 from capsim.models import ModelSpec
 from capsim.units import dtype_bytes
@@ -88,6 +89,18 @@ class RooflineStepTime:
             + vocab_rank * model.hidden_size  # lm_head
         )
         self._expert_bytes = wb * expert_params(model, tp)
+        if model.quantization != "none":
+            # a quantized checkpoint streams its quantized linears at their format's bytes
+            # (memory/weights.py: the same split the memory plan charges); lm_head stays bf16
+            bd = weight_breakdown_bytes(model, tp, with_mtp=False)
+            self._dense_bytes = (
+                bd["attention"]
+                + bd["gdn"]
+                + bd["ffn_shared_and_router"]
+                + wb * vocab_rank * model.hidden_size
+            )
+            if model.num_experts:
+                self._expert_bytes = bd["ffn_routed_experts"] / (n_layers * model.num_experts)
         self._moe_layers = n_layers if model.num_experts else 0
         self._mtp_bytes = (
             wb * (attention_layer_params(model, tp) + ffn_dense + 2 * model.hidden_size**2 // tp)

@@ -111,18 +111,17 @@ def _collect(  # type: ignore[no-untyped-def]
     if done != n:
         raise RuntimeError(f"fleet simulation ended with {done} of {n} finished")
     first = np.full(n, np.nan)
-    counters = {
-        k: np.zeros(n, dtype=np.int64)
-        for k in ("max_output_tok", "num_preemptions", "num_cached_tok")
-    }
-    used = np.zeros(n, dtype=np.int64)
+    max_out, preempt, cached, used = (np.zeros(n, dtype=np.int64) for _ in range(4))
     for r, (e, s) in enumerate(zip(engines, scheds, strict=True)):
         idx = np.nonzero(where == r)[0]
         first[idx] = e.first_token_s[idx]
         slots = np.fromiter((p.requests[i].slot for i in idx), dtype=np.int64, count=idx.size)
-        for k in counters:
-            counters[k][idx] = s.store.cols[k][slots]
-        used[idx] = s.store.cols["num_accept_draws_used"][slots]
+        cols = s.store.cols
+        max_out[idx] = cols.max_output_tok[slots]
+        preempt[idx] = cols.num_preemptions[slots]
+        cached[idx] = cols.num_cached_tok[slots]
+        used[idx] = cols.num_accept_draws_used[slots]
+    counters = {"max_output_tok": max_out, "num_preemptions": preempt, "num_cached_tok": cached}
     req_df = request_frame(p, first, counters)
     steps = [e.recorder.frame() for e in engines]
     per = []

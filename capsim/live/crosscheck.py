@@ -24,7 +24,7 @@ import pandas as pd
 
 from capsim.config import EngineConfig, LoadConfig, SimConfig, SpecDecodeConfig
 from capsim.live.client import read_step_log
-from capsim.live.stepcheck import CPU_KERNEL_BLOCK_ALIGN_TOK, VLLM_AUTO_SSM_DTYPE
+from capsim.live.stepcheck import CPU_KERNEL_BLOCK_ALIGN_TOK, trace_ssm_state_dtype
 from capsim.live.steptime import FittedStepTime, fit_step_time
 from capsim.sim_result import SimResult
 from capsim.traces.table import RequestTable
@@ -62,7 +62,7 @@ def sim_config_for(
         num_gpu_blocks_override=int(server["num_gpu_blocks"]),
         enable_prefix_caching=False,
         kernel_block_align_tok=max(CPU_KERNEL_BLOCK_ALIGN_TOK, int(server["block_size"])),
-        ssm_state_dtype=VLLM_AUTO_SSM_DTYPE,
+        ssm_state_dtype=trace_ssm_state_dtype(server),
     )
     return SimConfig(
         model=str(model_cfg),

@@ -58,13 +58,12 @@ def fit_engine_overhead(runs: Path) -> EngineOverheadFit:
     from capsim.gpus import get_gpu
     from capsim.live.engine_oos import fit_delta_s, load_run, sim_config
     from capsim.memory.cudagraph import capture_descs
-    from capsim.models import get_model
 
     delta = fit_delta_s(load_run(runs / DELTA_RUN))
     points = {n: _one_shape(runs, n) for n in (PIECEWISE_RUN, *EAGER_RUNS)}
     cfg = sim_config(load_run(runs / PIECEWISE_RUN))
     gpu = get_gpu(cfg.gpu)
-    base = build_step_time_model(cfg, get_model(cfg.model), gpu)
+    base = build_step_time_model(cfg, cfg.model_spec(), gpu)
     seqs, tokens = cfg.engine.resolved_batch_defaults(gpu)
     descs = capture_descs(
         vllm_version=cfg.engine.vllm_version,

@@ -162,11 +162,10 @@ def simulate_run(
     """capsim's metrics for the real run's configuration (same lengths, same load)."""
     from capsim.cost.factory import build_step_time_model
     from capsim.gpus import get_gpu
-    from capsim.models import get_model
     from capsim.simulate import simulate
 
     cfg = sim_config(run, num_gpu_blocks, engine_overhead)
-    cost = build_step_time_model(cfg, get_model(cfg.model), get_gpu(cfg.gpu))
+    cost = build_step_time_model(cfg, cfg.model_spec(), get_gpu(cfg.gpu))
     if delta_s:
         cost = PlusOverhead(cost, delta_s)
     s = simulate(cfg, workload=request_table(run), cost=cost).summary

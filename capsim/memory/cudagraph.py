@@ -180,42 +180,49 @@ PER_GRAPH_BYTES_PER_ATTN_LAYER: float = 6 * MiB / 32
 FIRST_CAPTURE_OVERHEAD_BYTES: int = 88 * MiB
 PER_GRAPH_FIT_SOURCE: str = "fit: llama31-8b-h100-tp1-llmdplanner DEBUG line (6 MiB per graph)"
 
-# The GDN transient of the first FULL capture (vllm #50780), per token of context the
-# capture's requests hold (requests = size // (1 + k), each min(max_model_len, mnbt // size)
-# tokens long), for the Qwen3.5-35B-A3B per-GPU shape at TP1 on the H200 with vLLM 0.26.0.
-# FIT (decided before comparing anything): the real start-up gmu 0.9, k=3, mnbt 8192
-# (../shared/REAL_VLLM_H200.md: "Estimated CUDA graph memory: 0.74 GiB total", 49 PIECEWISE
-# + 49 FULL sizes up to 512) minus what the rest of the estimator gives for it (FA split
-# buffers 257 MiB at 512 tokens, 16 heads of 256, above the PIECEWISE first capture; 2 x 48
-# graphs x 11 attention layers x 0.1875 MiB), over 128 requests x 16 tokens. Every other
-# start-up only predicts with it.
-GDN_TRANSIENT_FIT_BYTES_PER_CTX_TOK: float = (
+# The GDN transient of the first FULL capture (vllm #50780), per (capture token x
+# profile_seq_lens) unit: the first FULL capture runs ``size`` tokens each with
+# ``min(max_model_len, mnbt // size)`` tokens of context (``profile_cudagraph_memory``, 0.26.0
+# v1/worker/gpu_model_runner.py), so the unit count is about max_num_batched_tokens whatever
+# k is ("an mnbt-linear profiling transient", #50780's title). Session 1 divided it by 1 + k
+# (context per request), which predicted 1.62 GiB for the k=0 start-up; vLLM logged 0.55
+# (row h200-35b-g090-k0-s2call4, which therefore decided this rule and is labelled fit).
+# Per-GPU shape of Qwen3.5-35B-A3B at TP1, H200, vLLM 0.26.0. FIT (decided before comparing
+# anything, session 1): the real start-up gmu 0.9, k=3, mnbt 8192 ("Estimated CUDA graph
+# memory: 0.74 GiB total", 49 PIECEWISE + 49 FULL sizes up to 512) minus what the rest of the
+# estimator gives for it (FA split buffers 257 MiB at 512 tokens, 16 heads of 256, above the
+# PIECEWISE first capture; 2 x 48 graphs x 11 attention layers x 0.1875 MiB), over 512 x 16
+# units. Every other start-up only predicts with it.
+GDN_TRANSIENT_FIT_BYTES_PER_UNIT: float = (
     0.74 * 1024 * MiB - 32 * 512 * 16 * 257 * 4 - 96 * 11 * PER_GRAPH_BYTES_PER_ATTN_LAYER
-) / 2048
+) / (512 * 16)
 GDN_TRANSIENT_FIT_SOURCE: str = (
     "fit: H200 vLLM 0.26.0 start-up, Qwen3.5-35B-A3B TP1, gmu 0.9, k=3, mnbt 8192 "
-    "(REAL_VLLM_H200.md, estimate 0.74 GiB)"
+    "(REAL_VLLM_H200.md, estimate 0.74 GiB); scaled by capture tokens x profile_seq_lens"
 )
+# Open: the 1/TP width scaling is not checked; the TP4 row qwen35-35b-tp4-gh50722 (mnbt 40000,
+# drafts unknown) logs 1.32 GiB where this rule gives 0.65 (experiments/memory_plan/h200/
+# predictions_s2.md).
 # Width the fit is scaled by to other per-GPU shapes: the GDN q/k/v channels per rank
 # (conv_dim / tp) of the fitted shape (Qwen3.5-35B-A3B: 2*16*128 + 32*128 = 8192).
 GDN_TRANSIENT_FIT_CONV_DIM: int = 8192
 
 
-def first_full_context_tok(
-    descs: CaptureDescs, num_spec_tok: int, max_num_batched_tokens: int, max_model_len: int
+def first_full_capture_units(
+    descs: CaptureDescs, max_num_batched_tokens: int, max_model_len: int
 ) -> int:
-    """Context tokens the first FULL capture holds (profile_seq_lens times its requests)."""
+    """Capture tokens x profile_seq_lens of the first FULL capture (about mnbt, any k)."""
     if not descs.full_tok:
         return 0
     size = descs.full_tok[0]
-    seq = min(max_model_len, max_num_batched_tokens // size)
-    return (size // (1 + num_spec_tok)) * seq
+    return size * min(max_model_len, max_num_batched_tokens // size)
 
 
-def gdn_transient_bytes(conv_dim_per_rank: int, context_tok: int) -> int:
-    """The #50780 transient for a GDN shape: the H200 fit scaled by the per-rank width."""
+def gdn_transient_bytes(conv_dim_per_rank: int, units: int) -> int:
+    """The #50780 transient for a GDN shape: the H200 fit scaled by the per-rank width and
+    by ``first_full_capture_units``."""
     scale = conv_dim_per_rank / GDN_TRANSIENT_FIT_CONV_DIM
-    return round(GDN_TRANSIENT_FIT_BYTES_PER_CTX_TOK * scale * context_tok)
+    return round(GDN_TRANSIENT_FIT_BYTES_PER_UNIT * scale * units)
 
 
 def modelled_samples(

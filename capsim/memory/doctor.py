@@ -165,17 +165,17 @@ def _price(h: Hazard, plan: MemoryPlan, plan_args: tuple, contexts: tuple[int, .
 
 
 def _transient_bytes(plan: MemoryPlan, plan_args: tuple) -> int:
-    model, _gpu, engine, spec = plan_args
+    model, _gpu, engine, _spec = plan_args
     from capsim.memory.release_rules import rule
 
     if not (model.is_hybrid and plan.capture.full_tok):
         return 0
     if not rule("gdn_first_full_capture_transient", engine.vllm_version):
         return 0
-    ctx = cg.first_full_context_tok(
-        plan.capture, spec.num_draft_nodes, plan.max_num_batched_tokens, plan.max_model_len
+    units = cg.first_full_capture_units(
+        plan.capture, plan.max_num_batched_tokens, plan.max_model_len
     )
-    return cg.gdn_transient_bytes(model.conv_dim // engine.tp, ctx)
+    return cg.gdn_transient_bytes(model.conv_dim // engine.tp, units)
 
 
 def diagnose(

@@ -127,7 +127,7 @@ def _version_from_log(
                 f"vLLM {log.vllm_version} runs the V0 engine: its profile run and budget "
                 "differ from the V1 accounting capsim follows"
             )
-    else:
+    if not log.vllm_version:
         notes.append(f"vLLM version not in the log: rules of {engine.vllm_version}")
 
 

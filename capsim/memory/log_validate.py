@@ -219,7 +219,8 @@ def _why(row: dict[str, str], c: Comparison | None, failure: str | None) -> str:
         reasons.extend(c.settings.notes)
         terms = c.plan.terms if c.plan else {}
         for term, t in terms.items():
-            if t.source is Source.NOT_CHARGED and term != "cudagraph":
+            # vLLM charges neither graphs (before 0.20) nor runner buffers: not a miss reason
+            if t.source is Source.NOT_CHARGED and term not in ("cudagraph", "runner_buffers"):
                 reasons.append(f"{term}: {t.label()}")
         if c.differing:
             reasons.append("differs: " + ", ".join(c.differing))
@@ -307,11 +308,12 @@ def _cell(c: Comparison | None, term_prefix: str) -> str:
 def summary(results: list[RowResult]) -> dict[str, Any]:
     out: dict[str, Any] = {"rows": len(results)}
     for key in ("available_kv", "weights", "kv_cache_tokens_pinned", "cudagraph_estimate"):
-        for subset in ("all", "prediction"):
+        for subset in ("all", "fit", "prediction"):
             signed = [
                 e
                 for r in results
-                if (e := r.err(key)) is not None and (subset == "all" or r.role == "prediction")
+                if (e := r.err(key)) is not None
+                and (subset == "all" or (r.role == "prediction") == (subset == "prediction"))
             ]
             vals = [abs(e) for e in signed]
             out[f"{key}_{subset}_n"] = len(vals)
@@ -362,19 +364,16 @@ def format_table(results: list[RowResult]) -> str:
         ("weights", "2%"),
         ("cudagraph_estimate", "within 20%"),
     ):
-        med, mx, n = (
-            s[f"{key}_all_median_abs"],
-            s[f"{key}_all_max_abs"],
-            s[f"{key}_all_n"],
-        )
-        pm, pn = s[f"{key}_prediction_median_abs"], s[f"{key}_prediction_n"]
-        pmax, psig = s[f"{key}_prediction_max_abs"], s[f"{key}_prediction_median_signed"]
-        lines.append(
-            f"{key}: {n} rows, median |error| {_abs_pct(med)}, max {_abs_pct(mx)} "
-            f"(predictions only: {pn} rows, median {_abs_pct(pm)}, max {_abs_pct(pmax)}, "
-            f"median signed {_pct(psig)}, within 20%: {s[f'{key}_prediction_within_20pct']}); "
-            f"target {tol}"
-        )
+        lines.append(f"{key} (target {tol}):")
+        for subset, label in (("prediction", "prediction rows"), ("fit", "fit rows")):
+            n = s[f"{key}_{subset}_n"]
+            lines.append(
+                f"  {label:<16}{n:>3} rows, median |error| "
+                f"{_abs_pct(s[f'{key}_{subset}_median_abs'])}, max "
+                f"{_abs_pct(s[f'{key}_{subset}_max_abs'])}, median signed "
+                f"{_pct(s[f'{key}_{subset}_median_signed'])}, within 20%: "
+                f"{s[f'{key}_{subset}_within_20pct']}"
+            )
     lines.append(
         f"block size and padding exact on {s['block_and_padding_exact']} of "
         f"{s['block_and_padding_logged']} rows that log them"

@@ -22,7 +22,9 @@ from capsim.memory.activation import (
     forward_activation_bytes,
     forward_parts_bytes,
     rejection_row_vocab_elems,
+    sampler_held_bytes,
     sampler_peak_bytes,
+    triton_topk_buffer_bytes,
 )
 from capsim.memory.release_rules import rule
 from capsim.memory.weights import padded_vocab, weight_breakdown_bytes
@@ -113,20 +115,25 @@ def activation_term(p: PlanInputs) -> tuple[Term, dict[str, int]]:
     transient_ffn = 0 if m.num_experts else fwd["moe"]
     forward = fwd["stream"] + max(fwd["gdn"], transient_ffn, fwd["attention"])
     rows = min(p.max_num_seqs, mnbt)
-    sampler = sampler_peak_bytes(m, rows)
+    held = sampler_held_bytes(m, rows, mnbt)
+    sampler = sampler_peak_bytes(m, rows) + triton_topk_buffer_bytes(m, rows, p.gpu.sm_count)
     got = p.measured("sampler_dummy_run", rows)
     if got is not None:
-        sampler = got
+        # The table's row is the peak over the bf16 logits (kernels/MEMORY_TERMS.md), but
+        # ``_dummy_sampler_run`` keeps ``compute_logits``' [rows, padded vocab] output alive
+        # while both sampler calls run (0.26.0 v1/worker/gpu_model_runner.py): add it back.
+        sampler = got + rows * padded_vocab(m) * dtype_bytes(m.weight_dtype)
         measured.append("sampler")
     rejection = 0
     if p.spec.depth > 0:
         elems = rejection_row_vocab_elems(rows, padded_vocab(m))
-        rejection = round(REJECTION_BYTES_PER_ROW_VOCAB * elems)
+        rejection = round(REJECTION_BYTES_PER_ROW_VOCAB * elems) + held
     parts = {
         "moe_workspace_kept": kept,
         "forward": forward,
         **{f"forward.{k}": v for k, v in fwd.items()},
-        "sampler": sampler,
+        "sampler": sampler + held,
+        "sampler.held_hidden_states": held,
         "rejection_sampler": rejection,
         "encoder_cache": enc_cache,
         "encoder_forward": enc_fwd,
@@ -134,6 +141,7 @@ def activation_term(p: PlanInputs) -> tuple[Term, dict[str, int]]:
     logged = _logged(p, "activation_peak", "'X GiB for peak activation'")
     if logged:
         return logged, parts
+    sampler += held
     peak = max(enc_fwd, enc_cache + kept + max(forward, sampler, rejection))
     top = max(
         (("forward", forward), ("sampler", sampler), ("rejection_sampler", rejection)),
@@ -149,11 +157,26 @@ def activation_term(p: PlanInputs) -> tuple[Term, dict[str, int]]:
     return Term(peak, Source.MODELLED, f"shape estimate, peak in the {top}"), parts
 
 
-def runner_buffers_term(p: PlanInputs) -> Term:
+def runner_buffer_bytes(p: PlanInputs) -> int:
     """Persistent input ids/positions (int64) and hidden-state staging of mnbt tokens."""
     b = dtype_bytes(p.model.weight_dtype)
-    n = p.max_num_batched_tokens * (2 * 8 + 2 * p.model.hidden_size * b)
-    return Term(n, Source.MODELLED, "GPUModelRunner persistent buffers")
+    return p.max_num_batched_tokens * (2 * 8 + 2 * p.model.hidden_size * b)
+
+
+def runner_buffers_term(p: PlanInputs) -> Term:
+    """Not charged to the KV budget: ``GPUModelRunner.__init__`` allocates these buffers
+    after the worker's ``init_snapshot`` and before ``memory_profiling`` resets the torch
+    peak, so they are in neither ``weights_memory`` (measured around ``load_model``), the
+    torch peak increase nor the non-torch increase (0.19.0-0.33.0
+    ``v1/worker/gpu_worker.py:determine_available_memory``, ``utils/mem_utils.py``). The
+    logged parts add up to gmu x total without them (e.g. llama31-8b-h100-tp1-llmdplanner:
+    14.99 + 1.89 + 0.25 + 58.11 = 75.24 GiB = 0.95 x 79.19); they live in the 1 - gmu share."""
+    n = runner_buffer_bytes(p)
+    why = (
+        f"{n / GiB:.2f} GiB of GPUModelRunner buffers allocated before the profile: "
+        "vLLM charges them to no term (gpu_worker.py determine_available_memory)"
+    )
+    return Term(0, Source.NOT_CHARGED, why)
 
 
 # Non-torch growth after vLLM's baseline snapshot (cuBLAS/cuDNN workspaces, NCCL buffers
@@ -221,10 +244,8 @@ def cudagraph_term(p: PlanInputs) -> tuple[Term, cg.CaptureDescs, int]:
     m, tp = p.model, p.engine.tp
     transient = 0
     if m.is_hybrid and descs.full_tok and rule("gdn_first_full_capture_transient", p.vllm_version):
-        ctx = cg.first_full_context_tok(
-            descs, p.spec.num_draft_nodes, p.max_num_batched_tokens, p.max_model_len
-        )
-        transient = cg.gdn_transient_bytes(m.conv_dim // tp, ctx)
+        units = cg.first_full_capture_units(descs, p.max_num_batched_tokens, p.max_model_len)
+        transient = cg.gdn_transient_bytes(m.conv_dim // tp, units)
     heads = m.num_attention_heads // tp
     samples = cg.modelled_samples(
         descs,

@@ -220,6 +220,10 @@ def _engine_config(log: VllmLog, line: str) -> None:
     m = re.search(r"\benforce_eager=(True|False)", line)
     if m and log.enforce_eager is None:
         log.enforce_eager = m.group(1) == "True"
+    # the engine's resolved setting (vLLM's default for the release and model included)
+    m = re.search(r"\benable_prefix_caching=(True|False)", line)
+    if m and log.enable_prefix_caching is None:
+        log.enable_prefix_caching = m.group(1) == "True"
     m = re.search(r"SpeculativeConfig\(method='(\w+)'.*?num_spec_tokens=(\d+)", line)
     if m:
         log.speculative_method = log.speculative_method or m.group(1)

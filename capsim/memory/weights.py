@@ -126,6 +126,19 @@ def default_quant_ignore(model: ModelSpec) -> set[str]:
     return set()
 
 
+def rotary_cache_bytes(model: ModelSpec) -> int:
+    """vLLM's RoPE ``cos_sin_cache`` buffer, allocated inside ``load_model`` (so in "Model
+    loading took X GiB"): [positions, rotary_dim] in the model dtype, one instance shared by
+    every attention layer (``get_rope``'s cache); ``MRotaryEmbedding`` caches 4 x
+    max_position_embeddings positions (0.26.0 model_executor/layers/rotary_embedding/
+    base.py, mrope.py, __init__.py). Replicated on every TP rank."""
+    if not model.num_attn_layers:
+        return 0
+    rotary_dim = int(model.head_dim * model.partial_rotary_factor)
+    positions = model.max_position_embeddings * (4 if model.mrope else 1)
+    return positions * rotary_dim * dtype_bytes(model.weight_dtype)
+
+
 def weight_breakdown_bytes(
     model: ModelSpec, tp: int, *, with_mtp: bool, with_vision: bool = False
 ) -> dict[str, int]:
@@ -176,6 +189,7 @@ def weight_breakdown_bytes(
         "final_norm": model.hidden_size * b,
         "mtp": 0,
         "vision": vision_params(model, tp) * b if with_vision else 0,
+        "rotary_cache": rotary_cache_bytes(model),
     }
     if with_mtp and model.num_mtp_layers:
         fc = 2 * model.hidden_size * model.hidden_size // tp

@@ -65,10 +65,9 @@ def build_cost(cand: Candidate, fallback: str) -> tuple[StepTimeModel | None, st
     """(model or None, the step-time kind used, a note: why a fallback or a refusal)."""
     from capsim.cost.factory import build_step_time_model
     from capsim.gpus import get_gpu
-    from capsim.models import get_model
 
     cfg = cand.sim_config(workload="sharegpt", rate_req_per_s=1.0, num_requests=1)
-    model, gpu = get_model(cand.model), get_gpu(cand.gpu)
+    model, gpu = cfg.model_spec(), get_gpu(cand.gpu)
     try:
         return build_step_time_model(cfg, model, gpu), cand.step_time, ""
     except ValueError as exc:
@@ -127,7 +126,7 @@ def bound_row(
 
     gpu = get_gpu(cand.gpu)
     eng, spec = cand.engine(), cand.spec()
-    plan = plan_memory(get_model(cand.model), gpu, eng, spec, lookup=measured_term)
+    plan = plan_memory(eng.model_for(get_model(cand.model)), gpu, eng, spec, lookup=measured_term)
     w = spec.window_tok
     e_tok = expected_tokens_per_step(spec)
     b_max = max(1, min(plan.max_num_seqs, plan.max_concurrency(stats.prompt_p10_tok + 1)))

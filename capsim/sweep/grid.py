@@ -47,6 +47,11 @@ def _fail(owner: str, name: str, value: object, why: str) -> None:
     raise ValueError(f"{owner}.{name}={value!r}: {why}")
 
 
+DEPLOYMENT_FIELDS_OMITTED_AT_DEFAULT: dict[str, Any] = {"quantization": None}
+"""``Deployment`` fields newer than the sweep fingerprints -> their default (left out of
+``SweepSpec.to_dict`` at that default)."""
+
+
 @dataclass(frozen=True, slots=True, kw_only=True)
 class Deployment:
     """One model served on one GPU type at one TP size, at several gmu values."""
@@ -67,6 +72,10 @@ class Deployment:
         default=None, metadata={"help": "images per prompt (0: text only)"}
     )
     enforce_eager: bool = field(default=False, metadata={"help": "no CUDA graphs"})
+    quantization: str | None = field(
+        default=None,
+        metadata={"help": "vLLM --quantization (None: the checkpoint's quantization_config)"},
+    )
 
     def engine(self, gmu: float, enable_prefix_caching: bool = False) -> EngineConfig:
         """The EngineConfig of this deployment at one gmu (validates the pool flags)."""
@@ -79,6 +88,7 @@ class Deployment:
             num_gpu_blocks_override=self.num_gpu_blocks_override,
             limit_mm_per_prompt=self.limit_mm_per_prompt,
             enforce_eager=self.enforce_eager,
+            quantization=self.quantization,
         )
 
     def __post_init__(self) -> None:
@@ -260,7 +270,15 @@ class SweepSpec:
         return int(min(self.max_requests, max(low, math.ceil(per * load))))
 
     def to_dict(self) -> dict[str, Any]:
-        return asdict(self)
+        """``asdict``, less the Deployment fields added since sweep fingerprints were
+        fixed while at their defaults (``quantization``): an old sweep still resumes."""
+        d = asdict(self)
+        for block in d["blocks"]:
+            for dep in block["deployments"]:
+                for name, default in DEPLOYMENT_FIELDS_OMITTED_AT_DEFAULT.items():
+                    if dep.get(name, default) == default:
+                        dep.pop(name, None)
+        return d
 
     def fingerprint(self) -> str:
         """sha256 of the canonical JSON of this spec: two sweeps resume together iff equal."""
@@ -323,6 +341,7 @@ POOL_KEYS: tuple[str, ...] = (
     "num_gpu_blocks_override",
     "limit_mm_per_prompt",
     "enforce_eager",
+    "quantization",
 )
 
 

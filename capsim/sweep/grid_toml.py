@@ -52,6 +52,7 @@ _DEPLOYMENT_KEYS = {
     "num_gpu_blocks_override": "int",
     "limit_mm_per_prompt": "int",
     "enforce_eager": "bool",
+    "quantization": "str",
 }
 _WORKLOAD_KEYS = {
     "name": "str",

@@ -23,7 +23,6 @@ import pandas as pd
 
 from capsim.config import SimConfig
 from capsim.gpus import get_gpu
-from capsim.models import get_model
 from capsim.sweep.executors import Executor, SerialExecutor
 from capsim.sweep.grid import Point, SweepSpec, expand
 from capsim.sweep.matched import matched_table
@@ -88,7 +87,7 @@ def result_row(point: Point, result: Any, plan_fn: PlanFn | None = None) -> dict
     usable = float(row.get("usable_blocks", math.nan))
     row["peak_kv_blocks"] = float(row.get("peak_kv_usage", math.nan)) * usable
     c = point.cfg
-    plan = (plan_fn or default_plan_fn())(get_model(c.model), get_gpu(c.gpu), c.engine, c.spec)
+    plan = (plan_fn or default_plan_fn())(c.model_spec(), get_gpu(c.gpu), c.engine, c.spec)
     row["bytes_per_block"] = int(plan.bytes_per_block)
     row["blocks_per_mean_request"] = (
         float(plan.blocks_per_request(math.ceil(mean_prompt)))

@@ -11,7 +11,6 @@ from collections.abc import Callable, Iterable
 from typing import Any
 
 from capsim.gpus import get_gpu
-from capsim.models import get_model
 from capsim.sweep.grid import Point, SweepSpec
 
 PlanFn = Callable[..., Any]
@@ -71,7 +70,7 @@ def validate_points(
             f"tree={format_tree(c.spec.tree_widths)} k={c.spec.num_spec_tok} {c.spec.commit}] "
         )
         try:
-            model = get_model(c.model)
+            model = c.model_spec()
             gpu = get_gpu(c.gpu)
             plan(model, gpu, c.engine, c.spec)
         except ValueError as exc:

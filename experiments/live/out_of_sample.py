@@ -177,7 +177,7 @@ def record(name: str, max_load: float, wait_s: float) -> None:
     from capsim.io.result_files import write_result
     from capsim.live.client import LiveRun, run_live
     from capsim.live.server import LiveServer, ServerArgs
-    from capsim.live.venv import ensure_models, live_dir
+    from capsim.live.venv import ensure_models, live_dir, venv_cpu_avx512_bf16
     from capsim.live.workload import live_table
 
     spec = RUNS[name]
@@ -209,7 +209,13 @@ def record(name: str, max_load: float, wait_s: float) -> None:
             )
         )
         (out / "server.json").write_text(
-            json.dumps({**asdict(server), "model_dir": str(server.model_dir)})
+            json.dumps(
+                {
+                    **asdict(server),
+                    "model_dir": str(server.model_dir),
+                    "cpu_avx512_bf16": venv_cpu_avx512_bf16(),
+                }
+            )
         )
         write_result(out, result)
         compact_run(out, RUNS_DIR / name, server.model_dir / "config.json")

@@ -20,7 +20,7 @@ from capsim.io.result_files import write_result
 from capsim.live.client import LiveRun, run_live
 from capsim.live.crosscheck import crosscheck
 from capsim.live.server import LiveServer, ServerArgs
-from capsim.live.venv import ensure_models, live_dir
+from capsim.live.venv import ensure_models, live_dir, venv_cpu_avx512_bf16
 from capsim.live.workload import live_table
 
 
@@ -57,7 +57,13 @@ def main() -> None:
     with LiveServer(server, log_path=live_dir() / "server.log", step_log=step_log):
         result = run_live(run, table, step_log=step_log)
     (out / "server.json").write_text(
-        json.dumps({**asdict(server), "model_dir": str(server.model_dir)})
+        json.dumps(
+            {
+                **asdict(server),
+                "model_dir": str(server.model_dir),
+                "cpu_avx512_bf16": venv_cpu_avx512_bf16(),
+            }
+        )
     )
     write_result(out, result)
     report = crosscheck(out)

@@ -22,7 +22,8 @@ recorded as ``{"iter": i, "idle": true}``. Scenario JSON (written by capsim.live
 
 The output JSON also carries what vLLM derived at start-up: the KV-cache groups (spec
 kind, block size, number of layers, num_speculative_blocks), num_blocks, the scheduler's
-block size, num_lookahead_tokens, async scheduling, and the vLLM version.
+block size, num_lookahead_tokens, async scheduling, the vLLM version, the MambaSpec state
+dtypes, the resolved mamba_ssm_cache_dtype and whether the CPU has AVX-512 BF16.
 """
 
 from __future__ import annotations
@@ -67,6 +68,8 @@ def _group_info(kv_cfg) -> list[dict]:
                 "num_layers": len(g.layer_names),
                 "page_size_bytes": int(spec.page_size_bytes),
                 "num_speculative_blocks": int(getattr(spec, "num_speculative_blocks", 0) or 0),
+                # MambaSpec: the state tensors' dtypes, e.g. ["bfloat16", "float32"]
+                "dtypes": [str(d).removeprefix("torch.") for d in getattr(spec, "dtypes", ())],
             }
         )
     return groups
@@ -89,6 +92,7 @@ _prefix_totals = [0, 0]
 def run(scenario: dict, partial: dict | None = None) -> dict:
     """Run the scenario; ``partial["steps"]`` holds the steps recorded so far (kept when
     the engine fails mid-run, e.g. a CPU kernel error under speculative decoding)."""
+    import torch
     from vllm import LLM, SamplingParams
     from vllm import __version__ as vllm_version
     from vllm.inputs import TokensPrompt
@@ -108,6 +112,8 @@ def run(scenario: dict, partial: dict | None = None) -> dict:
         "seed": 0,
         "disable_log_stats": False,
     }
+    if eng.get("mamba_ssm_cache_dtype"):
+        kwargs["mamba_ssm_cache_dtype"] = str(eng["mamba_ssm_cache_dtype"])
     if scenario.get("speculative_config"):
         kwargs["speculative_config"] = scenario["speculative_config"]
     llm = LLM(**kwargs)
@@ -131,6 +137,10 @@ def run(scenario: dict, partial: dict | None = None) -> dict:
         "spec_method": getattr(spec_cfg, "method", None) if spec_cfg else None,
         "async_scheduling": bool(vllm_cfg.scheduler_config.async_scheduling),
         "max_model_len": int(vllm_cfg.model_config.max_model_len),
+        # vLLM's CPU platform resets an "auto" SSM cache dtype to float32 only on a CPU
+        # with AVX-512 BF16 (platforms/cpu.py), so the host decides the GDN state page
+        "cpu_avx512_bf16": bool(torch.cpu._is_avx512_bf16_supported()),
+        "mamba_ssm_cache_dtype": str(vllm_cfg.cache_config.mamba_ssm_cache_dtype),
     }
     if partial is not None:
         partial["facts"] = facts

@@ -52,7 +52,9 @@ ENGINE_VERDICTS: dict[str, dict[str, str]] = {
     "g090_k3_rand_c16": {THR: "-", TTFT: "-", P99: "ok", TPOT: "+", PEAK: "ok"},
     "g090_k3_rand_c64": {THR: "ok", TTFT: "-", P99: "ok", TPOT: "+", PEAK: "ok"},
     "g060_k3_rand_c64": {THR: "-", TTFT: "ok", P99: "ok", TPOT: "+", PEAK: "ok"},
-    "g060_k3_rand_c128": {THR: "-", TTFT: "+", P99: "ok", TPOT: "+", PEAK: "ok"},
+    # TTFT mean +20.5% -> +19.8% with issue 25's session-2 memory plan (gmu 0.6 pool +0.2%:
+    # runner buffers not charged, RoPE cache in the weights): just inside the 20% threshold
+    "g060_k3_rand_c128": {THR: "-", TTFT: "ok", P99: "ok", TPOT: "+", PEAK: "ok"},
     "g060_k3_rand_c256": {THR: "-", TTFT: "ok", P99: "ok", TPOT: "+", PEAK: "ok"},
     "g060_k3_sg_c256": {THR: "-", TTFT: "+", P99: "ok", TPOT: "+", PEAK: "ok"},
     "g090_k0_rand_c1": {THR: "-", TTFT: "ok", P99: "ok", TPOT: "+", PEAK: "ok"},
@@ -253,3 +255,14 @@ def test_thresholds_are_the_issues():
         "ttft_p99_ms": (0.30, 0.0),
         "peak_running": (0.05, 0.0),
     }
+
+
+def test_config_names_the_shipped_engine_overheads() -> None:
+    """capsim.config validates --engine-overhead against its own name list (no import from
+    cost/); the list must be exactly the fits capsim.cost.engine_overhead ships."""
+    from capsim.config import ENGINE_OVERHEAD_NAMES, EngineConfig
+    from capsim.cost.engine_overhead import ENGINE_OVERHEADS
+
+    assert set(ENGINE_OVERHEAD_NAMES) == set(ENGINE_OVERHEADS)
+    with pytest.raises(ValueError, match="engine_overhead='nope'"):
+        EngineConfig(engine_overhead="nope")

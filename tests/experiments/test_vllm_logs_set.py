@@ -109,7 +109,11 @@ def test_schema_ids_and_numbers() -> None:
     assert len(ids) == len(set(ids))
     for r in rows:
         assert re.fullmatch(r"[a-z0-9][a-z0-9.-]*", r["id"]), r["id"]
-        assert r["source_url"].startswith("https://"), r["id"]
+        # a public page, or this project's own run: "repo:<job file> job <name>"
+        assert r["source_url"].startswith(("https://", "repo:")), r["id"]
+        if r["source_url"].startswith("repo:"):
+            job_file = r["source_url"].removeprefix("repo:").split()[0]
+            assert (SET_DIR.parents[1] / job_file).is_file(), r["id"]
         assert r["model_hf_id"] and r["gpu"] and r["vllm_version"], r["id"]
         for col in INT_COLUMNS:
             if r[col]:

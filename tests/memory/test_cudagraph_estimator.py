@@ -15,7 +15,7 @@ from capsim.memory.cudagraph import (
     GraphSamples,
     capture_descs,
     estimate_bytes,
-    first_full_context_tok,
+    first_full_capture_units,
 )
 from capsim.memory.refusals import mamba_blocks
 from capsim.memory.release_rules import parse_release, rule
@@ -73,14 +73,42 @@ def test_estimate_is_max_first_plus_extrapolated_seconds() -> None:
     assert estimate_bytes(d, s) == 300 * MiB + 2 * PER_GRAPH_FLOOR_BYTES + 1 * 5 * MiB
 
 
-def test_first_full_context_follows_profile_seq_lens() -> None:
-    # profile_seq_lens = min(max_model_len, mnbt // size) for the first FULL capture:
-    # 512 tokens at k=3 are 128 requests of 8192 // 512 = 16 tokens.
-    d = capture_descs(
-        vllm_version="0.26.0", max_num_seqs=1024, num_spec_tok=3, max_num_batched_tokens=8192
-    )
-    assert first_full_context_tok(d, 3, 8192, 262144) == 128 * 16
-    assert first_full_context_tok(d, 3, 16384, 262144) == 128 * 32
+def test_first_full_capture_units_follow_profile_seq_lens() -> None:
+    # profile_seq_lens = min(max_model_len, mnbt // size) for the first FULL capture
+    # (0.26.0 gpu_model_runner.py:profile_cudagraph_memory): 512 capture tokens x 16 at k=3
+    # and at k=0 alike, so the #50780 transient does not depend on k (vLLM logged a smaller
+    # estimate at k=0, 0.55 GiB, than at k=3, 0.74 GiB: experiments/vllm_logs rows
+    # h200-35b-g090-k0-s2call4 / h200-35b-g090-k3-s2call3).
+    for k in (0, 3):
+        d = capture_descs(
+            vllm_version="0.26.0", max_num_seqs=1024, num_spec_tok=k, max_num_batched_tokens=8192
+        )
+        assert d.full_tok[0] == 512
+        assert first_full_capture_units(d, 8192, 262144) == 512 * 16
+        assert first_full_capture_units(d, 16384, 262144) == 512 * 32
+        assert first_full_capture_units(d, 8192, 8) == 512 * 8
+
+
+def test_k0_transient_no_longer_scales_with_requests() -> None:
+    # session 1's rule (context per request) gave the k=0 start-up 4x the k=3 transient and a
+    # 1.62 GiB estimate against vLLM's 0.55; the transient is now the same at k=0 and k=3.
+    from capsim.memory.cudagraph import gdn_transient_bytes
+
+    units = [
+        first_full_capture_units(
+            capture_descs(
+                vllm_version="0.26.0",
+                max_num_seqs=1024,
+                num_spec_tok=k,
+                max_num_batched_tokens=8192,
+            ),
+            8192,
+            262144,
+        )
+        for k in (0, 3)
+    ]
+    assert gdn_transient_bytes(8192, units[0]) == gdn_transient_bytes(8192, units[1])
+    assert 290 * MiB < gdn_transient_bytes(8192, units[1]) < 315 * MiB
 
 
 def test_mamba_refusal_reproduces_the_h200_gmu_06_start_up() -> None:

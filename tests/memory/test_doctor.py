@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import pytest
 from click.testing import CliRunner
 
 from capsim.commands.main import main
@@ -119,3 +120,31 @@ def test_doctor_cli_on_a_log() -> None:
     )
     assert res.exit_code == 0, res.output
     assert "admitted at" in res.output and "cudagraph_gdn_transient" in res.output
+
+
+@pytest.mark.parametrize(
+    ("row_id", "k", "block_tok"),
+    [("h200-35b-g090-k0-s2call4", 0, 1056), ("h200-35b-g090-k3-s2call3", 3, 1072)],
+)
+def test_doctor_reads_the_session2_h200_logs(row_id: str, k: int, block_tok: int) -> None:
+    # the real start-ups of experiments/engine/jobs/call3.json / call4.json: no --vllm-version
+    # (the banner's "version 0.26.0"), no --model (local path -> preset by the logged
+    # architecture), k from speculative_config, gmu from the non-default args
+    res = CliRunner().invoke(
+        main, ["doctor", "--from-log", str(EXCERPTS / f"{row_id}.log"), "-g", "H200", "--json"]
+    )
+    assert res.exit_code == 0, res.output
+    out = json.loads(res.output)
+    text = json.dumps(out)
+    assert "0.26.0" in text and "qwen3.5-35b-a3b" in text
+    plain = CliRunner().invoke(
+        main, ["doctor", "--from-log", str(EXCERPTS / f"{row_id}.log"), "-g", "H200"]
+    )
+    assert f"k={k}," in plain.output and f"blocks of {block_tok} tok" in plain.output
+    assert "cudagraph_gdn_transient" in plain.output
+
+
+def test_doctor_without_a_version_says_which_flag() -> None:
+    res = CliRunner().invoke(main, ["doctor", "--command", "vllm serve Qwen/Qwen3.5-35B-A3B"])
+    assert res.exit_code != 0
+    assert "--vllm-version is required" in res.output

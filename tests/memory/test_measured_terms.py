@@ -10,6 +10,7 @@ from capsim.memory.measured_terms import COLUMNS, load_memory_terms
 from capsim.memory.memory_plan import plan_memory
 from capsim.memory.term_lookup import lookup_from_table, measured_term
 from capsim.memory.terms import Source
+from capsim.memory.weights import padded_vocab
 from capsim.models import get_model
 
 GIB = 1 << 30
@@ -40,8 +41,14 @@ def test_measured_sampler_is_used_and_labelled(tmp_path: Path) -> None:
     model, gpu, spec = get_model(m), get_gpu("B200"), SpecDecodeConfig(num_spec_tok=0)
     engine = EngineConfig(gmu=0.9, limit_mm_per_prompt=0)
     plan = plan_memory(model, gpu, engine, spec, lookup=lookup)
-    # max_num_seqs 1024 lies between the measured 512 and 2048: linear, 4 GiB
-    assert plan.activation_parts_bytes["sampler"] == 4 * GIB
+    # max_num_seqs 1024 lies between the measured 512 and 2048: linear, 4 GiB, plus the bf16
+    # logits [1024, padded vocab] that _dummy_sampler_run holds beside the sampler (the
+    # table's row is the peak over them)
+    # and the dummy forward's hidden states profile_run holds: [mnbt + 2 x 1024, hidden] bf16
+    logits = 1024 * padded_vocab(model) * 2
+    held = (plan.max_num_batched_tokens + 2 * 1024) * model.hidden_size * 2
+    assert plan.activation_parts_bytes["sampler.held_hidden_states"] == held
+    assert plan.activation_parts_bytes["sampler"] == 4 * GIB + logits + held
     assert plan.activation_parts_bytes["forward.moe"] == GIB // 2  # 16384 tokens
     assert plan.terms["activation_peak"].source is Source.MEASURED
     assert "sampler_dummy_run" in plan.terms["activation_peak"].detail
@@ -91,6 +98,9 @@ def test_committed_h200_table_labels_the_default_plan() -> None:
     )
     assert plan.terms["activation_peak"].source is Source.MEASURED
     table = load_memory_terms()
-    assert plan.activation_parts_bytes["sampler"] == round(
+    # the table's peak over the bf16 logits, plus those logits (held by _dummy_sampler_run)
+    logits = 1024 * padded_vocab(get_model("qwen3.5-35b-a3b")) * 2
+    held = (8192 + 2 * 1024) * 2048 * 2  # hidden states profile_run holds (mnbt 8192)
+    assert plan.activation_parts_bytes["sampler"] == logits + held + round(
         table.bytes_at("sampler_dummy_run", "qwen3.5-35b-a3b", 1, 1024)
     )

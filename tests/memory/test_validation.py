@@ -30,7 +30,8 @@ def test_every_row_gets_a_result_and_every_miss_a_why(tmp_path: Path) -> None:
     out = tmp_path / "v.csv"
     res = CliRunner().invoke(main, ["memory", "--validate", str(LOGS), "--validate-out", str(out)])
     assert res.exit_code == 0, res.output
-    assert "available_kv:" in res.output and "weights:" in res.output
+    assert "available_kv (target" in res.output and "weights (target" in res.output
+    assert "prediction rows" in res.output and "fit rows" in res.output
     with out.open() as fh:
         assert len(list(csv.DictReader(fh))) == len(ids)
 
