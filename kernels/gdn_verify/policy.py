@@ -16,7 +16,7 @@ from types import MappingProxyType
 
 import torch
 
-__all__ = ["DEFAULT_POLICY", "LaunchPolicy", "PipeConfig"]
+__all__ = ["DEFAULT_POLICY", "MEASURED_POLICY_R7", "LaunchPolicy", "PipeConfig"]
 
 
 def _frozen(table: dict) -> Mapping:
@@ -200,3 +200,14 @@ class LaunchPolicy:
 
 
 DEFAULT_POLICY = LaunchPolicy()
+
+# The fastest verify launch of the 2026-12-01 23:56 UTC H200 run (s2-kbench 628da70, phase
+# gdn_kc, copy 4278.5 GB/s, fp32 state, float64-checked over all requests): the pipelined
+# stream, 64-row dv tile, 4 warps, 32-key chunks, 2 stages ("pipe_d"). 35B TP1 B = 256:
+# verify T = 4 214.8 us vs 301.3 (default), verify+commit 485.8 vs 572.5 (1.24x its floor);
+# fastest of the five verify launches at every measured cell (T = 2..9, 15, (2,2,2); B = 64
+# and 256; 397B TP8 T = 4 64.8 vs 83.0 us). Deferred keeps the round-6 kernel (the
+# pipelined deferred was 1.8-2.8x slower). Opt-in: the calibration tables were measured
+# with DEFAULT_POLICY.
+MEASURED_POLICY_R7 = LaunchPolicy(pipe_verify=PipeConfig(stages=2, block_v=64, num_warps=4,
+                                                         bkc=32))  # fmt: skip

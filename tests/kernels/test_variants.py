@@ -85,3 +85,9 @@ def test_variant_cells_put_t4_b256_first_and_can_be_trimmed():
     assert few[0].kernels == ("treewy_verify", "treewy_verify@pipe_a")
     with pytest.raises(ValueError, match="R6_KC_KERNELS"):
         variant_cells(False, only="treewy_verify@nope")
+
+
+def test_measured_policy_is_the_pipe_d_variant():
+    from capsim_kernels.gdn_verify.policy import MEASURED_POLICY_R7
+
+    assert VARIANTS["pipe_d"] == MEASURED_POLICY_R7
