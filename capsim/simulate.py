@@ -29,10 +29,11 @@ from capsim.gpus import get_gpu
 from capsim.loadgen import release_times_s
 from capsim.memory.memory_plan import MemoryPlan, plan_memory
 from capsim.memory.term_lookup import measured_term
-from capsim.metrics import summarize
+from capsim.metrics import summarize, summarize_results
 from capsim.models import get_model
 from capsim.request_source import LazyRequests
 from capsim.sim_result import SimResult
+from capsim.streaming_metrics import RequestResults
 from capsim.traces.table import RequestTable
 
 STREAMING_MIN_REQUESTS = 200_000
@@ -275,9 +276,19 @@ def point_summary(
     itl_s: Any,
     used_draws: np.ndarray,
 ) -> dict[str, object]:
-    """``summarize`` (tables or columns, ITL values or runs) plus the plan's figures."""
-    summary = summarize(req_df, steps_df, itl_s)
+    """``summarize`` (tables, columns or ``RequestResults``; ITL values or runs) plus the
+    plan's figures."""
     plan, prompt, output = p.plan, p.prompt, p.output
+    if isinstance(req_df, RequestResults):
+        summary = summarize_results(
+            req_df,
+            steps_df,
+            itl_s,
+            total_output_tok=int(output.sum()),
+            total_input_tok=int(prompt.sum()),
+        )
+    else:
+        summary = summarize(req_df, steps_df, itl_s)
     mean_ctx = int(np.mean(prompt + output))
     summary |= {
         "mean_acceptance_len_tok": p.draws.mean_tokens_over_used(used_draws),
@@ -333,10 +344,11 @@ def simulate(
         parent=None if p.table.parent is None else p.table.parent[:n],
         keep_steps=keep.steps,
         exact_itl=not keep.streaming,
-        recycle_slots=not cfg.engine.enable_prefix_caching,
+        recycle_slots=True,
+        compact=keep.streaming and not keep.requests,
     )
     sim.run()
-    cols = _request_columns(sim, p.prompt, p.output)
+    cols: Any = sim.results if sim.results is not None else _request_columns(sim, p.prompt, p.output)
     rec = sim.recorder
     steps_df = rec.frame()
     summary = point_summary(
