@@ -135,10 +135,9 @@ def prepare(
 ) -> Prepared:
     """Memory plan, workload sample, release times, acceptance draws, requests, pricing.
 
-    ``keep`` given (``simulate``): request handles built when sent (``LazyRequests``),
-    acceptance drawn per chunk when streaming, and the footprint checked against
-    ``memory_limit_bytes`` (before the workload is loaded, and after). Without it (the
-    fleet): every handle built up front, as before.
+    Request handles are built when sent (``LazyRequests``). ``keep`` given
+    (``simulate``): acceptance drawn per chunk when streaming, and the footprint checked
+    against ``memory_limit_bytes`` (before the workload is loaded, and after).
     """
     model = get_model(cfg.model)
     gpu = get_gpu(cfg.gpu)
@@ -165,13 +164,8 @@ def prepare(
     stream = keep is not None and keep.streaming
     draws_cls = StreamingAcceptanceDraws if stream else AcceptanceDraws
     draws = draws_cls(cfg.spec, output, np.random.default_rng(accept_ss))
-    requests: Sequence[Request]
-    if keep is not None:
-        segs = None if table.segments is None else table.segments[:n]
-        requests = LazyRequests(prompt, output, segs)
-    else:
-        segments = (None,) * n if table.segments is None else table.segments
-        requests = Request.many(prompt.tolist(), output.tolist(), tuple(segments[:n]))
+    segs = None if table.segments is None else table.segments[:n]
+    requests: Sequence[Request] = LazyRequests(prompt, output, segs)
     step_model = cost if cost is not None else build_step_time_model(cfg, model, gpu)
     return Prepared(plan, table, prompt, output, release, draws, requests, step_model)
 
@@ -235,14 +229,16 @@ def make_scheduler(cfg: SimConfig, plan: MemoryPlan) -> Scheduler:
 
 def request_frame(
     p: Prepared,
-    first_token_s: np.ndarray,
+    stamps: dict[str, np.ndarray],
     counters: dict[str, np.ndarray],
 ) -> pd.DataFrame:
-    """One row per request (``counters``: max_output_tok, num_preemptions, num_cached_tok
-    per request, in request order)."""
-    requests, n = p.requests, len(p.requests)
-    send = np.array([r.arrival_s for r in requests])
-    finish = np.array([r.finish_s for r in requests], dtype=np.float64)
+    """One row per request (``stamps``: send_s, first_scheduled_s, first_token_s,
+    finish_s; ``counters``: max_output_tok, num_preemptions, num_cached_tok; per request,
+    in request order)."""
+    n = len(p.requests)
+    send = stamps["send_s"]
+    finish = stamps["finish_s"]
+    first_token_s = stamps["first_token_s"]
     out_tok = counters["max_output_tok"]
     ttft = first_token_s - send
     e2el = finish - send
@@ -250,13 +246,13 @@ def request_frame(
         tpot = np.where(out_tok > 1, (e2el - ttft) / (out_tok - 1), np.nan)
     return pd.DataFrame(
         {
-            "req_id": [r.req_id for r in requests],
+            "req_id": [f"r{i}" for i in range(n)],
             "source_id": list(p.table.source_id[:n]),
             "prompt_tok": p.prompt.astype(np.int64),
             "output_tok": out_tok,
             "release_s": p.release,
             "send_s": send,
-            "first_scheduled_s": np.array([r.first_scheduled_s for r in requests], dtype=float),
+            "first_scheduled_s": stamps["first_scheduled_s"],
             "first_token_s": first_token_s,
             "finish_s": finish,
             "ttft_s": ttft,

@@ -68,6 +68,7 @@ def simulate_fleet(
             release_s=p.release,
             max_concurrency=None,
             window_tok=cfg.spec.window_tok,
+            recycle_slots=True,
             env=env,
             fed=True,
         )
@@ -82,9 +83,10 @@ def simulate_fleet(
             if t > env.now:
                 yield env.timeout(t - env.now)
             while i < n and p.release[i] <= env.now:
-                r = route.pick(p.requests[i], [e.num_outstanding for e in engines])
+                req = p.requests[i]  # built now (LazyRequests), kept by its replica
+                r = route.pick(req, [e.num_outstanding for e in engines])
                 where[i] = r
-                engines[r].submit(p.requests[i])
+                engines[r].submit(req)
                 i += 1
         for e in engines:
             e.close()
@@ -110,20 +112,22 @@ def _collect(  # type: ignore[no-untyped-def]
     done = sum(e._num_finished for e in engines)
     if done != n:
         raise RuntimeError(f"fleet simulation ended with {done} of {n} finished")
-    first = np.full(n, np.nan)
+    # every replica's per-index stamps and final counters, merged by where each request went
+    stamps = {k: np.full(n, np.nan) for k in ("send_s", "first_scheduled_s", "first_token_s", "finish_s")}
     counters = {
-        k: np.zeros(n, dtype=np.int64)
-        for k in ("max_output_tok", "num_preemptions", "num_cached_tok")
+        "max_output_tok": p.output.astype(np.int64),
+        "num_preemptions": np.zeros(n, dtype=np.int64),
+        "num_cached_tok": np.zeros(n, dtype=np.int64),
     }
     used = np.zeros(n, dtype=np.int64)
-    for r, (e, s) in enumerate(zip(engines, scheds, strict=True)):
+    for r, e in enumerate(engines):
         idx = np.nonzero(where == r)[0]
-        first[idx] = e.first_token_s[idx]
-        slots = np.fromiter((p.requests[i].slot for i in idx), dtype=np.int64, count=idx.size)
-        for k in counters:
-            counters[k][idx] = s.store.cols[k][slots]
-        used[idx] = s.store.cols["num_accept_draws_used"][slots]
-    req_df = request_frame(p, first, counters)
+        for k, col in stamps.items():
+            col[idx] = getattr(e, k)[idx]
+        counters["num_preemptions"][idx] = e.num_preemptions[idx]
+        counters["num_cached_tok"][idx] = e.num_cached_tok[idx]
+        used[idx] = e.num_accept_draws_used[idx]
+    req_df = request_frame(p, stamps, counters)
     steps = [e.recorder.frame() for e in engines]
     per = []
     for r, e in enumerate(engines):
