@@ -56,7 +56,7 @@ class StreamingAcceptanceDraws(AcceptanceDraws):
         if chunk_requests < 1:
             raise ValueError(f"chunk_requests={chunk_requests!r}: must be >= 1")
         q = depth_acceptance(spec)
-        self._out = np.asarray(output_tok, dtype=np.int64)
+        self._out = np.asarray(output_tok)  # (any integer dtype; int64 per chunk)
         self._mean_tok = expected_tokens_per_step(spec)
         self._draws = np.zeros(0, dtype=np.int64)  # unused: the window holds the values
         self._q32 = q.astype(np.float32)
@@ -92,7 +92,7 @@ class StreamingAcceptanceDraws(AcceptanceDraws):
     def _draw_chunk(self) -> None:
         c = self._hi
         a, b = c * self._chunk, min((c + 1) * self._chunk, self.num_requests)
-        out = self._out[a:b]
+        out = self._out[a:b].astype(np.int64)
         # the same per-request step counts as AcceptanceDraws (every output is >= 1), and
         # the same offsets (an integer running sum, chunk by chunk: exact)
         steps = np.minimum(out, np.ceil(out / self._mean_tok * 1.25).astype(np.int64) + 8)

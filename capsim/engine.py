@@ -26,6 +26,7 @@ from capsim.core.decode_run import DecodeRun
 from capsim.core.request import Request
 from capsim.core.scheduler import Scheduler, SchedulerOutput
 from capsim.cost.base import BatchShape, StepTimeModel
+from capsim.loadgen import ChunkedReleaseTimes
 from capsim.metrics import StepRecorder
 from capsim.request_source import LazyRequests
 from capsim.streaming_metrics import RequestResults
@@ -44,7 +45,7 @@ class EngineSim:
         cost: StepTimeModel,
         acceptance: AcceptanceDraws,
         requests: Sequence[Request],
-        release_s: np.ndarray,
+        release_s: np.ndarray | ChunkedReleaseTimes,
         max_concurrency: int | None,
         window_tok: int,
         parent: np.ndarray | None = None,
@@ -67,7 +68,12 @@ class EngineSim:
         self.acceptance = acceptance
         # a LazyRequests builds each handle when the client sends it (bounded memory)
         self.requests = requests if isinstance(requests, LazyRequests) else list(requests)
-        self.release_s = np.asarray(release_s, dtype=np.float64)
+        # (a ChunkedReleaseTimes is read in order, block by block)
+        self.release_s = (
+            release_s
+            if isinstance(release_s, ChunkedReleaseTimes)
+            else np.asarray(release_s, dtype=np.float64)
+        )
         self.max_concurrency = max_concurrency
         self.window_tok = window_tok
         if compact and fed:

@@ -8,7 +8,7 @@ requests, arrivals and per-request acceptance (common random numbers).
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -26,7 +26,7 @@ from capsim.cost.factory import build_step_time_model
 from capsim.engine import EngineSim
 from capsim.footprint import check_fits, estimate_footprint
 from capsim.gpus import get_gpu
-from capsim.loadgen import release_times_s
+from capsim.loadgen import ChunkedReleaseTimes, release_times_s
 from capsim.memory.memory_plan import MemoryPlan, plan_memory
 from capsim.memory.term_lookup import measured_term
 from capsim.metrics import summarize, summarize_results
@@ -96,13 +96,17 @@ class Prepared:
     """Everything one point needs before the engine runs (shared by capsim.fleet)."""
 
     plan: MemoryPlan
-    table: RequestTable
+    table: RequestTable | None
+    """None in a compact run (streaming, no requests table): the table was freed."""
     prompt: np.ndarray
     output: np.ndarray
-    release: np.ndarray
+    release: np.ndarray | ChunkedReleaseTimes
     draws: AcceptanceDraws
     requests: Sequence[Request]
     step_model: StepTimeModel
+    parent: np.ndarray | None = None
+    keep: Keep | None = None
+    """What the run keeps, resolved with the request count the workload gave."""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -112,6 +116,12 @@ class Keep:
     streaming: bool
     requests: bool
     steps: bool
+
+    @property
+    def compact(self) -> bool:
+        """Streaming without a requests table: per-request state only while in flight
+        (``RequestResults`` for the finished), workload kept as narrow integers."""
+        return self.streaming and not self.requests
 
     @classmethod
     def resolve(
@@ -132,12 +142,16 @@ def prepare(
     cost: StepTimeModel | None = None,
     keep: Keep | None = None,
     memory_limit_bytes: int | None = None,
+    resolve: Callable[[int], Keep] | None = None,
 ) -> Prepared:
     """Memory plan, workload sample, release times, acceptance draws, requests, pricing.
 
     Request handles are built when sent (``LazyRequests``). ``keep`` given
     (``simulate``): acceptance drawn per chunk when streaming, and the footprint checked
-    against ``memory_limit_bytes`` (before the workload is loaded, and after).
+    against ``memory_limit_bytes`` (before the workload is loaded, and after);
+    ``resolve`` gives the final ``Keep`` for the request count the workload gave. A
+    compact run (``Keep.compact``) keeps the prompt and output counts as int16/int32,
+    generates release times block by block and drops the table.
     """
     model = get_model(cfg.model)
     gpu = get_gpu(cfg.gpu)
@@ -154,20 +168,42 @@ def prepare(
     if keep is not None:
         mean_ctx = int(np.mean(prompt + output))
         _check_footprint(cfg, plan, n, float(np.mean(output)), keep, memory_limit_bytes, mean_ctx)
+    if keep is not None and resolve is not None:
+        keep = resolve(n)
+    compact = keep is not None and keep.compact
     arrivals_ss, accept_ss = np.random.SeedSequence(cfg.seed).spawn(2)
-    release = release_times_s(
-        cfg.load,
-        n,
-        np.random.default_rng(arrivals_ss),
-        None if table.arrival_s is None else table.arrival_s[:n],
-    )
+    release: np.ndarray | ChunkedReleaseTimes
+    if compact and cfg.load.mode in ("concurrency", "rate"):
+        release = ChunkedReleaseTimes(cfg.load, n, np.random.default_rng(arrivals_ss))
+    else:
+        release = release_times_s(
+            cfg.load,
+            n,
+            np.random.default_rng(arrivals_ss),
+            None if table.arrival_s is None else table.arrival_s[:n],
+        )
+    parent = None if table.parent is None else table.parent[:n]
+    segs = None if table.segments is None else table.segments[:n]
+    kept_table: RequestTable | None = table
+    if compact:
+        prompt, output = _narrow(prompt, output)
+        kept_table = None
     stream = keep is not None and keep.streaming
     draws_cls = StreamingAcceptanceDraws if stream else AcceptanceDraws
     draws = draws_cls(cfg.spec, output, np.random.default_rng(accept_ss))
-    segs = None if table.segments is None else table.segments[:n]
     requests: Sequence[Request] = LazyRequests(prompt, output, segs)
     step_model = cost if cost is not None else build_step_time_model(cfg, model, gpu)
-    return Prepared(plan, table, prompt, output, release, draws, requests, step_model)
+    return Prepared(
+        plan, kept_table, prompt, output, release, draws, requests, step_model, parent, keep
+    )
+
+
+def _narrow(prompt: np.ndarray, output: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Prompt and output counts as the narrowest of int16/int32 whose range holds their
+    sum (every sum, mean and comparison made of them is then the int64 one)."""
+    longest = int((prompt + output).max())
+    dtype = np.int16 if longest < 2**15 else np.int32
+    return prompt.astype(dtype), output.astype(dtype)
 
 
 def _check_fits_pool(name: str, prompt: np.ndarray, output: np.ndarray, plan: MemoryPlan) -> None:
@@ -210,6 +246,7 @@ def _check_footprint(
         streaming=k.streaming,
         keep_requests=k.requests,
         keep_steps=k.steps,
+        compact=k.compact,
     )
     check_fits(footprint, limit, f"simulate -n {n}")
 
@@ -325,9 +362,16 @@ def simulate(
     if workload is not None:
         n_asked = min(n_asked, workload.num_requests)
     keep = Keep.resolve(n_asked, streaming, keep_requests, keep_steps)
-    p = prepare(cfg, workload=workload, cost=cost, keep=keep, memory_limit_bytes=memory_limit_bytes)
+    p = prepare(
+        cfg,
+        workload=workload,
+        cost=cost,
+        keep=keep,
+        memory_limit_bytes=memory_limit_bytes,
+        resolve=lambda n: Keep.resolve(n, streaming, keep_requests, keep_steps),
+    )
     n = len(p.requests)
-    keep = Keep.resolve(n, streaming, keep_requests, keep_steps)
+    keep = p.keep if p.keep is not None else keep
     scheduler = make_scheduler(cfg, p.plan)
     sim = EngineSim(
         scheduler=scheduler,
@@ -337,7 +381,7 @@ def simulate(
         release_s=p.release,
         max_concurrency=cfg.load.concurrency,
         window_tok=cfg.spec.window_tok,
-        parent=None if p.table.parent is None else p.table.parent[:n],
+        parent=p.parent,
         keep_steps=keep.steps,
         exact_itl=not keep.streaming,
         recycle_slots=True,
@@ -361,7 +405,9 @@ def simulate(
         summary["total_input_tok"] = int(p.prompt.sum())
         # (after the plan's figures: the key order of the exact path's summary is kept)
         summary["step_time_label"] = summary.pop("step_time_label")
-    req_df = _request_frame(cols, p.table, p.release, n) if keep.requests else pd.DataFrame()
+    req_df = pd.DataFrame()
+    if keep.requests and p.table is not None:
+        req_df = _request_frame(cols, p.table, np.asarray(p.release), n)
     return SimResult(
         config=cfg.to_dict(),
         summary=summary,

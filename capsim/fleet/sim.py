@@ -49,7 +49,7 @@ def simulate_fleet(
     ``cfg.load`` (the fleet's load). Conversation turns (a workload with parents) and a
     concurrency gate are not routed yet: refused with the field named."""
     p = prepare(cfg, workload=workload, cost=cost)
-    if p.table.parent is not None:
+    if p.parent is not None:
         raise ValueError(
             f"fleet: workload={cfg.workload!r} has conversation turns (not routed yet)"
         )
