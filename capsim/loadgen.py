@@ -62,7 +62,9 @@ class ChunkedReleaseTimes:
         chunk: int = RELEASE_CHUNK,
     ) -> None:
         if load.mode not in ("concurrency", "rate"):
-            raise ValueError(f"load.mode={load.mode!r}: chunked release times need concurrency or rate")
+            raise ValueError(
+                f"load.mode={load.mode!r}: chunked release times need concurrency or rate"
+            )
         self._n = int(num_requests)
         self._chunk = int(chunk)
         self._zeros = load.mode == "concurrency"
@@ -80,7 +82,9 @@ class ChunkedReleaseTimes:
         state = rng.bit_generator.state
         total = 0.0
         for lo in range(0, self._n, self._chunk):
-            gaps = rng.gamma(shape=self._shape, scale=self._theta, size=min(self._chunk, self._n - lo))
+            gaps = rng.gamma(
+                shape=self._shape, scale=self._theta, size=min(self._chunk, self._n - lo)
+            )
             total = float(np.cumsum(np.concatenate([[total], gaps]))[-1])
         rng.bit_generator.state = state
         self._last = total

@@ -388,7 +388,9 @@ def simulate(
         compact=keep.streaming and not keep.requests,
     )
     sim.run()
-    cols: Any = sim.results if sim.results is not None else _request_columns(sim, p.prompt, p.output)
+    cols: Any = (
+        sim.results if sim.results is not None else _request_columns(sim, p.prompt, p.output)
+    )
     rec = sim.recorder
     steps_df = rec.frame()
     summary = point_summary(

@@ -210,7 +210,9 @@ class RequestResults:
 
     @property
     def nbytes(self) -> int:
-        return sum(a.nbytes for a in (self.ttft_s, self.tpot_s, self.e2el_s, self.queue_s, self.steady))
+        return sum(
+            a.nbytes for a in (self.ttft_s, self.tpot_s, self.e2el_s, self.queue_s, self.steady)
+        )
 
     def add(
         self,

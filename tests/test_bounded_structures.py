@@ -15,7 +15,9 @@ from capsim.loadgen import RELEASE_CHUNK, ChunkedReleaseTimes, release_times_s
 from capsim.simulate import simulate
 
 
-def _cfg(n: int, engine: EngineConfig | None = None, workload: str = "sharegpt", **load) -> SimConfig:  # type: ignore[no-untyped-def]
+def _cfg(
+    n: int, engine: EngineConfig | None = None, workload: str = "sharegpt", **load
+) -> SimConfig:  # type: ignore[no-untyped-def]
     return SimConfig(
         model="qwen3.5-35b-a3b",
         gpu="h200",
@@ -58,7 +60,7 @@ def _sizes(sim) -> dict[str, int]:  # type: ignore[no-untyped-def]
 
 
 def test_compact_run_structures_do_not_grow_with_the_request_count(monkeypatch) -> None:  # type: ignore[no-untyped-def]
-    small, sim_s = _run_and_keep(monkeypatch, _cfg(800), streaming=True)
+    _, sim_s = _run_and_keep(monkeypatch, _cfg(800), streaming=True)
     large, sim_l = _run_and_keep(monkeypatch, _cfg(2400), streaming=True)
     a, b = _sizes(sim_s), _sizes(sim_l)
     in_flight = int(large.summary["peak_running"]) + int(large.summary["peak_waiting"])
@@ -103,7 +105,9 @@ def test_compact_run_drops_the_workload_table(monkeypatch) -> None:  # type: ign
         ("shared-prefix", {"mode": "concurrency", "concurrency": 48}),
     ],
 )
-def test_prefix_caching_store_is_bounded_by_the_requests_in_flight(monkeypatch, workload, load) -> None:  # type: ignore[no-untyped-def]
+def test_prefix_caching_store_is_bounded_by_the_requests_in_flight(
+    monkeypatch, workload, load
+) -> None:  # type: ignore[no-untyped-def]
     eng = EngineConfig(enable_prefix_caching=True)
     res, sim = _run_and_keep(monkeypatch, _cfg(1500, eng, workload, **load), streaming=True)
     in_flight = int(res.summary["peak_running"]) + int(res.summary["peak_waiting"])
@@ -130,7 +134,9 @@ def test_fleet_reuses_store_rows(monkeypatch) -> None:  # type: ignore[no-untype
     res = fleet_mod.simulate_fleet(_cfg(1200), 2, "round_robin")
     assert len(res.requests) == 1200
     for e in seen["engines"]:
-        peak = int(e.recorder.frame()["num_running"].max() + e.recorder.frame()["num_waiting"].max())
+        peak = int(
+            e.recorder.frame()["num_running"].max() + e.recorder.frame()["num_waiting"].max()
+        )
         # every request routed to a replica kept its row before (600 each here)
         assert len(e.scheduler.store.handles) <= 2 * peak + 64 < 600
 
@@ -138,8 +144,12 @@ def test_fleet_reuses_store_rows(monkeypatch) -> None:  # type: ignore[no-untype
 @pytest.mark.parametrize("n", [1, 9, 1000, 70_000])
 @pytest.mark.parametrize("mode", ["rate", "concurrency"])
 def test_chunked_release_times_are_release_times_s(n: int, mode: str) -> None:
-    load = LoadConfig(mode=mode, num_requests=n, burstiness=0.7,
-                      **({"rate_req_per_s": 33.0} if mode == "rate" else {"concurrency": 4}))
+    load = LoadConfig(
+        mode=mode,
+        num_requests=n,
+        burstiness=0.7,
+        **({"rate_req_per_s": 33.0} if mode == "rate" else {"concurrency": 4}),
+    )
     want = release_times_s(load, n, np.random.default_rng(11), None)
     got = ChunkedReleaseTimes(load, n, np.random.default_rng(11), chunk=4096)
     assert np.array_equal(np.array([got[i] for i in range(n)]), want)
@@ -149,7 +159,9 @@ def test_chunked_release_times_are_release_times_s(n: int, mode: str) -> None:
 def test_streaming_acceptance_holds_only_its_window() -> None:
     rng = np.random.default_rng(0)
     out = rng.integers(1, 300, size=5000)
-    b = StreamingAcceptanceDraws(SpecDecodeConfig(), out, np.random.default_rng(1), chunk_requests=500)
+    b = StreamingAcceptanceDraws(
+        SpecDecodeConfig(), out, np.random.default_rng(1), chunk_requests=500
+    )
     for lo in range(0, 5000, 250):
         idx = np.arange(lo, lo + 250)
         b.draw_many(idx, np.zeros(250, dtype=np.int64))

@@ -113,7 +113,9 @@ def _collect(  # type: ignore[no-untyped-def]
     if done != n:
         raise RuntimeError(f"fleet simulation ended with {done} of {n} finished")
     # every replica's per-index stamps and final counters, merged by where each request went
-    stamps = {k: np.full(n, np.nan) for k in ("send_s", "first_scheduled_s", "first_token_s", "finish_s")}
+    stamps = {
+        k: np.full(n, np.nan) for k in ("send_s", "first_scheduled_s", "first_token_s", "finish_s")
+    }
     counters = {
         "max_output_tok": p.output.astype(np.int64),
         "num_preemptions": np.zeros(n, dtype=np.int64),
