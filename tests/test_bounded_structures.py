@@ -11,7 +11,7 @@ import pytest
 
 from capsim.acceptance_stream import StreamingAcceptanceDraws
 from capsim.config import EngineConfig, LoadConfig, SimConfig, SpecDecodeConfig
-from capsim.loadgen import RELEASE_CHUNK, ChunkedReleaseTimes, release_times_s
+from capsim.loadgen import release_times_s
 from capsim.simulate import simulate
 
 
@@ -60,6 +60,8 @@ def _sizes(sim) -> dict[str, int]:  # type: ignore[no-untyped-def]
 
 
 def test_compact_run_structures_do_not_grow_with_the_request_count(monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    from capsim.loadgen import RELEASE_CHUNK
+
     _, sim_s = _run_and_keep(monkeypatch, _cfg(800), streaming=True)
     large, sim_l = _run_and_keep(monkeypatch, _cfg(2400), streaming=True)
     a, b = _sizes(sim_s), _sizes(sim_l)
@@ -90,6 +92,8 @@ def test_compact_run_drops_the_workload_table(monkeypatch) -> None:  # type: ign
         return seen["p"]
 
     monkeypatch.setattr(sim_mod, "prepare", prepare)
+    from capsim.loadgen import ChunkedReleaseTimes
+
     simulate(_cfg(300), streaming=True)
     p = seen["p"]
     assert p.table is None and p.prompt.dtype == np.int16 and p.output.dtype == np.int16
@@ -144,6 +148,8 @@ def test_fleet_reuses_store_rows(monkeypatch) -> None:  # type: ignore[no-untype
 @pytest.mark.parametrize("n", [1, 9, 1000, 70_000])
 @pytest.mark.parametrize("mode", ["rate", "concurrency"])
 def test_chunked_release_times_are_release_times_s(n: int, mode: str) -> None:
+    from capsim.loadgen import ChunkedReleaseTimes
+
     load = LoadConfig(
         mode=mode,
         num_requests=n,
