@@ -10,7 +10,8 @@ from capsim.fleet.sim import simulate_fleet
 
 
 def _sha(frame: pd.DataFrame) -> str:
-    return hashlib.sha256(pd.util.hash_pandas_object(frame, index=True).values.tobytes()).hexdigest()
+    values = pd.util.hash_pandas_object(frame, index=True).values
+    return hashlib.sha256(values.tobytes()).hexdigest()
 
 
 for wl, eng, router, reps, n in [
