@@ -80,8 +80,9 @@ class RequestStore:
     """Column store of request counters; row = slot, assigned in add order.
 
     ``release(slot)`` hands a finished request's row back for the next ``add`` (the
-    engine does so with prefix caching off, where no memo is keyed by slot), so the
-    store holds the requests in flight, not every request of the run.
+    engine does so once the request's memos are dropped; content it shares with nobody
+    is keyed by ``uid``, not the row), so the store holds the requests in flight, not
+    every request of the run.
     """
 
     def __init__(self, capacity: int = 64) -> None:
