@@ -177,3 +177,20 @@ def test_streaming_acceptance_holds_only_its_window() -> None:
         assert b.num_held_requests <= 3 * 500
     b.finished(np.arange(4500, 5000), np.ones(500, dtype=np.int64))
     assert b.num_held_requests == 0 and b._window.size == 0
+
+
+@pytest.mark.parametrize(
+    "load",
+    [
+        {"mode": "rate", "rate_req_per_s": 50.0},
+        {"mode": "concurrency", "concurrency": 64},
+        {"mode": "concurrency", "concurrency": 400},  # every request sent at t=0
+    ],
+)
+def test_summed_phase_windows_equal_the_step_tables(load) -> None:  # type: ignore[no-untyped-def]
+    """The warm-up/load/cool-down tokens summed while steps are recorded (compact run)
+    equal ``phases``' selection over the kept step table, figure for figure."""
+    cfg = _cfg(300, **load)
+    summed = simulate(cfg, streaming=True).summary
+    tabled = simulate(cfg, streaming=True, keep_steps=True).summary
+    assert repr(list(summed.items())) == repr(list(tabled.items()))
