@@ -9,7 +9,9 @@ as int8 and only for a window of chunks: a chunk is drawn when one of its reques
 first asked for, and dropped once all of its requests finished (``finished``), after
 adding what its requests used to the running totals ``mean_tokens_over_used`` reads.
 
-Memory: one int64 offset per request plus the window (a few chunks in flight).
+Memory: the window (a few chunks in flight): its draws and, per request of those chunks,
+an offset, a step count and the steps used. Nothing is kept per request of the run
+(``num_held_requests``).
 """
 
 from __future__ import annotations
@@ -30,9 +32,12 @@ class StreamingAcceptanceDraws(AcceptanceDraws):
         "_accepted",
         "_base",
         "_chunk",
+        "_end",
         "_hi",
         "_left",
         "_lo",
+        "_mean_tok",
+        "_out",
         "_q32",
         "_rng",
         "_steps_used",
@@ -51,34 +56,49 @@ class StreamingAcceptanceDraws(AcceptanceDraws):
         if chunk_requests < 1:
             raise ValueError(f"chunk_requests={chunk_requests!r}: must be >= 1")
         q = depth_acceptance(spec)
-        out = np.asarray(output_tok, dtype=np.int64)
-        # the same per-request step counts as AcceptanceDraws (every output is >= 1)
-        steps = np.minimum(
-            out, np.ceil(out / expected_tokens_per_step(spec) * 1.25).astype(np.int64) + 8
-        )
-        self._offsets = np.concatenate([[0], np.cumsum(steps)])
-        self._start = self._offsets[:-1]
-        self._nsafe = np.maximum(steps, 1).astype(np.int32)
+        self._out = np.asarray(output_tok)  # (any integer dtype; int64 per chunk)
+        self._mean_tok = expected_tokens_per_step(spec)
         self._draws = np.zeros(0, dtype=np.int64)  # unused: the window holds the values
         self._q32 = q.astype(np.float32)
         self._rng = rng
         self._chunk = chunk_requests
-        n = out.size
+        n = self._out.size
         num_chunks = -(-n // chunk_requests)
         self._left = np.diff(np.minimum(np.arange(num_chunks + 1) * chunk_requests, n))
         self._lo = 0  # first chunk still held
         self._hi = 0  # chunks drawn so far
         self._base = 0  # offset of the window's first value
         self._window = np.zeros(0, dtype=np.int8)
-        self._used = np.zeros(n, dtype=np.int32)
+        # per request of the held chunks (requests lo*chunk .. hi*chunk): the offset of its
+        # first draw, its step count (>= 1) and the verify steps it used; _end = offset
+        # after the last drawn request
+        self._offsets = np.zeros(0, dtype=np.int64)
+        self._nsafe = np.zeros(0, dtype=np.int64)
+        self._used = np.zeros(0, dtype=np.int64)
+        self._end = 0
         self._accepted = 0
         self._steps_used = 0
+
+    @property
+    def num_requests(self) -> int:
+        return int(self._out.size)
+
+    @property
+    def num_held_requests(self) -> int:
+        """Requests whose bookkeeping is held (those of the chunks in the window)."""
+        return int(self._offsets.size)
 
     # -- drawing ------------------------------------------------------------------------
     def _draw_chunk(self) -> None:
         c = self._hi
-        a, b = c * self._chunk, min((c + 1) * self._chunk, self._used.size)
-        total = int(self._offsets[b] - self._offsets[a])
+        a, b = c * self._chunk, min((c + 1) * self._chunk, self.num_requests)
+        out = self._out[a:b].astype(np.int64)
+        # the same per-request step counts as AcceptanceDraws (every output is >= 1), and
+        # the same offsets (an integer running sum, chunk by chunk: exact)
+        steps = np.minimum(out, np.ceil(out / self._mean_tok * 1.25).astype(np.int64) + 8)
+        ends = self._end + np.cumsum(steps)
+        start = ends - steps
+        total = int(ends[-1] - self._end) if ends.size else 0
         q32 = self._q32
         lead = np.zeros(total, dtype=np.int8)
         if q32.size and total:
@@ -89,6 +109,11 @@ class StreamingAcceptanceDraws(AcceptanceDraws):
                 alive &= u[:, d] < q32[d]
                 lead += alive
         self._window = np.concatenate([self._window, lead])
+        self._offsets = np.concatenate([self._offsets, start])
+        self._nsafe = np.concatenate([self._nsafe, np.maximum(steps, 1)])
+        self._used = np.concatenate([self._used, np.zeros(b - a, dtype=np.int64)])
+        if ends.size:
+            self._end = int(ends[-1])
         self._hi = c + 1
 
     def draw_many(self, indices: np.ndarray, steps: np.ndarray) -> np.ndarray:
@@ -100,7 +125,8 @@ class StreamingAcceptanceDraws(AcceptanceDraws):
                 self._draw_chunk()
             if int(idx.min()) // self._chunk < self._lo:
                 raise RuntimeError("acceptance draws of a finished chunk were asked for again")
-        pos = self._start[idx] + steps % self._nsafe[idx] - self._base
+        row = idx - self._lo * self._chunk
+        pos = self._offsets[row] + steps % self._nsafe[row] - self._base
         return self._window[pos].astype(np.int64)
 
     # -- finishing ----------------------------------------------------------------------
@@ -109,16 +135,22 @@ class StreamingAcceptanceDraws(AcceptanceDraws):
         idx = np.asarray(indices, dtype=np.int64)
         if not idx.size:
             return
-        self._used[idx] = used_steps
+        self._used[idx - self._lo * self._chunk] = used_steps
         np.subtract.at(self._left, idx // self._chunk, 1)
         while self._lo < self._hi and self._left[self._lo] == 0:
             self._free_first_chunk()
 
-    def _chunk_accepted(self, a: int, b: int) -> tuple[int, int]:
-        """Accepted drafts and verify steps of requests a..b-1 (their draws in the window)."""
+    def _chunk_rows(self, c: int) -> tuple[int, int]:
+        """Rows of chunk ``c`` in the held bookkeeping arrays."""
+        a = (c - self._lo) * self._chunk
+        return a, min(a + self._chunk, self._offsets.size)
+
+    def _chunk_accepted(self, c: int) -> tuple[int, int]:
+        """Accepted drafts and verify steps of chunk ``c``'s requests (draws in the window)."""
+        a, b = self._chunk_rows(c)
         used = self._used[a:b]
         start = self._offsets[a:b] - self._base
-        end = self._offsets[a + 1 : b + 1] - self._base
+        end = start + self._nsafe[a:b]
         run = np.concatenate([[0], np.cumsum(self._window[: int(end[-1])], dtype=np.int64)])
         full, rest = np.divmod(used, end - start)
         accepted = int((full * (run[end] - run[start]) + run[start + rest] - run[start]).sum())
@@ -126,13 +158,17 @@ class StreamingAcceptanceDraws(AcceptanceDraws):
 
     def _free_first_chunk(self) -> None:
         c = self._lo
-        a, b = c * self._chunk, min((c + 1) * self._chunk, self._used.size)
-        acc, num = self._chunk_accepted(a, b)
+        acc, num = self._chunk_accepted(c)
         self._accepted += acc
         self._steps_used += num
-        cut = int(self._offsets[b] - self._base)
+        _, b = self._chunk_rows(c)
+        nxt = int(self._offsets[b]) if b < self._offsets.size else self._end
+        cut = nxt - self._base
         self._window = self._window[cut:].copy()
-        self._base = int(self._offsets[b])
+        self._offsets = self._offsets[b:].copy()
+        self._nsafe = self._nsafe[b:].copy()
+        self._used = self._used[b:].copy()
+        self._base = nxt
         self._lo = c + 1
 
     def mean_tokens_over_used(self, used_steps: np.ndarray | None = None) -> float:
@@ -141,8 +177,7 @@ class StreamingAcceptanceDraws(AcceptanceDraws):
         """
         accepted, num = self._accepted, self._steps_used
         for c in range(self._lo, self._hi):
-            a, b = c * self._chunk, min((c + 1) * self._chunk, self._used.size)
-            acc, n = self._chunk_accepted(a, b)
+            acc, n = self._chunk_accepted(c)
             accepted, num = accepted + acc, num + n
         if num == 0:
             return float("nan")

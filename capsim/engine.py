@@ -26,8 +26,10 @@ from capsim.core.decode_run import DecodeRun
 from capsim.core.request import Request
 from capsim.core.scheduler import Scheduler, SchedulerOutput
 from capsim.cost.base import BatchShape, StepTimeModel
+from capsim.loadgen import ChunkedReleaseTimes
 from capsim.metrics import StepRecorder
 from capsim.request_source import LazyRequests
+from capsim.streaming_metrics import RequestResults
 
 _EMPTY = np.zeros(0, dtype=np.int64)
 _add = np.add.reduce  # what ndarray.sum() calls, without its Python wrapper
@@ -43,13 +45,14 @@ class EngineSim:
         cost: StepTimeModel,
         acceptance: AcceptanceDraws,
         requests: Sequence[Request],
-        release_s: np.ndarray,
+        release_s: np.ndarray | ChunkedReleaseTimes,
         max_concurrency: int | None,
         window_tok: int,
         parent: np.ndarray | None = None,
         keep_steps: bool = True,
         exact_itl: bool = True,
         recycle_slots: bool = False,
+        compact: bool = False,
         env: simpy.Environment | None = None,
         fed: bool = False,
     ) -> None:
@@ -65,21 +68,31 @@ class EngineSim:
         self.acceptance = acceptance
         # a LazyRequests builds each handle when the client sends it (bounded memory)
         self.requests = requests if isinstance(requests, LazyRequests) else list(requests)
-        self.release_s = np.asarray(release_s, dtype=np.float64)
+        # (a ChunkedReleaseTimes is read in order, block by block)
+        self.release_s = (
+            release_s
+            if isinstance(release_s, ChunkedReleaseTimes)
+            else np.asarray(release_s, dtype=np.float64)
+        )
         self.max_concurrency = max_concurrency
         self.window_tok = window_tok
-        self.recorder = StepRecorder(keep_steps=keep_steps, exact_itl=exact_itl)
+        if compact and fed:
+            raise ValueError("compact needs the engine's own client (not fed mode)")
+        self.compact = compact
+        """Streaming: timestamps kept per store slot while a request is in flight; a
+        finished request's figures go to ``results`` (``RequestResults``)."""
+        self.recorder = StepRecorder(
+            keep_steps=keep_steps, exact_itl=exact_itl, phase_columns=not compact
+        )
         self.recycle_slots = recycle_slots
-        """Hand a finished request's store row back (prefix caching off only: with it
-        on, block hashes and memos are keyed by slot)."""
-        if recycle_slots and scheduler.kv.enable_caching:
-            raise ValueError("recycle_slots needs prefix caching off")
+        """Hand a finished request's store row back (its memos are dropped when it
+        finishes; block hashes of unshared content are keyed by add order, not slot)."""
         self._pending: deque[Request] = deque()
         # conversation turns: a request with a parent waits until the parent finished,
         # then goes to the head of the send queue (the same user continues)
         self._parent = parent
         self._children: dict[int, list[Request]] = {}
-        self._done = np.zeros(len(self.requests), dtype=bool)
+        self._done = np.zeros(len(self.requests) if parent is not None else 0, dtype=bool)
         self._in_flight = 0
         self._num_finished = 0
         self._wake: simpy.Event | None = None
@@ -87,8 +100,12 @@ class EngineSim:
         self.decode_runs = True
         """Plan runs of decode-only steps at once when nothing can change the schedule
         (``capsim.core.decode_run``); False steps one at a time (the reference path)."""
-        # per workload index: first and latest token times (NaN until they happen)
+        # per workload index (compact: per store slot, reset when a request is sent): first
+        # and latest token times (NaN until they happen)
         n = len(self.requests)
+        self.results = RequestResults(n) if compact else None
+        if compact:
+            n = scheduler.store.cols.capacity
         self.first_token_s = np.full(n, np.nan)
         self.last_emit_s = np.full(n, np.nan)
         # per workload index, stamped as they happen (the handles need not be kept)
@@ -96,6 +113,9 @@ class EngineSim:
         self.first_scheduled_s = np.full(n, np.nan)
         self.finish_s = np.full(n, np.nan)
         # int32: per-request counts (tokens of one request, its verify steps) < 2**31
+        # (compact: summed into ``results`` instead)
+        if compact:
+            n = 0
         self.num_preemptions = np.zeros(n, dtype=np.int32)
         self.num_cached_tok = np.zeros(n, dtype=np.int32)
         self.num_accept_draws_used = np.zeros(n, dtype=np.int32)
@@ -107,11 +127,31 @@ class EngineSim:
         while self._pending and (gate is None or self._in_flight < gate):
             req = self._pending.popleft()
             req.arrival_s = now
-            self.send_s[req.index] = now
             self._in_flight += 1
             self.scheduler.add_request(req)
+            if self.compact:
+                self._stamp_sent(req.slot, now)
+            else:
+                self.send_s[req.index] = now
         if self._wake is not None and not self._wake.triggered and self.scheduler.has_work:
             self._wake.succeed()
+
+    _STAMPS = ("first_token_s", "last_emit_s", "send_s", "first_scheduled_s", "finish_s")
+
+    def _stamp_sent(self, slot: int, now: float) -> None:
+        """Compact: a request sent into store row ``slot`` (grown with the store)."""
+        if slot >= self.send_s.size:
+            cap = self.scheduler.store.cols.capacity
+            for name in self._STAMPS:
+                old = getattr(self, name)
+                grown = np.full(cap, np.nan)
+                grown[: old.size] = old
+                setattr(self, name, grown)
+        for name in self._STAMPS:
+            getattr(self, name)[slot] = np.nan
+        self.send_s[slot] = now
+        self.results.sent_at(now)  # type: ignore[union-attr]
+        self.recorder.sent_at(now)
 
     def _client(self):  # type: ignore[no-untyped-def]
         env = self.env
@@ -169,7 +209,7 @@ class EngineSim:
         kv = sched.kv
         stats, pool = kv.prefix_stats, kv.pool
         cols = sched.store.cols
-        first_token, last_emit = self.first_token_s, self.last_emit_s
+        compact = self.compact
         while not (self._client_done and self._num_finished >= self._expected):
             if not sched.has_work:
                 self._wake = env.event()
@@ -204,11 +244,13 @@ class EngineSim:
             for req in out.admitted:
                 if req.first_scheduled_s is None:
                     req.first_scheduled_s = t0
-                    self.first_scheduled_s[req.index] = t0
+                    self.first_scheduled_s[req.slot if compact else req.index] = t0
             yield env.timeout(step_s)
             finished = sched.update(out, self.acceptance)
             now = env.now
-            idx = cols.index[out.emitted_slots]
+            # (re-read: a send may have grown the compact stamp arrays)
+            first_token, last_emit = self.first_token_s, self.last_emit_s
+            idx = out.emitted_slots if compact else cols.index[out.emitted_slots]
             fresh = np.isnan(first_token[idx])
             num_fresh = int(np.count_nonzero(fresh))
             if num_fresh:
@@ -249,9 +291,8 @@ class EngineSim:
         request is admitted or preempted in between, no prefill, no prefix cache)."""
         env, sched, rec = self.env, self.scheduler, self.recorder
         kv, w = sched.kv, self.window_tok
-        idx = sched.store.cols.index[run.slots]
+        idx = run.slots if self.compact else sched.store.cols.index[run.slots]
         handles = sched.store.handles
-        last_emit = self.last_emit_s
         done_in_run: list[Request] = []
         num_waiting = len(sched.waiting)
         cached_free, evictions = kv.num_cached_free_blocks, kv.pool.num_evictions
@@ -274,6 +315,7 @@ class EngineSim:
             t0 = env.now
             yield env.timeout(step_s)
             now = env.now
+            last_emit = self.last_emit_s  # (a send may have grown the compact arrays)
             rec.add_itl(now - last_emit[emit_idx])
             last_emit[emit_idx] = now
             finished = (
@@ -321,9 +363,21 @@ class EngineSim:
         slots = np.fromiter((r.slot for r in finished), dtype=np.int64, count=len(finished))
         idx = cols.index[slots]
         used = cols.num_accept_draws_used[slots]
-        self.num_accept_draws_used[idx] = used
-        self.num_preemptions[idx] = cols.num_preemptions[slots]
-        self.num_cached_tok[idx] = cols.num_cached_tok[slots]
+        if self.results is not None:
+            self.results.add(
+                idx,
+                send_s=self.send_s[slots],
+                first_scheduled_s=self.first_scheduled_s[slots],
+                first_token_s=self.first_token_s[slots],
+                finish_s=self.finish_s[slots],
+                output_tok=cols.max_output_tok[slots],
+                num_preemptions=cols.num_preemptions[slots],
+                cached_tok=cols.num_cached_tok[slots],
+            )
+        else:
+            self.num_accept_draws_used[idx] = used
+            self.num_preemptions[idx] = cols.num_preemptions[slots]
+            self.num_cached_tok[idx] = cols.num_cached_tok[slots]
         if isinstance(self.acceptance, StreamingAcceptanceDraws):
             self.acceptance.finished(idx, used)
         if self.recycle_slots:
@@ -332,9 +386,12 @@ class EngineSim:
 
     def _finish(self, finished: list[Request], now: float) -> None:
         """Finish times, conversation children to the head of the send queue, counts."""
+        if finished and self.results is not None:
+            self.results.finished_at(now)
+            self.recorder.finished_at(now)
         for req in finished:
             req.finish_s = now
-            self.finish_s[req.index] = now
+            self.finish_s[req.slot if self.compact else req.index] = now
             if self._parent is not None:
                 self._done[req.index] = True
                 for child in reversed(self._children.pop(req.index, [])):

@@ -3,16 +3,22 @@ cannot fit.
 
 The estimate adds what the run must hold, from the sizes of its arrays (not fitted):
 
-- per request, always: the workload table (prompt, output: 2 x int64, a source-id
-  pointer), release times, the engine's per-request stamps and final counters (send,
-  first scheduled, first token, last token, finish, preemptions, cached tokens, draws
-  used: 8 x 8 bytes) and the acceptance bookkeeping (offsets, step counts, used: 3 x 8);
+- per request, with the requests table or not streaming: the workload table (prompt,
+  output: 2 x int64, a source-id pointer), release times, the engine's per-request stamps
+  and final counters (send, first scheduled, first token, last token, finish,
+  preemptions, cached tokens, draws used: 8 x 8 bytes) and the acceptance bookkeeping
+  (offsets, step counts, used: 3 x 8);
+- per request, streaming without the requests table (compact): the finished requests'
+  four latencies and steady flag (``RequestResults``, 33 bytes) and the prompt/output
+  counts as int16 (4 bytes); the workload table (24 bytes) is held while it loads, so
+  the larger of the two counts;
 - exact path only: every request's pre-drawn acceptance values (int64 per verify step,
   plus the float32 uniforms they are drawn from while drawing) and every inter-token
   latency (8 bytes per verify step);
 - with the requests table kept: 14 columns x 8 bytes plus a request id string;
 - per engine step: 128 bytes with the step table kept (twice that while the table is
-  built), 32 bytes otherwise (``StepColumns``), 16 bytes of ITL runs when streaming.
+  built), 32 bytes otherwise (``StepColumns``; 16 when compact), 16 bytes of ITL runs
+  when streaming.
 
 The step count is taken as the fewest steps the run could take (every step a full batch
 of ``min(max_num_seqs, pool capacity)`` requests), so the estimate is a LOWER bound: a
@@ -30,10 +36,14 @@ BASE_BYTES = 180 * 2**20
 ``/usr/bin/time -v`` on 2026-12-01 (docs/reliability.md)."""
 PER_REQUEST_BYTES = 16 + 8 + 8 + 8 * 8 + 3 * 8
 """Workload table, release time, engine stamps and counters, acceptance bookkeeping."""
+COMPACT_PER_REQUEST_BYTES = max(4 * 8 + 1 + 2 * 2, 16 + 8)
+"""Compact: ``RequestResults`` (4 float64 + a bool) and int16 prompt/output, or the
+workload table while it loads (2 x int64 + a pointer), whichever is larger."""
 REQUEST_ROW_BYTES = 14 * 8 + 64
 """The requests table: 14 eight-byte columns and a ``r<i>`` id string (~56 B + pointer)."""
 STEP_ROW_BYTES = 16 * 8
 STEP_COLUMNS_BYTES = 4 * 8
+COMPACT_STEP_COLUMNS_BYTES = 2 * 8
 ITL_RUN_BYTES = 16
 
 
@@ -82,6 +92,7 @@ def estimate_footprint(
     streaming: bool,
     keep_requests: bool,
     keep_steps: bool,
+    compact: bool = False,
 ) -> Footprint:
     """Lower bound on the host memory of one run (see the module docstring)."""
     n = int(num_requests)
@@ -94,11 +105,14 @@ def estimate_footprint(
     else:
         acceptance = verify_steps * (8 + 4 * max(depth, 0) + 1) if depth else 8 * n
         itl = emissions * 8
-    per_step = 2 * STEP_ROW_BYTES if keep_steps else STEP_COLUMNS_BYTES
+    if keep_steps:
+        per_step = 2 * STEP_ROW_BYTES
+    else:
+        per_step = COMPACT_STEP_COLUMNS_BYTES if compact else STEP_COLUMNS_BYTES
     steps = num_steps * per_step
     return Footprint(
         base_bytes=BASE_BYTES,
-        requests_bytes=n * PER_REQUEST_BYTES,
+        requests_bytes=n * (COMPACT_PER_REQUEST_BYTES if compact else PER_REQUEST_BYTES),
         acceptance_bytes=int(acceptance),
         itl_bytes=int(itl),
         steps_bytes=int(steps),

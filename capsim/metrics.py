@@ -25,7 +25,7 @@ import numpy as np
 import pandas as pd
 
 if TYPE_CHECKING:
-    from capsim.streaming_metrics import ItlRuns, StepColumns
+    from capsim.streaming_metrics import ItlRuns, RequestResults, StepColumns
 
 STEP_COLUMNS: tuple[str, ...] = (
     "t_start_s",
@@ -62,14 +62,18 @@ class StepRecorder:
     bit-identical (``capsim.streaming_metrics``).
     """
 
-    def __init__(self, *, keep_steps: bool = True, exact_itl: bool = True) -> None:
+    def __init__(
+        self, *, keep_steps: bool = True, exact_itl: bool = True, phase_columns: bool = True
+    ) -> None:
         from capsim.streaming_metrics import ItlRuns, StepColumns
 
         self.keep_steps = keep_steps
         self._blocks: list[np.ndarray] = []
         self._block = np.empty((STEP_BLOCK_ROWS, len(STEP_COLUMNS)), dtype=np.float64)
         self._num_in_block = 0
-        self.columns: StepColumns | None = None if keep_steps else StepColumns()
+        self.columns: StepColumns | None = (
+            None if keep_steps else StepColumns(phase_columns=phase_columns)
+        )
         self._itl_chunks: list[np.ndarray] | None = [] if exact_itl else None
         self.itl_runs: ItlRuns | None = None if exact_itl else ItlRuns()
 
@@ -87,6 +91,15 @@ class StepRecorder:
             self._blocks.append(self._block)
             self._block = np.empty_like(self._block)
             self._num_in_block = 0
+
+    def finished_at(self, now: float) -> None:
+        """A request finished at ``now`` (``StepColumns`` sums phases' windows)."""
+        if self.columns is not None:
+            self.columns.finished_at(now)
+
+    def sent_at(self, now: float) -> None:
+        if self.columns is not None:
+            self.columns.sent_at(now)
 
     @property
     def num_steps(self) -> int:
@@ -251,6 +264,98 @@ def summarize(
         summary["mean_cached_tok_per_request"] = float(np.mean(_col(requests, "cached_tok")))
     summary |= phases(requests, steps)
     return summary
+
+
+def summarize_results(
+    results: RequestResults,
+    steps: StepCols,
+    itl_s: np.ndarray | ItlRuns,
+    *,
+    total_output_tok: int,
+    total_input_tok: int,
+) -> dict[str, float]:
+    """``summarize`` for a streaming run whose requests are ``RequestResults`` (their
+    latencies by workload index, counters summed): the same figures, key order and
+    arithmetic, bit for bit (integer sums are exact below 2**53)."""
+    from capsim.streaming_metrics import ItlRuns
+
+    n = results.num_finished
+    duration = float(results.last_finish_s) if n else 0.0
+    out_tok, in_tok = int(total_output_tok), int(total_input_tok)
+    summary: dict[str, float] = {
+        "num_requests": n,
+        "duration_s": duration,
+        "total_output_tok": out_tok,
+        "output_throughput_tok_per_s": out_tok / duration if duration > 0 else float("nan"),
+        "total_token_throughput_tok_per_s": (out_tok + in_tok) / duration
+        if duration > 0
+        else float("nan"),
+        "request_throughput_req_per_s": n / duration if duration > 0 else float("nan"),
+    }
+    summary |= _stats("ttft", results.ttft_s)
+    tpot = results.tpot_s
+    summary |= _stats("tpot", tpot[~np.isnan(tpot)])
+    summary |= itl_s.stats("itl") if isinstance(itl_s, ItlRuns) else _stats("itl", itl_s)
+    summary |= _stats("e2el", results.e2el_s)
+    summary |= _stats("queue", results.queue_s)
+    num_steps = _num_rows(steps, "step_s")
+    if num_steps:
+        kv = _col(steps, "kv_usage")
+        summary["peak_kv_usage"] = float(kv.max())
+        summary["mean_kv_usage"] = float(
+            np.average(kv, weights=np.maximum(_col(steps, "step_s"), 1e-12))
+        )
+        summary |= _step_gauges(steps)
+        summary["num_steps"] = num_steps
+    summary["num_preemptions"] = results.num_preemptions
+    if num_steps and _has(steps, "num_prefix_query_tok"):
+        q, h, ev = _prefix_counts(steps)
+        summary["prefix_cache_queries_tok"] = q
+        summary["prefix_cache_hits_tok"] = h
+        summary["prefix_cache_hit_rate"] = h / q if q else float("nan")
+        summary["num_cached_block_evictions"] = ev
+    summary["mean_cached_tok_per_request"] = results.cached_tok / n if n else float("nan")
+    if n:
+        summary |= _results_phases(results, steps)
+    return summary
+
+
+def _results_phases(results: RequestResults, steps: StepCols) -> dict[str, float]:
+    """``phases`` from ``RequestResults`` and the steps (summed windows or columns)."""
+    nan = float("nan")
+    a = float(results.first_finish_s)
+    b = float(results.last_send_s)
+    end = float(results.last_finish_s)
+    if hasattr(steps, "column") and not steps.phase_columns:
+        warm, load = steps.warmup_emitted_tok, steps.load_emitted_tok
+        # every step ends by the last finish; with every send at t=0 nothing ends by b
+        cool = steps.cooldown_emitted_tok + (0 if b > 0 else load)
+    else:
+        has_steps = _num_rows(steps, "step_s") > 0
+        t_end = _col(steps, "t_start_s") + _col(steps, "step_s") if has_steps else np.zeros(0)
+        emitted = _col(steps, "num_emitted_tok") if has_steps else np.zeros(0)
+
+        def tok(lo: float, hi: float) -> int:
+            sel = (t_end > lo) & (t_end <= hi) if lo > 0 else (t_end <= hi)
+            return emitted[sel].sum()  # type: ignore[no-any-return]
+
+        warm, cool, load = tok(0.0, a), tok(b, end), tok(0.0, b)
+
+    def rate(tokens: int, lo: float, hi: float) -> float:
+        return float(tokens) / (hi - lo) if hi > lo else nan
+
+    ttft = results.ttft_s[results.steady]
+    return {
+        "warmup_s": a,
+        "warmup_output_throughput_tok_per_s": rate(warm, 0.0, a),
+        "cooldown_s": end - b,
+        "cooldown_output_throughput_tok_per_s": rate(cool, b, end),
+        "load_window_s": b,
+        "load_output_throughput_tok_per_s": rate(load, 0.0, b),
+        "steady_num_requests": int(ttft.size),
+        "steady_ttft_mean_s": float(ttft.mean()) if ttft.size else nan,
+        "steady_ttft_p99_s": float(np.percentile(ttft, 99)) if ttft.size else nan,
+    }
 
 
 # -- tables, mappings of columns and StepColumns alike ------------------------------------

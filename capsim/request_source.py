@@ -30,8 +30,9 @@ class LazyRequests(Sequence[Request]):
             raise ValueError("prompt_tok and max_output_tok differ in length")
         if segments is not None and len(segments) != len(prompt_tok):
             raise ValueError("segments and prompt_tok differ in length")
-        self._prompt = np.asarray(prompt_tok, dtype=np.int64)
-        self._output = np.asarray(max_output_tok, dtype=np.int64)
+        # any integer dtype (a compact run's are int16/int32): read back as Python ints
+        self._prompt = np.asarray(prompt_tok)
+        self._output = np.asarray(max_output_tok)
         self._segments = segments
 
     def __len__(self) -> int:

@@ -8,7 +8,7 @@ requests, arrivals and per-request acceptance (common random numbers).
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, fields
 from typing import Any
 
@@ -26,12 +26,13 @@ from capsim.cost.factory import build_step_time_model
 from capsim.engine import EngineSim
 from capsim.footprint import check_fits, estimate_footprint
 from capsim.gpus import get_gpu
-from capsim.loadgen import release_times_s
+from capsim.loadgen import ChunkedReleaseTimes, release_times_s
 from capsim.memory.memory_plan import MemoryPlan, plan_memory
 from capsim.memory.term_lookup import measured_term
-from capsim.metrics import summarize
+from capsim.metrics import summarize, summarize_results
 from capsim.request_source import LazyRequests
 from capsim.sim_result import SimResult
+from capsim.streaming_metrics import RequestResults
 from capsim.traces.table import RequestTable
 
 STREAMING_MIN_REQUESTS = 200_000
@@ -94,13 +95,17 @@ class Prepared:
     """Everything one point needs before the engine runs (shared by capsim.fleet)."""
 
     plan: MemoryPlan
-    table: RequestTable
+    table: RequestTable | None
+    """None in a compact run (streaming, no requests table): the table was freed."""
     prompt: np.ndarray
     output: np.ndarray
-    release: np.ndarray
+    release: np.ndarray | ChunkedReleaseTimes
     draws: AcceptanceDraws
     requests: Sequence[Request]
     step_model: StepTimeModel
+    parent: np.ndarray | None = None
+    keep: Keep | None = None
+    """What the run keeps, resolved with the request count the workload gave."""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -110,6 +115,12 @@ class Keep:
     streaming: bool
     requests: bool
     steps: bool
+
+    @property
+    def compact(self) -> bool:
+        """Streaming without a requests table: per-request state only while in flight
+        (``RequestResults`` for the finished), workload kept as narrow integers."""
+        return self.streaming and not self.requests
 
     @classmethod
     def resolve(
@@ -130,13 +141,16 @@ def prepare(
     cost: StepTimeModel | None = None,
     keep: Keep | None = None,
     memory_limit_bytes: int | None = None,
+    resolve: Callable[[int], Keep] | None = None,
 ) -> Prepared:
     """Memory plan, workload sample, release times, acceptance draws, requests, pricing.
 
-    ``keep`` given (``simulate``): request handles built when sent (``LazyRequests``),
-    acceptance drawn per chunk when streaming, and the footprint checked against
-    ``memory_limit_bytes`` (before the workload is loaded, and after). Without it (the
-    fleet): every handle built up front, as before.
+    Request handles are built when sent (``LazyRequests``). ``keep`` given
+    (``simulate``): acceptance drawn per chunk when streaming, and the footprint checked
+    against ``memory_limit_bytes`` (before the workload is loaded, and after);
+    ``resolve`` gives the final ``Keep`` for the request count the workload gave. A
+    compact run (``Keep.compact``) keeps the prompt and output counts as int16/int32,
+    generates release times block by block and drops the table.
     """
     model = cfg.model_spec()
     gpu = get_gpu(cfg.gpu)
@@ -153,25 +167,42 @@ def prepare(
     if keep is not None:
         mean_ctx = int(np.mean(prompt + output))
         _check_footprint(cfg, plan, n, float(np.mean(output)), keep, memory_limit_bytes, mean_ctx)
+    if keep is not None and resolve is not None:
+        keep = resolve(n)
+    compact = keep is not None and keep.compact
     arrivals_ss, accept_ss = np.random.SeedSequence(cfg.seed).spawn(2)
-    release = release_times_s(
-        cfg.load,
-        n,
-        np.random.default_rng(arrivals_ss),
-        None if table.arrival_s is None else table.arrival_s[:n],
-    )
+    release: np.ndarray | ChunkedReleaseTimes
+    if compact and cfg.load.mode in ("concurrency", "rate"):
+        release = ChunkedReleaseTimes(cfg.load, n, np.random.default_rng(arrivals_ss))
+    else:
+        release = release_times_s(
+            cfg.load,
+            n,
+            np.random.default_rng(arrivals_ss),
+            None if table.arrival_s is None else table.arrival_s[:n],
+        )
+    parent = None if table.parent is None else table.parent[:n]
+    segs = None if table.segments is None else table.segments[:n]
+    kept_table: RequestTable | None = table
+    if compact:
+        prompt, output = _narrow(prompt, output)
+        kept_table = None
     stream = keep is not None and keep.streaming
     draws_cls = StreamingAcceptanceDraws if stream else AcceptanceDraws
     draws = draws_cls(cfg.spec, output, np.random.default_rng(accept_ss))
-    requests: Sequence[Request]
-    if keep is not None:
-        segs = None if table.segments is None else table.segments[:n]
-        requests = LazyRequests(prompt, output, segs)
-    else:
-        segments = (None,) * n if table.segments is None else table.segments
-        requests = Request.many(prompt.tolist(), output.tolist(), tuple(segments[:n]))
+    requests: Sequence[Request] = LazyRequests(prompt, output, segs)
     step_model = cost if cost is not None else build_step_time_model(cfg, model, gpu)
-    return Prepared(plan, table, prompt, output, release, draws, requests, step_model)
+    return Prepared(
+        plan, kept_table, prompt, output, release, draws, requests, step_model, parent, keep
+    )
+
+
+def _narrow(prompt: np.ndarray, output: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Prompt and output counts as the narrowest of int16/int32 whose range holds their
+    sum (every sum, mean and comparison made of them is then the int64 one)."""
+    longest = int((prompt + output).max())
+    dtype = np.int16 if longest < 2**15 else np.int32
+    return prompt.astype(dtype), output.astype(dtype)
 
 
 def _check_fits_pool(name: str, prompt: np.ndarray, output: np.ndarray, plan: MemoryPlan) -> None:
@@ -214,6 +245,7 @@ def _check_footprint(
         streaming=k.streaming,
         keep_requests=k.requests,
         keep_steps=k.steps,
+        compact=k.compact,
     )
     check_fits(footprint, limit, f"simulate -n {n}")
 
@@ -233,14 +265,16 @@ def make_scheduler(cfg: SimConfig, plan: MemoryPlan) -> Scheduler:
 
 def request_frame(
     p: Prepared,
-    first_token_s: np.ndarray,
+    stamps: dict[str, np.ndarray],
     counters: dict[str, np.ndarray],
 ) -> pd.DataFrame:
-    """One row per request (``counters``: max_output_tok, num_preemptions, num_cached_tok
-    per request, in request order)."""
-    requests, n = p.requests, len(p.requests)
-    send = np.array([r.arrival_s for r in requests])
-    finish = np.array([r.finish_s for r in requests], dtype=np.float64)
+    """One row per request (``stamps``: send_s, first_scheduled_s, first_token_s,
+    finish_s; ``counters``: max_output_tok, num_preemptions, num_cached_tok; per request,
+    in request order)."""
+    n = len(p.requests)
+    send = stamps["send_s"]
+    finish = stamps["finish_s"]
+    first_token_s = stamps["first_token_s"]
     out_tok = counters["max_output_tok"]
     ttft = first_token_s - send
     e2el = finish - send
@@ -248,13 +282,13 @@ def request_frame(
         tpot = np.where(out_tok > 1, (e2el - ttft) / (out_tok - 1), np.nan)
     return pd.DataFrame(
         {
-            "req_id": [r.req_id for r in requests],
+            "req_id": [f"r{i}" for i in range(n)],
             "source_id": list(p.table.source_id[:n]),
             "prompt_tok": p.prompt.astype(np.int64),
             "output_tok": out_tok,
             "release_s": p.release,
             "send_s": send,
-            "first_scheduled_s": np.array([r.first_scheduled_s for r in requests], dtype=float),
+            "first_scheduled_s": stamps["first_scheduled_s"],
             "first_token_s": first_token_s,
             "finish_s": finish,
             "ttft_s": ttft,
@@ -274,9 +308,19 @@ def point_summary(
     itl_s: Any,
     used_draws: np.ndarray,
 ) -> dict[str, object]:
-    """``summarize`` (tables or columns, ITL values or runs) plus the plan's figures."""
-    summary = summarize(req_df, steps_df, itl_s)
+    """``summarize`` (tables, columns or ``RequestResults``; ITL values or runs) plus the
+    plan's figures."""
     plan, prompt, output = p.plan, p.prompt, p.output
+    if isinstance(req_df, RequestResults):
+        summary = summarize_results(
+            req_df,
+            steps_df,
+            itl_s,
+            total_output_tok=int(output.sum()),
+            total_input_tok=int(prompt.sum()),
+        )
+    else:
+        summary = summarize(req_df, steps_df, itl_s)
     mean_ctx = int(np.mean(prompt + output))
     summary |= {
         "mean_acceptance_len_tok": p.draws.mean_tokens_over_used(used_draws),
@@ -317,9 +361,16 @@ def simulate(
     if workload is not None:
         n_asked = min(n_asked, workload.num_requests)
     keep = Keep.resolve(n_asked, streaming, keep_requests, keep_steps)
-    p = prepare(cfg, workload=workload, cost=cost, keep=keep, memory_limit_bytes=memory_limit_bytes)
+    p = prepare(
+        cfg,
+        workload=workload,
+        cost=cost,
+        keep=keep,
+        memory_limit_bytes=memory_limit_bytes,
+        resolve=lambda n: Keep.resolve(n, streaming, keep_requests, keep_steps),
+    )
     n = len(p.requests)
-    keep = Keep.resolve(n, streaming, keep_requests, keep_steps)
+    keep = p.keep if p.keep is not None else keep
     scheduler = make_scheduler(cfg, p.plan)
     sim = EngineSim(
         scheduler=scheduler,
@@ -329,19 +380,21 @@ def simulate(
         release_s=p.release,
         max_concurrency=cfg.load.concurrency,
         window_tok=cfg.spec.window_tok,
-        parent=None if p.table.parent is None else p.table.parent[:n],
+        parent=p.parent,
         keep_steps=keep.steps,
         exact_itl=not keep.streaming,
-        recycle_slots=not cfg.engine.enable_prefix_caching,
+        recycle_slots=True,
+        compact=keep.streaming and not keep.requests,
     )
     sim.run()
-    metrics = _request_columns(sim, p.prompt, p.output)
+    metrics = None if sim.results is not None else _request_columns(sim, p.prompt, p.output)
+    cols: Any = sim.results if metrics is None else metrics.columns()
     rec = sim.recorder
     steps_df = rec.frame()
     summary = point_summary(
         cfg,
         p,
-        metrics.columns(),
+        cols,
         steps_df if rec.columns is None else rec.columns,
         rec.itl_runs if rec.itl_runs is not None else rec.itl_s,
         sim.num_accept_draws_used,
@@ -352,7 +405,9 @@ def simulate(
         summary["total_input_tok"] = int(p.prompt.sum())
         # (after the plan's figures: the key order of the exact path's summary is kept)
         summary["step_time_label"] = summary.pop("step_time_label")
-    req_df = _request_frame(metrics, p.table, p.release, n) if keep.requests else pd.DataFrame()
+    req_df = pd.DataFrame()
+    if keep.requests and p.table is not None and metrics is not None:
+        req_df = _request_frame(metrics, p.table, np.asarray(p.release), n)
     return SimResult(
         config=cfg.to_dict(),
         summary=summary,

@@ -102,11 +102,20 @@ def weighted_median(sorted_values: np.ndarray, counts: np.ndarray) -> float:
 
 
 class StepColumns:
-    """The step figures a summary needs when the step table is not kept: start and
-    duration, pool usage and tokens emitted per step (growable float64/int64 columns),
-    plus running maxima and sums of the other gauges. 32 bytes per step."""
+    """The step figures a summary needs when the step table is not kept: duration and
+    pool usage per step (growable float64 columns, for the usage mean weighted by step
+    time), plus running maxima and sums of the other gauges. 16 bytes per step.
 
-    def __init__(self) -> None:
+    ``phase_columns`` (a run whose requests table is kept: ``metrics.phases`` reads the
+    arrays) also keeps each step's start and tokens emitted (32 bytes per step).
+    Otherwise the tokens emitted in phases' three windows are summed as steps are
+    recorded: the engine reports the run's first finish (``finished_at``) and each send
+    (``sent_at``), and a step ends at ``t_start_s + step_s`` = the clock when it is
+    recorded, so "ended by the first finish" / "ended by the last send" are known then.
+    """
+
+    def __init__(self, *, phase_columns: bool = True) -> None:
+        self.phase_columns = phase_columns
         self.t_start_s = array("d")
         self.step_s = array("d")
         self.kv_usage = array("d")
@@ -116,27 +125,128 @@ class StepColumns:
         self.prefix_query_tok = 0
         self.prefix_hit_tok = 0
         self.num_evictions = 0
+        self._first_finish_s = math.nan
+        self._last_send_s = math.nan
+        self.warmup_emitted_tok = 0
+        """Tokens of steps ending at or before the first finish."""
+        self.load_emitted_tok = 0
+        """Tokens of steps ending at or before the latest send so far."""
+        self.cooldown_emitted_tok = 0
+        """Tokens of steps ending after the latest send so far."""
 
     def add(self, row: tuple[float, ...]) -> None:
         """One row in ``metrics.STEP_COLUMNS`` order."""
-        self.t_start_s.append(row[0])
         self.step_s.append(row[1])
         self.kv_usage.append(row[8])
-        self.num_emitted_tok.append(int(row[11]))
+        emitted = int(row[11])
+        if self.phase_columns:
+            self.t_start_s.append(row[0])
+            self.num_emitted_tok.append(emitted)
+        else:
+            t_end = row[0] + row[1]
+            if not t_end > self._first_finish_s:  # (NaN: no finish yet)
+                self.warmup_emitted_tok += emitted
+            if t_end <= self._last_send_s:
+                self.load_emitted_tok += emitted
+            else:
+                self.cooldown_emitted_tok += emitted
         self.peak_running = max(self.peak_running, int(row[2]))
         self.peak_waiting = max(self.peak_waiting, int(row[3]))
         self.prefix_query_tok += int(row[13])
         self.prefix_hit_tok += int(row[14])
         self.num_evictions = int(row[15])
 
+    def finished_at(self, now: float) -> None:
+        if math.isnan(self._first_finish_s):
+            self._first_finish_s = now
+
+    def sent_at(self, now: float) -> None:
+        """A request was sent at ``now``: every step recorded so far ended by then."""
+        self.load_emitted_tok += self.cooldown_emitted_tok
+        self.cooldown_emitted_tok = 0
+        self._last_send_s = now
+
     def __len__(self) -> int:
         return len(self.step_s)
 
     @property
     def nbytes(self) -> int:
-        return 8 * 4 * len(self.step_s)
+        return 8 * (4 if self.phase_columns else 2) * len(self.step_s)
 
     def column(self, name: str) -> np.ndarray:
+        if not self.phase_columns and name in ("t_start_s", "num_emitted_tok"):
+            raise ValueError(f"step column {name!r} was summed, not kept (phase_columns=False)")
         return np.frombuffer(
             getattr(self, name), dtype=np.int64 if name.startswith("num_") else np.float64
         )
+
+
+class RequestResults:
+    """A streaming run's per-request figures, stored when each request finishes.
+
+    The engine keeps a request's timestamps only while it is in flight (per store slot);
+    when it finishes, its TTFT, TPOT, E2EL and queue time (float64, by workload index, the
+    same arithmetic as the requests table) and whether it was sent at or after the run's
+    first finish (``steady``, for ``phases``) go here, and its counters go to running
+    sums. 33 bytes per request: the floor for exact medians and p99s of four latencies.
+    """
+
+    def __init__(self, num_requests: int) -> None:
+        n = int(num_requests)
+        self.ttft_s = np.full(n, np.nan)
+        self.tpot_s = np.full(n, np.nan)
+        self.e2el_s = np.full(n, np.nan)
+        self.queue_s = np.full(n, np.nan)
+        self.steady = np.zeros(n, dtype=bool)
+        self.num_finished = 0
+        self.first_finish_s = math.nan
+        self.last_finish_s = math.nan
+        self.last_send_s = math.nan
+        self.num_preemptions = 0
+        self.cached_tok = 0
+
+    def __len__(self) -> int:
+        return int(self.ttft_s.size)
+
+    @property
+    def nbytes(self) -> int:
+        return sum(
+            a.nbytes for a in (self.ttft_s, self.tpot_s, self.e2el_s, self.queue_s, self.steady)
+        )
+
+    def add(
+        self,
+        index: np.ndarray,
+        *,
+        send_s: np.ndarray,
+        first_scheduled_s: np.ndarray,
+        first_token_s: np.ndarray,
+        finish_s: np.ndarray,
+        output_tok: np.ndarray,
+        num_preemptions: np.ndarray,
+        cached_tok: np.ndarray,
+    ) -> None:
+        """Finished requests ``index`` (workload rows) with their stamps and counters."""
+        ttft = first_token_s - send_s
+        e2el = finish_s - send_s
+        with np.errstate(divide="ignore", invalid="ignore"):
+            tpot = np.where(output_tok > 1, (e2el - ttft) / (output_tok - 1), np.nan)
+        self.ttft_s[index] = ttft
+        self.e2el_s[index] = e2el
+        self.tpot_s[index] = tpot
+        self.queue_s[index] = first_scheduled_s - send_s
+        # phases' steady window: sent in [first finish, last send]; the first finish has
+        # happened before any request is settled, and every send is <= the last one
+        self.steady[index] = send_s >= self.first_finish_s
+        self.num_finished += int(index.size)
+        self.num_preemptions += int(num_preemptions.sum())
+        self.cached_tok += int(cached_tok.sum())
+
+    def finished_at(self, now: float) -> None:
+        """A request finished at ``now`` (called in time order, before ``add``)."""
+        if math.isnan(self.first_finish_s):
+            self.first_finish_s = now
+        self.last_finish_s = now
+
+    def sent_at(self, now: float) -> None:
+        self.last_send_s = now

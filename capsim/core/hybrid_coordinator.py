@@ -15,7 +15,8 @@ group has its manager (``single_type``). Per request:
 - ``free``: every group's blocks, tail first, to the back of the free queue; the hashed
   ones stay findable until reused (LRU eviction).
 
-Requests are keyed by their store slot (``Request.slot``).
+Requests are keyed by their store slot (``Request.slot``); every per-slot memo is dropped
+when the request finishes, so a finished request's row can be reused.
 """
 
 from __future__ import annotations
@@ -81,7 +82,8 @@ class HybridKVCacheCoordinator:
         h = self._hashes.get(slot)
         if h is None:
             total = req.prompt_tok + req.max_output_tok
-            segs = req.segments or unique_segments(slot, total)
+            # (keyed by add order: a reused row must not inherit the last owner's blocks)
+            segs = req.segments or unique_segments(req.uid, total)
             h = block_hashes(segs, self._bs, total)
             self._hashes[slot] = h
         return h

@@ -80,12 +80,15 @@ class RequestStore:
     """Column store of request counters; row = slot, assigned in add order.
 
     ``release(slot)`` hands a finished request's row back for the next ``add`` (the
-    engine does so with prefix caching off, where no memo is keyed by slot), so the
-    store holds the requests in flight, not every request of the run.
+    engine does so once the request's memos are dropped; content it shares with nobody
+    is keyed by ``uid``, not the row), so the store holds the requests in flight, not
+    every request of the run.
     """
 
     def __init__(self, capacity: int = 64) -> None:
         self.size = 0
+        self.num_added = 0
+        """Requests added so far: a request's ``uid`` (its slot when no row is reused)."""
         self.cols = RequestColumns.zeros(max(capacity, 1))
         self.handles: list[Request] = []
         self._free: list[int] = []
@@ -112,6 +115,8 @@ class RequestStore:
             getattr(cols, name)[slot] = own[name]
         req._store = self
         req._slot = slot
+        req._uid = self.num_added
+        self.num_added += 1
         return slot
 
 
@@ -140,6 +145,7 @@ class Request:
         "_own",
         "_slot",
         "_store",
+        "_uid",
         "arrival_s",
         "finish_s",
         "first_scheduled_s",
@@ -166,6 +172,7 @@ class Request:
         self._own.update(prompt_tok=prompt_tok, max_output_tok=max_output_tok, index=index)
         self._store: RequestStore | None = None
         self._slot = -1
+        self._uid = -1
         self.arrival_s = arrival_s
         self.first_scheduled_s: float | None = None
         self.finish_s: float | None = None
@@ -196,6 +203,7 @@ class Request:
             req._own = own
             req._store = None
             req._slot = -1
+            req._uid = -1
             req.arrival_s = 0.0
             req.first_scheduled_s = None
             req.finish_s = None
@@ -219,6 +227,12 @@ class Request:
     def slot(self) -> int:
         """Row of this request in its scheduler's ``RequestStore`` (-1 before it is added)."""
         return self._slot
+
+    @property
+    def uid(self) -> int:
+        """Add order in its scheduler's store, unique in a run even when rows are reused
+        (-1 before it is added): the identity of content it shares with nobody."""
+        return self._uid
 
     @property
     def is_stored(self) -> bool:

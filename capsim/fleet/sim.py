@@ -49,7 +49,7 @@ def simulate_fleet(
     ``cfg.load`` (the fleet's load). Conversation turns (a workload with parents) and a
     concurrency gate are not routed yet: refused with the field named."""
     p = prepare(cfg, workload=workload, cost=cost)
-    if p.table.parent is not None:
+    if p.parent is not None:
         raise ValueError(
             f"fleet: workload={cfg.workload!r} has conversation turns (not routed yet)"
         )
@@ -68,6 +68,7 @@ def simulate_fleet(
             release_s=p.release,
             max_concurrency=None,
             window_tok=cfg.spec.window_tok,
+            recycle_slots=True,
             env=env,
             fed=True,
         )
@@ -82,9 +83,10 @@ def simulate_fleet(
             if t > env.now:
                 yield env.timeout(t - env.now)
             while i < n and p.release[i] <= env.now:
-                r = route.pick(p.requests[i], [e.num_outstanding for e in engines])
+                req = p.requests[i]  # built now (LazyRequests), kept by its replica
+                r = route.pick(req, [e.num_outstanding for e in engines])
                 where[i] = r
-                engines[r].submit(p.requests[i])
+                engines[r].submit(req)
                 i += 1
         for e in engines:
             e.close()
@@ -110,19 +112,24 @@ def _collect(  # type: ignore[no-untyped-def]
     done = sum(e._num_finished for e in engines)
     if done != n:
         raise RuntimeError(f"fleet simulation ended with {done} of {n} finished")
-    first = np.full(n, np.nan)
-    max_out, preempt, cached, used = (np.zeros(n, dtype=np.int64) for _ in range(4))
-    for r, (e, s) in enumerate(zip(engines, scheds, strict=True)):
+    # every replica's per-index stamps and final counters, merged by where each request went
+    stamps = {
+        k: np.full(n, np.nan) for k in ("send_s", "first_scheduled_s", "first_token_s", "finish_s")
+    }
+    counters = {
+        "max_output_tok": p.output.astype(np.int64),
+        "num_preemptions": np.zeros(n, dtype=np.int64),
+        "num_cached_tok": np.zeros(n, dtype=np.int64),
+    }
+    used = np.zeros(n, dtype=np.int64)
+    for r, e in enumerate(engines):
         idx = np.nonzero(where == r)[0]
-        first[idx] = e.first_token_s[idx]
-        slots = np.fromiter((p.requests[i].slot for i in idx), dtype=np.int64, count=idx.size)
-        cols = s.store.cols
-        max_out[idx] = cols.max_output_tok[slots]
-        preempt[idx] = cols.num_preemptions[slots]
-        cached[idx] = cols.num_cached_tok[slots]
-        used[idx] = cols.num_accept_draws_used[slots]
-    counters = {"max_output_tok": max_out, "num_preemptions": preempt, "num_cached_tok": cached}
-    req_df = request_frame(p, first, counters)
+        for k, col in stamps.items():
+            col[idx] = getattr(e, k)[idx]
+        counters["num_preemptions"][idx] = e.num_preemptions[idx]
+        counters["num_cached_tok"][idx] = e.num_cached_tok[idx]
+        used[idx] = e.num_accept_draws_used[idx]
+    req_df = request_frame(p, stamps, counters)
     steps = [e.recorder.frame() for e in engines]
     per = []
     for r, e in enumerate(engines):
