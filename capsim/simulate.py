@@ -139,7 +139,8 @@ def prepare(
     ``memory_limit_bytes`` (before the workload is loaded, and after). Without it (the
     fleet): every handle built up front, as before.
     """
-    model = get_model(cfg.model)
+    # --quantization replaces the checkpoint's weight format (memory plan and step price)
+    model = cfg.engine.model_for(get_model(cfg.model))
     gpu = get_gpu(cfg.gpu)
     plan = plan_memory(model, gpu, cfg.engine, cfg.spec, lookup=measured_term)
     if keep is not None and workload is None:

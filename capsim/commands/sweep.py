@@ -390,7 +390,7 @@ def _validate_candidates(candidates: list[Any]) -> None:
     for c in candidates:
         try:
             cfg = c.config(1.0)
-            model, gpu = get_model(cfg.model), get_gpu(cfg.gpu)
+            model, gpu = cfg.engine.model_for(get_model(cfg.model)), get_gpu(cfg.gpu)
             plan_memory(model, gpu, cfg.engine, cfg.spec, lookup=measured_term)
             build_step_time_model(cfg, model, gpu)
         except ValueError as exc:

@@ -157,7 +157,7 @@ def simulate_run(
     from capsim.simulate import simulate
 
     cfg = sim_config(run, num_gpu_blocks)
-    cost = build_step_time_model(cfg, get_model(cfg.model), get_gpu(cfg.gpu))
+    cost = build_step_time_model(cfg, cfg.engine.model_for(get_model(cfg.model)), get_gpu(cfg.gpu))
     if delta_s:
         cost = PlusOverhead(cost, delta_s)
     s = simulate(cfg, workload=request_table(run), cost=cost).summary

@@ -88,7 +88,8 @@ def result_row(point: Point, result: Any, plan_fn: PlanFn | None = None) -> dict
     usable = float(row.get("usable_blocks", math.nan))
     row["peak_kv_blocks"] = float(row.get("peak_kv_usage", math.nan)) * usable
     c = point.cfg
-    plan = (plan_fn or default_plan_fn())(get_model(c.model), get_gpu(c.gpu), c.engine, c.spec)
+    model = c.engine.model_for(get_model(c.model))
+    plan = (plan_fn or default_plan_fn())(model, get_gpu(c.gpu), c.engine, c.spec)
     row["bytes_per_block"] = int(plan.bytes_per_block)
     row["blocks_per_mean_request"] = (
         float(plan.blocks_per_request(math.ceil(mean_prompt)))

@@ -71,7 +71,7 @@ def validate_points(
             f"tree={format_tree(c.spec.tree_widths)} k={c.spec.num_spec_tok} {c.spec.commit}] "
         )
         try:
-            model = get_model(c.model)
+            model = c.engine.model_for(get_model(c.model))
             gpu = get_gpu(c.gpu)
             plan(model, gpu, c.engine, c.spec)
         except ValueError as exc:

@@ -18,30 +18,99 @@ import pytest
 pytest.importorskip("torch")
 
 from capsim_kernels.bench.gdn import round6
-from capsim_kernels.bench.gdn.round6_cells import main_cells, p2_cells, tp_cells
+from capsim_kernels.bench.gdn.round6_cells import (
+    TP_WINDOWS_FIRST,
+    cal_cells,
+    main_cells,
+    main_shapes,
+    p2_cells,
+    tp_cells,
+)
 
 REPO = Path(__file__).resolve().parents[2]
 
 
-def test_warm_up_covers_every_window_and_batch_specialisation():
-    cells = main_cells(False) + tp_cells(False)
-    want = {(c.shape.heads_key, c.state_dtype, c.tree.parent, c.kernels) for c in cells}
-    warm = round6.warm_cells(False)
-    got = {(c.shape.heads_key, c.state_dtype, c.tree.parent, c.kernels) for c in warm}
-    assert got == want
-    assert {c.batch for c in warm} == {1, 64}
-    assert len(warm) == 2 * len(want) and len(warm) > 100
+def test_warm_up_covers_every_compile_once_with_the_union_of_its_kernels():
+    phases = ("gdn_main", "gdn_tp", "gdn_cal")
+    cells = [c for ph in phases for c in round6.CELLS[ph](False)]
+    want: dict = {}
+    for c in cells:
+        key = round6.warm_key(c, round6.warm_batch(c, False))
+        want.setdefault(key, set()).update(c.kernels or ())
+    warm = round6.warm_cells(False, phases)
+    got = {round6.warm_key(c, c.batch): set(c.kernels) for c in warm}
+    assert got == want  # every compile key once, every kernel timed there
+    assert len(warm) == len(want) > 100
+    assert {c.batch for c in warm} == {1, 256}
+    # priority order: the benchmark's B = 256 cells of both shapes come first
+    assert {c.shape.name for c in warm[:26]} == {s.name for s in main_shapes(False)}
+    assert {c.batch for c in warm[:26]} == {256}
 
 
 def test_plan_orders_the_benchmark_batches_first_and_keeps_persistent_apart():
     cells = main_cells(False)
-    first = {c.batch for c in cells[:26]}
-    assert first == {256}  # both shapes, every window, before any other batch
+    assert {c.batch for c in cells[:26]} == {256}  # both shapes, every window first
+    assert cells[26].phase == "gdn_main_gates09" and cells[26].gate_floor == 0.9
+    assert [c.batch for c in cells[27:]] == [64] * 26 + [1] * 26
     assert all("p2" not in k for c in cells for k in c.kernels or ())
     assert {k for c in p2_cells(False) for k in c.kernels} == {
         "treewy_verify_p2",
         "treewy_verify_commit_p2",
     }
+
+
+def test_tp_phase_gives_every_pair_a_curve_before_more_windows():
+    cells = tp_cells(False)
+    pairs = {(c.shape.name, c.state_dtype) for c in cells}
+    n_first = len(pairs) * 2 * len(TP_WINDOWS_FIRST)
+    first = cells[:n_first]
+    assert {c.batch for c in first} == {256, 1}
+    assert {c.tree.num_nodes for c in first} == set(TP_WINDOWS_FIRST)
+    assert {(c.shape.name, c.state_dtype) for c in first} == pairs
+    assert {c.tree.num_nodes for c in cells} == set(range(1, 10))
+    # 35B TP2 (measured in the first call but for replay) is the last pair
+    assert cells[-1].shape.name == "qwen3.5-35b-a3b-tp2"
+
+
+def test_calibration_phase_times_the_step_models_kernels_only():
+    from capsim.commit_modes import MODES
+
+    cells = cal_cells(False)
+    assert {c.batch for c in cells} == {8, 32, 128}
+    wanted = {k for m in MODES.values() for series in m.kernel_series for k in series}
+    timed = {k for c in cells for k in c.kernels}
+    assert timed <= wanted | {"vllm_decode"}
+    assert {"vllm_storeall", "vllm_decode", "treewy_verify", "treewy_commit", "deferred",
+            "replay"} <= timed  # fmt: skip
+
+
+def test_a_variant_missing_from_the_kernels_build_is_a_lookup_error():
+    from capsim_kernels.bench.gdn import registry_variants as rv
+    from capsim_kernels.bench.gdn.registry import KERNELS
+
+    names = {k.name for k in KERNELS}
+    for suffix in rv.VARIANTS:
+        assert {f"{base}_{suffix}" for base in rv.OPERATORS} <= names
+    saved = dict(rv.VARIANTS)
+    rv.VARIANTS["nosuch"] = ("test", {"no_such_field": 1})
+    rv.VARIANTS["p2"] = ("persistent", {"persistent_ctas_per_sm": 2})
+    try:
+        with pytest.raises(LookupError, match="no_such_field"):
+            rv.variant_policy("nosuch")
+        pol = rv.variant_policy("p2")
+        assert pol.persistent_ctas_per_sm == 2 and pol.variant_label.startswith("p2: ")
+    finally:
+        rv.VARIANTS.clear()
+        rv.VARIANTS.update(saved)
+
+
+def test_step_ops_skip_the_classes_already_committed():
+    from capsim_kernels.bench.step.round6_ops import committed_classes
+
+    skip = committed_classes()
+    assert ("moe", "e256_k8_i512_s512_h2048") in skip  # the 35B TP1 MoE
+    assert ("moe", "e256_k8_i256_s256_h2048") not in skip  # its TP2 shard: to measure
+    assert any(c[0] == "gemm" and isinstance(c[1], int) for c in skip)
 
 
 def test_vllm_src_follows_the_environment(tmp_path):

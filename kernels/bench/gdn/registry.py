@@ -14,6 +14,7 @@ rows feed the benchmark tables and the step model.
 
 from __future__ import annotations
 
+import os
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
@@ -149,7 +150,14 @@ def build_verify(case: Case, ctx: dict, policy=None) -> Prepared:
     def fn():
         ck.treewy_verify(*_args(case), pool, case.slot, case.parent, policy=policy)
 
-    return Prepared(fn, check, _treewy_math(case), "persistent x2" if policy else "")
+    return Prepared(fn, check, _treewy_math(case), _policy_label(policy))
+
+
+def _policy_label(policy) -> str:
+    """The row's ``config``: what a variant's LaunchPolicy changes from the default."""
+    if policy is None:
+        return ""
+    return getattr(policy, "variant_label", None) or "persistent x2"
 
 
 def build_commit(case: Case, ctx: dict) -> Prepared:
@@ -185,9 +193,7 @@ def build_verify_commit(case: Case, ctx: dict, policy=None) -> Prepared:
     check = head_errors(tr.accepted_state, _committed(case, pool)) | {"o_err": out_error(tr.o, o)}
     del pool
     tpool = case.pool.clone()
-    return Prepared(
-        lambda: run(tpool), check, _treewy_math(case), "persistent x2" if policy else ""
-    )
+    return Prepared(lambda: run(tpool), check, _treewy_math(case), _policy_label(policy))
 
 
 def build_fused(case: Case, ctx: dict) -> Prepared:
@@ -219,7 +225,7 @@ def _pending(case: Case, pool):
     return ping, pong
 
 
-def build_deferred(case: Case, ctx: dict) -> Prepared:
+def build_deferred(case: Case, ctx: dict, policy=None) -> Prepared:
     """Deferred: the step applies the previous window's accepted path (here: this window's,
     so the committed state it leaves is checkable) inside its verify."""
     from ... import gdn_verify as ck
@@ -227,15 +233,17 @@ def build_deferred(case: Case, ctx: dict) -> Prepared:
     tr: Truth = ctx["truth"]
     pool = case.pool.clone()
     ping, pong = _pending(case, pool)
-    ck.treewy_deferred_verify(*_args(case), pool, case.slot, case.parent, ping, pong)
+    ck.treewy_deferred_verify(*_args(case), pool, case.slot, case.parent, ping, pong,
+                              policy=policy)  # fmt: skip
     check = head_errors(tr.accepted_state, _committed(case, pool))
     tpool = case.pool.clone()
     tping, tpong = _pending(case, tpool)
 
     def fn():
-        ck.treewy_deferred_verify(*_args(case), tpool, case.slot, case.parent, tping, tpong)
+        ck.treewy_deferred_verify(*_args(case), tpool, case.slot, case.parent, tping, tpong,
+                                  policy=policy)  # fmt: skip
 
-    return Prepared(fn, check, _treewy_math(case))
+    return Prepared(fn, check, _treewy_math(case), _policy_label(policy))
 
 
 def storeall_pool(case: Case):
@@ -421,6 +429,10 @@ class Kernel:
         if self.windows == "persistent":  # the two-launch path (B Hv >= 512 or W > 8), at
             # the benchmark's largest batch only (kcode: next to the default at B = 256)
             return case.batch >= 128 and (case.batch * case.shape.num_v_heads >= 512 or w > 8)
+        if self.windows == "variant":  # kcode's variants: the two-launch path, B >= 128
+            if os.environ.get("R6_DRY") == "1":  # the CPU dry run's tiny shapes: always
+                return True
+            return case.batch >= 128 and (case.batch * case.shape.num_v_heads >= 512 or w > 8)
         if self.windows == "t1":
             return w == 1
         if self.windows == "chain":
@@ -460,6 +472,15 @@ KERNELS: tuple[Kernel, ...] = (
            _vllm_storeall_bytes),
     Kernel("vllm_decode", "vLLM plain decode (T=1)", build_vllm_decode, "t1", _decode_bytes),
 )  # fmt: skip
+
+
+def _variant_entries() -> tuple[Kernel, ...]:
+    from .registry_variants import variant_kernels
+
+    return variant_kernels(Kernel, build_verify, build_verify_commit, build_deferred)
+
+
+KERNELS = KERNELS + _variant_entries()
 
 
 def by_name(name: str) -> Kernel:
