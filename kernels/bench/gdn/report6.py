@@ -1,6 +1,11 @@
 """Round 6 tables from round6_gdn_<phase>.csv, and their rows in the calibration schema.
 
     python -m capsim_kernels.bench.gdn.report6 --results kernels/results/h200 [--calibration]
+    python -m capsim_kernels.bench.gdn.report6 --results kernels/results/h200 --run rerun
+
+``--run rerun`` reads the second call's round6_rerun_gdn_*.csv (its B = 256 cells timed
+what the first call lacked and kcode's variants with the defaults they are compared with;
+the first call's rows fill the other B = 256 columns, marked "(1st)").
 
 Prints the side-by-side tables (p50 us, x its floor, worst per-(request, head) error) per
 (shape, B) and the target table of issue 19 (verify bandwidth fraction, deferred and
@@ -27,6 +32,21 @@ SHORT = {"treewy_verify": "verify", "treewy_commit": "commit", "treewy_verify_co
          "vllm_decode": "vLLM decode (T=1)"}  # fmt: skip
 
 
+def variant_names(rows: list[dict]) -> list[str]:
+    """kcode's variants present in ``rows`` (registry_variants: <base>_<suffix>)."""
+    from .registry_variants import OPERATORS, VARIANTS
+
+    names = [f"{b}_{s}" for s in VARIANTS for b in OPERATORS]
+    return [n for n in names if any(r["kernel"] == n for r in rows)]
+
+
+def _short(k: str) -> str:
+    if k in SHORT:
+        return SHORT[k]
+    base, _, suffix = k.rpartition("_")
+    return f"{SHORT.get(base, base)} [{suffix}]"
+
+
 def read(path: Path) -> list[dict]:
     with path.open() as f:
         return list(csv.DictReader(f))
@@ -43,9 +63,9 @@ def _window_key(r: dict) -> tuple[int, int, str]:
 def side_by_side(rows: list[dict], shape: str, batch: int) -> str:
     """p50 us (x floor; worst per-(request, head) error) per window and kernel."""
     sel = [r for r in timed(rows) if r["model_shape"] == shape and int(r["B"]) == batch]
-    kernels = [k for k in ORDER if any(r["kernel"] == k for r in sel)]
+    kernels = [k for k in (*ORDER, *variant_names(sel)) if any(r["kernel"] == k for r in sel)]
     windows = sorted({(int(r["T"]), r["tree"]) for r in sel}, key=lambda w: (w[0], w[1] != "chain"))
-    head = "| T | tree | " + " | ".join(SHORT[k] for k in kernels) + " |"
+    head = "| T | tree | " + " | ".join(_short(k) for k in kernels) + " |"
     lines = [head, "|" + "---|" * (2 + len(kernels))]
     for t, tree in windows:
         cells = []
@@ -56,7 +76,8 @@ def side_by_side(rows: list[dict], shape: str, batch: int) -> str:
                 continue
             r = hit[0]
             err = r["err_max_req_head"] if r["err_max_req_head"] != "nan" else r["o_err"]
-            cells.append(f"{float(r['p50_us']):.1f} ({float(r['floor_ratio']):.2f}x; {err})")
+            mark = " (1st)" if r.get("_first_call") else ""
+            cells.append(f"{float(r['p50_us']):.1f}{mark} ({float(r['floor_ratio']):.2f}x; {err})")
         lines.append(f"| {t} | {tree} | " + " | ".join(cells) + " |")
     return "\n".join(lines)
 
@@ -64,6 +85,33 @@ def side_by_side(rows: list[dict], shape: str, batch: int) -> str:
 def _get(sel: list[dict], kernel: str, t: int, tree: str = "chain") -> dict | None:
     hit = [r for r in sel if r["kernel"] == kernel and int(r["T"]) == t and r["tree"] == tree]
     return hit[0] if hit else None
+
+
+def variant_table(rows: list[dict], shape: str, batch: int = 256) -> str:
+    """kcode's variants next to the default kernel of the same operator, same run: p50,
+    floor ratio (verify: the fraction of copy bandwidth), speed-up over vLLM's store-all
+    and worst per-(request, head) error."""
+    sel = [r for r in timed(rows) if r["model_shape"] == shape and int(r["B"]) == batch]
+    lines = ["| T | tree | operator | default us (x floor) | variant | variant us (x floor) "
+             "| variant / default | vs vLLM store-all | variant worst err |",
+             "|---|---|---|---|---|---|---|---|---|"]  # fmt: skip
+    for name in variant_names(sel):
+        base = name.rpartition("_")[0]
+        for t, tree in sorted({(int(r["T"]), r["tree"]) for r in sel if r["kernel"] == name}):
+            var, dflt = _get(sel, name, t, tree), _get(sel, base, t, tree)
+            ref = _get(sel, "vllm_storeall", t, tree) or _get(sel, "storeall", t, tree)
+            if var is None:
+                continue
+
+            def us(r):
+                return f"{float(r['p50_us']):.1f} ({float(r['floor_ratio']):.2f}x)" if r else ""
+
+            rel = f"{float(var['p50_us']) / float(dflt['p50_us']):.2f}" if dflt else ""
+            vs = f"{float(ref['p50_us']) / float(var['p50_us']):.2f}x" if ref else ""
+            err = var["err_max_req_head"] if var["err_max_req_head"] != "nan" else var["o_err"]
+            lines.append(f"| {t} | {tree} | {_short(base)} | {us(dflt)} | {_short(name)} | "
+                         f"{us(var)} | {rel} | {vs} | {err} |")  # fmt: skip
+    return "\n".join(lines)
 
 
 def target_table(rows: list[dict], shape: str, batch: int = 256) -> str:
@@ -116,7 +164,10 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--results", type=Path, required=True)
     ap.add_argument("--calibration", action="store_true")
+    ap.add_argument("--run", choices=("first", "rerun"), default="first")
     args = ap.parse_args(argv)
+    if args.run == "rerun":
+        return report_rerun(args.results)
     rows = [r for p in sorted(args.results.glob("round6_gdn_*.csv")) for r in read(p)]
     meta = json.loads((args.results / "round6_meta.json").read_text())
     shapes = sorted({r["model_shape"] for r in rows if r["phase"] == "gdn_main"})
@@ -139,6 +190,45 @@ def main(argv: list[str] | None = None) -> int:
         n = to_calibration(rows + [r for r in extra if r["phase"] == "gdn_tp"], meta,
                            args.results)  # fmt: skip
         print(f"\n{n} timed rows -> {args.results / 'gdn_verify.csv'}")
+    return 0
+
+
+def merged_rerun(results: Path) -> list[dict]:
+    """The rerun's gdn_main rows, plus the first call's B = 256 rows of kernels the rerun
+    did not time there (marked ``_first_call``)."""
+    new = [r for p in sorted(results.glob("round6_rerun_gdn_*.csv")) for r in read(p)]
+    new = [r for r in new if r["phase"] == "gdn_main"]
+    have = {(r["kernel"], r["model_shape"], r["T"], r["tree"], r["B"]) for r in timed(new)}
+    old = [r for p in sorted(results.glob("round6_gdn_main.csv")) for r in read(p)]
+    fill = [
+        {**r, "_first_call": True}
+        for r in timed(old)
+        if r["phase"] == "gdn_main"
+        and (r["kernel"], r["model_shape"], r["T"], r["tree"], r["B"]) not in have
+    ]
+    return new + fill
+
+
+def report_rerun(results: Path) -> int:
+    rows = merged_rerun(results)
+    meta = json.loads((results / "round6_rerun_meta.json").read_text())
+    print(f"copy bandwidth {meta.get('copy_gbps')} GB/s; checks_ok {meta.get('checks_ok')}")
+    for shape in sorted({r["model_shape"] for r in rows}):
+        for b in sorted({int(r["B"]) for r in rows if r["model_shape"] == shape}, reverse=True):
+            print(f"\n### {shape}, B = {b}\n")
+            print(side_by_side(rows, shape, b))
+        print(f"\n### Targets, {shape}, B = 256\n")
+        print(target_table(rows, shape, 256))
+        if variant_names(rows):
+            print(f"\n### kcode's variants, {shape}, B = 256\n")
+            print(variant_table(rows, shape, 256))
+    gates = [r for p in sorted(results.glob("round6_rerun_gdn_*.csv")) for r in read(p)
+             if r["phase"] == "gdn_main_gates09"]  # fmt: skip
+    if gates:
+        print("\n### Slow gates (a in [0.9, 1)), worst per-(request, head) error\n")
+        for r in gates:
+            print(f"- {r['kernel']} {r['model_shape']} T={r['T']} B={r['B']}: "
+                  f"{r['err_max_req_head']} (p50 {r.get('p50_us') or '-'} us)")  # fmt: skip
     return 0
 
 

@@ -75,9 +75,9 @@ def committed_classes() -> frozenset[tuple]:
     rows, so a partial re-measurement would drop the committed points)."""
     import csv
 
-    from capsim.calibration import build
+    import capsim.calibration as calibration  # the package only (no numpy import)
 
-    path = Path(build.__file__).parent / "data" / "h200_model_step.csv"
+    path = Path(calibration.__file__).parent / "data" / "h200_model_step.csv"
     if not path.is_file():
         return frozenset()
     with path.open(newline="") as fh:
