@@ -26,7 +26,7 @@ time to the next; whatever is not reached is listed in the metadata):
 (gdn_p2, kcode's persistent verify stream of the first call, only when named).
 
 Each phase runs in child processes (a CUDA fault in one cell cannot take the rest of the
-call: the phase resumes after the cell that crashed). Writes DIR/round6_gdn_<phase>.csv
+call: the phase resumes after the cell that crashed). Writes DIR/round6_<phase>.csv
 (GDN_COLUMNS, after every cell), DIR/round6_step_ops.csv (model_step's schema),
 DIR/round6_meta.json (checks_ok, notes, phase times); progress files go to R6_WORK.
 """
@@ -163,12 +163,12 @@ def _read_rows(path: Path) -> list[dict]:
 
 def run_phase(phase: str, args, start: int) -> int:
     """Child process: the cells of ``phase`` from index ``start`` until the phase deadline
-    (epoch seconds); rows appended to DIR/round6_gdn_<phase>.csv after every cell; the index
+    (epoch seconds); rows appended to DIR/round6_<phase>.csv after every cell; the index
     of the cell being measured in WORK/<phase>.progress (a crash is resumed after it)."""
     device = "cpu" if args.dry_run else "cuda"
     notes: list[str] = []
     cells = phase_cells(phase, args.dry_run)
-    out = args.out / f"round6_gdn_{phase}.csv"
+    out = args.out / f"round6_{phase}.csv"  # round6_gdn_main.csv, ...
     rows = _read_rows(out) if start else []
     ctx = _ctx(args.vllm_src, notes)
     i = start
