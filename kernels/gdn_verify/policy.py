@@ -16,7 +16,7 @@ from types import MappingProxyType
 
 import torch
 
-__all__ = ["DEFAULT_POLICY", "LaunchPolicy"]
+__all__ = ["DEFAULT_POLICY", "LaunchPolicy", "PipeConfig"]
 
 
 def _frozen(table: dict) -> Mapping:
@@ -66,6 +66,36 @@ _PREP_WARPS_FEW_HEADS = {64: 4}
 
 
 @dataclass(frozen=True)
+class PipeConfig:
+    """Launch of the pipelined persistent stream (treewy_pipe.py, round 7 candidate).
+
+    stages: ``tl.range`` num_stages (>= 2: the next tile's loads go to shared memory
+    asynchronously while this tile computes); block_v: dv tile (halved at small B as
+    _jit.pick_block_v); num_warps; bkc: key chunk (32: ~100-130 registers at T = 4 on
+    sm_90, so ~7 two-warp programs per SM); ctas_per_sm: programs per SM (0: as many as the
+    compiled kernel's registers and shared memory let reside, read from the compiled
+    kernel at launch).
+    """
+
+    stages: int = 2
+    block_v: int = 32
+    num_warps: int = 2
+    bkc: int = 32
+    ctas_per_sm: int = 0
+
+    def __post_init__(self) -> None:
+        for name in ("stages", "block_v", "num_warps", "bkc"):
+            if getattr(self, name) < 1:
+                raise ValueError(f"PipeConfig.{name} must be >= 1, got {getattr(self, name)}")
+        if self.ctas_per_sm < 0:
+            raise ValueError(f"PipeConfig.ctas_per_sm must be >= 0, got {self.ctas_per_sm}")
+
+    def label(self) -> str:
+        return (f"pipe s{self.stages} bv{self.block_v} w{self.num_warps} kc{self.bkc} "
+                f"c{self.ctas_per_sm or 'auto'}")  # fmt: skip
+
+
+@dataclass(frozen=True)
 class LaunchPolicy:
     """Every launch choice of the TreeWY kernels.
 
@@ -75,7 +105,10 @@ class LaunchPolicy:
     at W = 15 it lost at every B, 0.35-0.69x). prep_blocked: the blocked (I + N)^-1 for
     32 < BW <= 64 (round 2). persistent_ctas_per_sm > 0: the verify stream (no pending
     path, no commit) runs treewy_persistent.py's kernel on that many programs per SM
-    (round 6 candidate, not yet measured; 0 keeps the round-5 kernel).
+    (round 6: slower at T = 4, 401 vs 302 us; 0 keeps the round-5 kernel).
+    pipe_verify / pipe_deferred: a PipeConfig routes the verify stream (no commit) /
+    the deferred stream to treewy_pipe.py's pipelined persistent kernel (round 7
+    candidates; None, the default: the round-5 kernel).
     """
 
     stream: Mapping = field(default_factory=lambda: _frozen(_STREAM))
@@ -90,6 +123,8 @@ class LaunchPolicy:
     small_max_w: int = 8
     small_max_heads: int = 512
     persistent_ctas_per_sm: int = 0
+    pipe_verify: PipeConfig | None = None
+    pipe_deferred: PipeConfig | None = None
 
     def with_entry(self, table: str, key, value) -> LaunchPolicy:
         """A copy with ``table[key] = value`` (table: stream, commit, small,
@@ -130,6 +165,10 @@ class LaunchPolicy:
         it spills at BW = 64)."""
         return self.persistent_ctas_per_sm > 0 and bw <= 32
 
+    def pipe_config(self, deferred: bool) -> PipeConfig | None:
+        """The pipelined stream's launch for verify (deferred False) or deferred, or None."""
+        return self.pipe_deferred if deferred else self.pipe_verify
+
     def reconstruct_kernels(self, num_nodes: int, num_heads_total: int) -> str:
         """Which TreeWY kernels a reconstruct step takes when the accepted node is known at
         launch (a chain once the accepted length is fixed, a replayed window): "fused"
@@ -154,6 +193,9 @@ class LaunchPolicy:
             "prep_blocked": self.prep_blocked, "single_launch": self.single_launch,
             "small_max_w": self.small_max_w, "small_max_heads": self.small_max_heads,
             "persistent_ctas_per_sm": self.persistent_ctas_per_sm,
+            "pipe_verify": dataclasses.asdict(self.pipe_verify) if self.pipe_verify else None,
+            "pipe_deferred": (dataclasses.asdict(self.pipe_deferred) if self.pipe_deferred
+                              else None),
         }  # fmt: skip
 
 

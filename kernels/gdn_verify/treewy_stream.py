@@ -28,6 +28,7 @@ from ._jit import chain_scale, dot_precision, pad_window, path_scale, pick_block
 from .policy import DEFAULT_POLICY, LaunchPolicy
 from .treewy_inputs import check_inputs, check_parent, launch_split
 from .treewy_persistent import PERSISTENT_BLOCK_V, PERSISTENT_WARPS, launch_persistent_stream
+from .treewy_pipe import launch_pipe_stream
 from .treewy_prep import launch_prep
 from .treewy_small import launch_small
 
@@ -258,6 +259,15 @@ def launch_window(
         q, k, log_gate, beta, parent, scale=scale, num_heads=(hk, hv),
         gram_precision=prec.gram, policy=policy,
     )  # fmt: skip
+    pipe = policy.pipe_config(pending is not None)
+    if pipe is not None and accepted is None and replay_flush is None and store_vt:
+        launch_pipe_stream(
+            q, k, v, log_gate, state_pool, state_slot, mats, cols, o, vt, num_heads=(hk, hv),
+            block_v=pick_block_v(bsz * hv, dv, widest=pipe.block_v), num_warps=pipe.num_warps,
+            ctas_per_sm=pipe.ctas_per_sm, num_stages=pipe.stages, prec=prec, bkc=pipe.bkc,
+            pending=pending, k_out=k_out, g_out=g_out,
+        )  # fmt: skip
+        return o, vt
     if policy.use_persistent(bw) and pending is None and accepted is None and store_vt:
         launch_persistent_stream(
             q, k, v, state_pool, state_slot, mats, cols, o, vt, num_heads=(hk, hv),

@@ -26,6 +26,7 @@ from capsim_kernels import (
     treewy_fused_verify_commit,
     treewy_verify,
 )
+from capsim_kernels.gdn_verify.policy import PipeConfig
 from capsim_kernels.gdn_verify.tree import TreeSpec, depths
 from gdn_testing import make_window
 from tf32_emulation import emulate_tf32
@@ -63,7 +64,8 @@ def per_request_error(
             ping = PendingCommit(
                 k=win.k, vt=vt, log_gate=win.log_gate, parent=win.parent, accepted=accepted
             )
-            treewy_deferred_verify(*args, ping, PendingCommit.empty(win.k, win.v, win.parent))
+            treewy_deferred_verify(*args, ping, PendingCommit.empty(win.k, win.v, win.parent),
+                                   policy=policy)  # fmt: skip
     got = win.pool[win.slot.long()].double()
     rel = (got - want).flatten(2).norm(dim=2) / want.flatten(2).norm(dim=2)
     assert torch.isfinite(rel).all(), f"{variant}: non-finite committed state"
@@ -109,3 +111,21 @@ PERSISTENT = LaunchPolicy(single_launch=False, persistent_ctas_per_sm=2)
 def test_persistent_stream_contract_at_every_depth(tree):
     err = per_request_error(tree, "verify+commit", FAST, policy=PERSISTENT)
     assert float(err.max()) <= FP32_CONTRACT, f"persistent W={tree.num_nodes}: {err.tolist()}"
+
+
+# the pipelined persistent stream (treewy_pipe.py), verify and deferred: 1 program per
+# "SM" (4 off the GPU) so each program walks several tiles; 16-key chunks (2 per tile)
+PIPE = PipeConfig(stages=2, block_v=16, num_warps=2, bkc=16, ctas_per_sm=1)
+PIPE_POLICY = LaunchPolicy(single_launch=False, pipe_verify=PIPE, pipe_deferred=PIPE)
+
+
+@pytest.mark.parametrize(
+    ("tree", "variant"),
+    [(TreeSpec.chain(4), "verify+commit"), (TreeSpec.chain(4), "deferred"),
+     (TreeSpec((2, 2, 2)), "verify+commit"), (TreeSpec((2, 2, 2)), "deferred"),
+     (TreeSpec.chain(15), "deferred")],
+    ids=lambda x: getattr(x, "label", str(x)),
+)  # fmt: skip
+def test_pipe_stream_contract_at_every_depth(tree, variant):
+    err = per_request_error(tree, variant, FAST, policy=PIPE_POLICY)
+    assert float(err.max()) <= FP32_CONTRACT, f"pipe {variant} W={tree.num_nodes}: {err.tolist()}"

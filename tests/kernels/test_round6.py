@@ -31,7 +31,7 @@ REPO = Path(__file__).resolve().parents[2]
 
 
 def test_warm_up_covers_every_compile_once_with_the_union_of_its_kernels():
-    phases = ("gdn_main", "gdn_tp", "gdn_cal")
+    phases = round6.WARM_PHASES
     cells = [c for ph in phases for c in round6.CELLS[ph](False)]
     want: dict = {}
     for c in cells:
@@ -84,24 +84,19 @@ def test_calibration_phase_times_the_step_models_kernels_only():
             "replay"} <= timed  # fmt: skip
 
 
-def test_a_variant_missing_from_the_kernels_build_is_a_lookup_error():
-    from capsim_kernels.bench.gdn import registry_variants as rv
-    from capsim_kernels.bench.gdn.registry import KERNELS
+def test_kcode_variants_run_first_and_their_defaults_are_not_timed_twice():
+    from capsim_kernels.bench.gdn.round6_cells import _kernels, kc_cells
+    from capsim_kernels.bench.gdn.variants import FAMILIES, VARIANT_KERNELS
 
-    names = {k.name for k in KERNELS}
-    for suffix in rv.VARIANTS:
-        assert {f"{base}_{suffix}" for base in rv.OPERATORS} <= names
-    saved = dict(rv.VARIANTS)
-    rv.VARIANTS["nosuch"] = ("test", {"no_such_field": 1})
-    rv.VARIANTS["p2"] = ("persistent", {"persistent_ctas_per_sm": 2})
-    try:
-        with pytest.raises(LookupError, match="no_such_field"):
-            rv.variant_policy("nosuch")
-        pol = rv.variant_policy("p2")
-        assert pol.persistent_ctas_per_sm == 2 and pol.variant_label.startswith("p2: ")
-    finally:
-        rv.VARIANTS.clear()
-        rv.VARIANTS.update(saved)
+    assert round6.PHASE_ORDER[0] == "gdn_kc" and "gdn_kc" in round6.DEFAULT_PHASES
+    kc = kc_cells(False)
+    names = {k.name for k in _kernels(kc[0])}
+    assert {k.name for k in VARIANT_KERNELS} <= names and set(FAMILIES) <= names
+    covered = {(c.shape.name, c.tree.parent) for c in kc if c.batch == 256}
+    for c in main_cells(False)[:26]:
+        both = (c.shape.name, c.tree.parent) in covered
+        assert (set(FAMILIES) & set(c.kernels) == set()) == both
+        assert {"replay", "vllm_storeall"} <= set(c.kernels)
 
 
 def test_step_ops_skip_the_classes_already_committed():

@@ -14,7 +14,6 @@ rows feed the benchmark tables and the step model.
 
 from __future__ import annotations
 
-import os
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
@@ -157,7 +156,7 @@ def _policy_label(policy) -> str:
     """The row's ``config``: what a variant's LaunchPolicy changes from the default."""
     if policy is None:
         return ""
-    return getattr(policy, "variant_label", None) or "persistent x2"
+    return "persistent x2" if getattr(policy, "persistent_ctas_per_sm", 0) else "policy"
 
 
 def build_commit(case: Case, ctx: dict) -> Prepared:
@@ -429,10 +428,6 @@ class Kernel:
         if self.windows == "persistent":  # the two-launch path (B Hv >= 512 or W > 8), at
             # the benchmark's largest batch only (kcode: next to the default at B = 256)
             return case.batch >= 128 and (case.batch * case.shape.num_v_heads >= 512 or w > 8)
-        if self.windows == "variant":  # kcode's variants: the two-launch path, B >= 128
-            if os.environ.get("R6_DRY") == "1":  # the CPU dry run's tiny shapes: always
-                return True
-            return case.batch >= 128 and (case.batch * case.shape.num_v_heads >= 512 or w > 8)
         if self.windows == "t1":
             return w == 1
         if self.windows == "chain":
@@ -472,15 +467,6 @@ KERNELS: tuple[Kernel, ...] = (
            _vllm_storeall_bytes),
     Kernel("vllm_decode", "vLLM plain decode (T=1)", build_vllm_decode, "t1", _decode_bytes),
 )  # fmt: skip
-
-
-def _variant_entries() -> tuple[Kernel, ...]:
-    from .registry_variants import variant_kernels
-
-    return variant_kernels(Kernel, build_verify, build_verify_commit, build_deferred)
-
-
-KERNELS = KERNELS + _variant_entries()
 
 
 def by_name(name: str) -> Kernel:

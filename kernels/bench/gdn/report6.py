@@ -33,18 +33,15 @@ SHORT = {"treewy_verify": "verify", "treewy_commit": "commit", "treewy_verify_co
 
 
 def variant_names(rows: list[dict]) -> list[str]:
-    """kcode's variants present in ``rows`` (registry_variants: <base>_<suffix>)."""
-    from .registry_variants import OPERATORS, VARIANTS
+    """kcode's launch variants present in ``rows`` (variants.py: <family>@<variant>)."""
+    from .variants import VARIANT_KERNELS
 
-    names = [f"{b}_{s}" for s in VARIANTS for b in OPERATORS]
-    return [n for n in names if any(r["kernel"] == n for r in rows)]
+    return [k.name for k in VARIANT_KERNELS if any(r["kernel"] == k.name for r in rows)]
 
 
 def _short(k: str) -> str:
-    if k in SHORT:
-        return SHORT[k]
-    base, _, suffix = k.rpartition("_")
-    return f"{SHORT.get(base, base)} [{suffix}]"
+    fam, _, var = k.partition("@")
+    return f"{SHORT.get(fam, fam)} [{var}]" if var else SHORT.get(k, k)
 
 
 def read(path: Path) -> list[dict]:
@@ -96,7 +93,7 @@ def variant_table(rows: list[dict], shape: str, batch: int = 256) -> str:
              "| variant / default | vs vLLM store-all | variant worst err |",
              "|---|---|---|---|---|---|---|---|---|"]  # fmt: skip
     for name in variant_names(sel):
-        base = name.rpartition("_")[0]
+        base = name.partition("@")[0]
         for t, tree in sorted({(int(r["T"]), r["tree"]) for r in sel if r["kernel"] == name}):
             var, dflt = _get(sel, name, t, tree), _get(sel, base, t, tree)
             ref = _get(sel, "vllm_storeall", t, tree) or _get(sel, "storeall", t, tree)
@@ -197,7 +194,17 @@ def merged_rerun(results: Path) -> list[dict]:
     """The rerun's gdn_main rows, plus the first call's B = 256 rows of kernels the rerun
     did not time there (marked ``_first_call``)."""
     new = [r for p in sorted(results.glob("round6_rerun_gdn_*.csv")) for r in read(p)]
-    new = [r for r in new if r["phase"] == "gdn_main"]
+    new = [r for r in new if r["phase"] in ("gdn_main", "gdn_kc")]
+    # gdn_kc's defaults and gdn_main's rows of one (kernel, cell) are the same measurement
+    # method in the same run: the first one timed is kept
+    seen: set = set()
+    dedup = []
+    for r in new:
+        key = (r["kernel"], r["model_shape"], r["T"], r["tree"], r["B"])
+        if key not in seen or not r.get("p50_us"):
+            seen.add(key)
+            dedup.append(r)
+    new = dedup
     have = {(r["kernel"], r["model_shape"], r["T"], r["tree"], r["B"]) for r in timed(new)}
     old = [r for p in sorted(results.glob("round6_gdn_main.csv")) for r in read(p)]
     fill = [

@@ -11,9 +11,11 @@ time to the next; whatever is not reached is listed in the metadata):
    phases once (heads, state dtype, parent array, B = 1 or 256: the launch policy's two
    sides), in the phases' priority order, filling Triton's cache in parallel;
 2. copy bandwidth (2 GiB device-to-device, read + write), the floor of every row;
-3. gdn_main, the benchmark (35B TP1 and 397B TP8 shapes, fp32, T = 1..9, 15, 40 chains and
-   the trees (2,2,2), (3,3,3)): B = 256 (replay, the variants of registry_variants and the
-   default kernels they are compared with), the slow-gate (0.9-1) accuracy cell, then
+3. gdn_kc: kcode's launch variants (variants.py) next to the defaults of their families,
+   B = 256 (T = 4 both shapes, the 35B's T = 2..9, 15, (2,2,2)) and B = 64 at T = 4;
+   gdn_main, the benchmark (35B TP1 and 397B TP8 shapes, fp32, T = 1..9, 15, 40 chains and
+   the trees (2,2,2), (3,3,3)): B = 256 (replay, vLLM's store-all and the defaults gdn_kc
+   did not time), the slow-gate (0.9-1) accuracy cell, then
    B = 64 and 1 with every kernel. Every kernel is checked against a float64 recurrence
    over all requests before it is timed (worst per-(request, head) error in the row),
    then CUDA-graph replays with the L2 flushed;
@@ -60,11 +62,11 @@ from .round6_cells import (
 # share of the budget at which each phase must stop (fractions of --budget-s); a phase
 # that ends early leaves its time to the next
 PHASE_END = {
-    "warm": 0.16, "gdn_main": 0.62, "step_ops": 0.80, "gdn_tp": 0.93, "gdn_cal": 0.98,
-    "gdn_p2": 1.0,
+    "warm": 0.17, "gdn_kc": 0.32, "gdn_main": 0.64, "step_ops": 0.80, "gdn_tp": 0.93,
+    "gdn_cal": 0.98, "gdn_p2": 1.0,
 }  # fmt: skip
-PHASE_ORDER = ("gdn_main", "step_ops", "gdn_tp", "gdn_cal", "gdn_p2")
-DEFAULT_PHASES = "warm,gdn_main,step_ops,gdn_tp,gdn_cal"
+PHASE_ORDER = ("gdn_kc", "gdn_main", "step_ops", "gdn_tp", "gdn_cal", "gdn_p2")
+DEFAULT_PHASES = "warm,gdn_kc,gdn_main,step_ops,gdn_tp,gdn_cal"
 WORK = Path(os.environ.get("R6_WORK", "/tmp/r6work"))  # progress files (not returned)
 
 
@@ -81,7 +83,7 @@ def warm_key(cell: Cell, batch: int) -> tuple:
     return (cell.shape.heads_key, cell.state_dtype, cell.tree.parent, batch)
 
 
-WARM_PHASES = ("gdn_main", "gdn_tp", "gdn_cal")
+WARM_PHASES = ("gdn_kc", "gdn_main", "gdn_tp", "gdn_cal")
 
 
 def warm_cells(dry: bool, phases: tuple[str, ...] = WARM_PHASES) -> list[Cell]:
@@ -103,7 +105,7 @@ def warm_worker(spec: str, vllm_src: Path) -> int:
     """Worker ``i/n``: run every kernel of its share of the cells once (B = 1 and 64)."""
     i, n = (int(x) for x in spec.split("/"))
     dry = os.environ.get("R6_DRY") == "1"
-    phases = tuple(os.environ.get("R6_WARM_PHASES", "gdn_main,gdn_tp,gdn_cal").split(","))
+    phases = tuple(os.environ.get("R6_WARM_PHASES", ",".join(WARM_PHASES)).split(","))
     todo = warm_cells(dry, phases)
     notes: list[str] = []
     ctx = _ctx(vllm_src, notes) | {"warm": True}

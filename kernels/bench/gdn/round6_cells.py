@@ -47,11 +47,11 @@ TP_KERNELS = STEP_KERNELS
 TP_WINDOWS_FIRST = (1, 2, 4, 9)
 TP_WINDOWS_REST = (3, 6, 5, 7, 8)
 GATE_KERNELS = ("treewy_verify_commit", "fused_chain", "deferred", "replay", "vllm_storeall")
-# B = 256: the first call (2026-12-01 20:53, kernels/gdn_verify unchanged since: 33e00e7)
-# timed every default kernel there; this run times there what it lacked (replay), what
-# kcode's variants are compared with in the same run (verify, verify+commit, deferred,
-# vLLM's store-all) and the variants (registry_variants); commit, fused, capsim store-all
-# and vLLM's decode keep the first call's rows
+# B = 256: the first call (2026-12-01 20:53, the default kernels' code unchanged since
+# 33e00e7) timed every default kernel there; this run times there what it lacked (replay),
+# vLLM's store-all (the same-run reference of every speed-up) and the defaults of kcode's
+# variant families (verify, verify+commit, deferred) where gdn_kc does not time them;
+# commit, fused, capsim store-all and vLLM's decode keep the first call's rows
 B256_KERNELS = ("treewy_verify", "treewy_verify_commit", "deferred", "replay", "vllm_storeall")
 # the tuned capsim store-all (round 5's sweep, BENCHMARKS.md)
 STOREALL_CONFIG = {"float32": {"block_v": 8, "num_warps": 1, "num_stages": 3},
@@ -65,9 +65,9 @@ TP_ORDER = (
 )  # fmt: skip
 P2_KERNELS = ("treewy_verify_p2", "treewy_verify_commit_p2")
 # do_bench milliseconds of replays per timed kernel: the benchmark's B = 256 cells keep
-# round 5's 25 ms, the rest 12 ms (>= ~100 replays at B = 64, ~500 at B = 1)
+# round 5's 25 ms, the rest 10 ms (>= ~80 replays at B = 64, ~140 at B = 1 with the flush)
 REP_MS = {256: 25.0}
-REP_MS_OTHER = 12.0
+REP_MS_OTHER = 10.0
 
 
 @dataclass(frozen=True)
@@ -133,11 +133,23 @@ def main_kernels() -> tuple[str, ...]:
     return tuple(k.name for k in KERNELS if k.name not in P2_KERNELS)
 
 
-def b256_kernels() -> tuple[str, ...]:
-    """B256_KERNELS and kcode's variants (registry_variants)."""
-    from .registry import KERNELS
+def kc_cells(dry: bool) -> list[Cell]:
+    """Phase gdn_kc: kcode's launch variants next to the defaults of their families
+    (variants.variant_cells: B = 256 at T = 4 for both shapes, the 35B's other windows to
+    T = 15 and (2,2,2), B = 64 at T = 4)."""
+    from .variants import variant_cells
 
-    return B256_KERNELS + tuple(k.name for k in KERNELS if k.windows == "variant")
+    return variant_cells(dry)
+
+
+def b256_kernels(shape: ModelShape, tree: TreeSpec, dry: bool) -> tuple[str, ...]:
+    """B256_KERNELS, less the default kernels gdn_kc already times at this (shape, window)."""
+    from .variants import FAMILIES
+
+    kc = {(c.shape.name, c.tree.parent) for c in kc_cells(dry) if c.batch == (3 if dry else 256)}
+    if (shape.name, tree.parent) in kc:
+        return tuple(k for k in B256_KERNELS if k not in FAMILIES)
+    return B256_KERNELS
 
 
 def main_windows(dry: bool) -> tuple[TreeSpec, ...]:
@@ -148,7 +160,7 @@ def main_cells(dry: bool) -> list[Cell]:
     """Phase gdn_main: both shapes, every window; B = 256 first (b256_kernels), then the
     slow-gate accuracy cell, then B = 64 and 1 (every kernel)."""
     batches = (3, 2, 1) if dry else BATCHES
-    cells = [Cell(s, "float32", t, batches[0], b256_kernels(), "gdn_main")
+    cells = [Cell(s, "float32", t, batches[0], b256_kernels(s, t, dry), "gdn_main")
              for s in main_shapes(dry) for t in main_windows(dry)]  # fmt: skip
     # the accuracy contract with slow-decaying gates too (kcode: 0.9-1 at the T = 40 chain)
     slow = TreeSpec.chain(4 if dry else 40)
@@ -179,7 +191,8 @@ def p2_cells(dry: bool) -> list[Cell]:
             for t in windows]  # fmt: skip
 
 
-CELLS = {"gdn_main": main_cells, "gdn_tp": tp_cells, "gdn_cal": cal_cells, "gdn_p2": p2_cells}
+CELLS = {"gdn_kc": kc_cells, "gdn_main": main_cells, "gdn_tp": tp_cells, "gdn_cal": cal_cells,
+         "gdn_p2": p2_cells}  # fmt: skip
 
 
 def smoke(cells: list[Cell]) -> list[Cell]:
@@ -220,9 +233,12 @@ def _ctx(vllm_src: Path, notes: list[str]) -> dict:
 
 def _kernels(cell: Cell):
     from .registry import KERNELS
+    from .variants import VARIANT_KERNELS
 
     names = cell.kernels
-    return [k for k in KERNELS if names is None or k.name in names]
+    # kcode's launch variants (variants.py) only where a cell names them
+    return [k for k in KERNELS if names is None or k.name in names] + [
+        k for k in VARIANT_KERNELS if names is not None and k.name in names]  # fmt: skip
 
 
 def measure_cell(cell: Cell, ctx: dict, copy_gbps: float, device: str, notes: list[str],

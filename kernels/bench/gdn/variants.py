@@ -1,0 +1,193 @@
+"""kcode's round-7 launch variants of the TreeWY kernels, timed next to the defaults, and
+the pick of the fastest variant that passes its float64 check per (shape, T, B).
+
+    python -m capsim_kernels.bench.gdn.variants --results DIR [--out best.csv]
+
+Each variant is a ``LaunchPolicy`` (gdn_verify/policy.py) under a short name; its
+registry entries are named ``<family>@<variant>`` (family: treewy_verify,
+treewy_verify_commit, deferred), built by the family's own registry builder with that
+policy, so the float64 check over all requests, the bytes moved (the family's) and the
+row schema are the same as the default's. ``best_rows`` groups timed rows by (shape,
+state dtype, tree, T, B, family), keeps those whose ``check_ok`` and ``contract_ok`` are
+"True", and takes the lowest p50; the default (no ``@``) is always a candidate, so the
+pick is never worse than the round-6 kernel on the same run.
+
+Why these variants (sm_90 compiles on the CPU, fp32 state, T = 4, 35B heads; registers /
+shared bytes per program from cuobjdump, Triton 3.9 here, 3.6 on the H200): the pipelined
+persistent stream (treewy_pipe.py) keeps one state tile per program in flight in shared
+memory (cp.async) while the previous tile computes; key chunks of 32 cut the registers
+(BKC 128: 252, 64: 168, 32: 132 at 3 stages; 98 at 2 stages), so ~7 two-warp programs
+reside per SM: ~112 KB of state in flight per SM vs ~24 KB for the round-6 kernel.
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+from pathlib import Path
+
+from ...gdn_verify.policy import LaunchPolicy, PipeConfig
+from .registry import Kernel, build_deferred, build_verify, build_verify_commit
+from .shapes import bytes_moved
+
+__all__ = ["FAMILIES", "VARIANTS", "VARIANT_KERNELS", "best_rows", "family", "variant_cells"]
+
+# name -> (verify pipe, deferred pipe); None leaves that stream on the round-6 kernel
+_PIPES: dict[str, tuple[PipeConfig | None, PipeConfig | None]] = {
+    # 2 stages, 32-row dv tile, 2 warps, 32-key chunks: 98 registers, 29.8 KB shared
+    "pipe_a": (PipeConfig(2, 32, 2, 32), PipeConfig(2, 16, 2, 32)),
+    # 3 stages (the slot index one tile further ahead): 132 registers
+    "pipe_b": (PipeConfig(3, 32, 2, 32), PipeConfig(2, 32, 4, 32)),
+    # 4 warps on the 32-row tile: 72 registers, more warps per SM for the math
+    "pipe_c": (PipeConfig(3, 32, 4, 32), None),
+    # 64-row tile, 4 warps: 128 registers, 49 KB shared, 32 KB of state per program
+    "pipe_d": (PipeConfig(2, 64, 4, 32), None),
+}
+VARIANTS: dict[str, LaunchPolicy] = {
+    name: LaunchPolicy(pipe_verify=pv, pipe_deferred=pd) for name, (pv, pd) in _PIPES.items()
+}
+FAMILIES = ("treewy_verify", "treewy_verify_commit", "deferred")
+
+
+def _label(name: str) -> str:
+    pv, pd = _PIPES[name]
+    return f"{name}: verify {pv.label()}" + (f"; deferred {pd.label()}" if pd else "")
+
+
+def _entries() -> tuple[Kernel, ...]:
+    out = []
+    for name, policy in VARIANTS.items():
+        pd = _PIPES[name][1]
+        cfg = _label(name)
+        out.append(Kernel(
+            f"treewy_verify@{name}", f"TreeWY verify, {name}",
+            lambda c, x, p=policy, s=cfg: _with_config(build_verify(c, x, p), s),
+            bytes_fn=lambda s, d, w, b, t=None: bytes_moved("treewy_verify", s, d, w, b),
+            state_check=False,
+        ))  # fmt: skip
+        out.append(Kernel(
+            f"treewy_verify_commit@{name}", f"TreeWY v+c, {name}",
+            lambda c, x, p=policy, s=cfg: _with_config(build_verify_commit(c, x, p), s),
+            bytes_fn=lambda s, d, w, b, t=None: bytes_moved("treewy_verify_commit", s, d, w, b),
+        ))  # fmt: skip
+        if pd is not None:
+            out.append(Kernel(
+                f"deferred@{name}", f"TreeWY deferred, {name}",
+                lambda c, x, p=policy, s=cfg: _with_config(build_deferred(c, x, p), s),
+                bytes_fn=lambda s, d, w, b, t=None: bytes_moved("deferred", s, d, w, b),
+            ))  # fmt: skip
+    return tuple(out)
+
+
+def _with_config(prep, config: str):
+    from dataclasses import replace
+
+    return replace(prep, config=config)
+
+
+VARIANT_KERNELS: tuple[Kernel, ...] = _entries()
+
+
+def family(kernel: str) -> str:
+    """The registry family of a row's kernel name (``treewy_verify@pipe_a`` ->
+    ``treewy_verify``)."""
+    return kernel.split("@", 1)[0]
+
+
+def variant_cells(dry: bool) -> list:
+    """The cells that time the variants next to the defaults, most informative first:
+    B = 256 at T = 4 for both shapes, then T = 2, 3, 5..9, 15 and (2,2,2) (35B), then
+    B = 64 at T = 4; every cell also times the default kernels of the three families."""
+    from ...gdn_verify.tree import TreeSpec
+    from .round6_cells import Cell, main_shapes
+
+    names = tuple(FAMILIES) + tuple(k.name for k in VARIANT_KERNELS)
+    shapes = main_shapes(dry)
+    if dry:
+        return [Cell(shapes[0], "float32", TreeSpec.chain(4), 8, names, "gdn_kc")]
+    b = 256
+    cells = [Cell(s, "float32", TreeSpec.chain(4), b, names, "gdn_kc") for s in shapes]
+    for t in (TreeSpec.chain(n) for n in (2, 3, 5, 6, 7, 8, 9, 15)):
+        cells.append(Cell(shapes[0], "float32", t, b, names, "gdn_kc"))
+    cells.append(Cell(shapes[0], "float32", TreeSpec((2, 2, 2)), b, names, "gdn_kc"))
+    cells.append(Cell(shapes[0], "float32", TreeSpec.chain(4), 64, names, "gdn_kc"))
+    return cells
+
+
+# verify commits no state: its fp32 pseudo-values (vt_err, norm-wise vs float64) must
+# also match, within VT_TOL or twice the default's own error on the same inputs
+VT_TOL = 1e-6
+
+
+def _passes(r: dict, default: dict | None) -> bool:
+    if r["check_ok"] != "True" or r["contract_ok"] != "True":
+        return False
+    if family(r["kernel"]) != "treewy_verify":
+        return True
+    vt = float(r.get("vt_err") or "nan")
+    ref = float(default.get("vt_err") or "nan") if default else float("nan")
+    limit = max(VT_TOL, 2.0 * ref) if ref == ref else VT_TOL
+    return vt <= limit  # nan fails
+
+
+def best_rows(rows: list[dict]) -> list[dict]:
+    """Per (shape, state dtype, tree, T, B, family): the fastest timed row that passed its
+    float64 check and the per-request contract (verify: also its pseudo-values, _passes),
+    with the default's p50 next to it."""
+    groups: dict[tuple, list[dict]] = {}
+    for r in rows:
+        if r.get("p50_us") in (None, "") or family(r["kernel"]) not in FAMILIES:
+            continue
+        key = (r["model_shape"], r["state_dtype"], r["tree"], int(r["T"]), int(r["B"]),
+               family(r["kernel"]))  # fmt: skip
+        groups.setdefault(key, []).append(r)
+    out = []
+    for key in sorted(groups):
+        cand = groups[key]
+        default = next((r for r in cand if r["kernel"] == key[5]), None)
+        ok = [r for r in cand if _passes(r, default)]
+        if not ok:
+            continue
+        best = min(ok, key=lambda r: float(r["p50_us"]))
+        out.append({
+            "model_shape": key[0], "state_dtype": key[1], "tree": key[2], "T": key[3],
+            "B": key[4], "family": key[5], "best_kernel": best["kernel"],
+            "best_p50_us": best["p50_us"], "best_floor_ratio": best["floor_ratio"],
+            "best_err_max_req_head": best["err_max_req_head"], "best_config": best["config"],
+            "default_p50_us": default["p50_us"] if default else "",
+            "speedup_vs_default": (round(float(default["p50_us"]) / float(best["p50_us"]), 3)
+                                   if default else ""),
+            "candidates": len(cand), "passed": len(ok),
+        })  # fmt: skip
+    return out
+
+
+BEST_COLUMNS = ("model_shape", "state_dtype", "tree", "T", "B", "family", "best_kernel",
+                "best_p50_us", "best_floor_ratio", "best_err_max_req_head", "best_config",
+                "default_p50_us", "speedup_vs_default", "candidates", "passed")  # fmt: skip
+
+
+def main(argv: list[str] | None = None) -> int:
+    from ..timing import write_csv
+
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--results", type=Path, required=True, help="folder of round6_gdn_*.csv")
+    p.add_argument("--out", type=Path, default=None, help="write the picks as CSV here")
+    args = p.parse_args(argv)
+    rows = []
+    for path in sorted(args.results.glob("round6_gdn_*.csv")):
+        with path.open() as f:
+            rows += list(csv.DictReader(f))
+    best = best_rows(rows)
+    for r in best:
+        print(f"{r['model_shape']} {r['tree']} T={r['T']} B={r['B']} {r['family']}: "
+              f"{r['best_kernel']} {r['best_p50_us']} us ({r['best_floor_ratio']}x floor, err "
+              f"{r['best_err_max_req_head']}); default {r['default_p50_us']} us, "
+              f"x{r['speedup_vs_default']}")  # fmt: skip
+    if args.out is not None:
+        write_csv(args.out, best, BEST_COLUMNS)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,267 @@
+"""TreeWY stage 2, pipelined persistent variant (opt-in, round 7 candidate).
+
+Why (round 6, kernels/BENCHMARKS.md): the verify stream reads S_0 at ~45% of the copy
+bandwidth (T = 4, B = 256, fp32). A program of ``treewy_stream_kernel`` loads its
+[BV, dk] state tile into registers, then computes, then stores: at ~175 registers only
+~5 two-warp programs fit per SM, and a program's load is in flight only during its own
+load phase (~16 KB per program, ~24 KB per SM on average against the ~48 KB that
+Little's law asks for at ~4.3 TB/s and ~1.5 us loaded latency). The round-6 persistent
+kernel double-buffered the tile in registers and lost occupancy for it (401 vs 302 us).
+
+``treewy_pipe_kernel`` runs a fixed grid that walks the (request, value head, dv tile)
+tiles in a ``tl.range`` loop with ``num_stages`` = NUM_STAGES: Triton's software
+pipeliner turns the loop's loads (the slot index, then the state tile, q/k, v and the
+stage-1 scratch) into asynchronous copies into shared memory issued NUM_STAGES - 1 tiles
+ahead (cp.async on sm_90, checked in the sm_90 SASS: ``LDGSTS``), so the bytes in flight
+live in shared memory instead of registers. Same arithmetic per tile as
+``treewy_stream_kernel`` (whole key dimension per tile, bf16x3 / tf32x3 products), so
+the same accuracy contract. Modes: verify (STORE_VT) and deferred (PENDING: the previous
+window's accepted path applied first, the state written back; its path taken from the
+ancestor mask instead of a parent walk, so the loop body has no inner loop).
+
+Chosen by ``LaunchPolicy.pipe_stages`` > 0 (default 0: off). Shapes and bytes as
+treewy_stream.py. Nothing runs at import.
+"""
+
+from __future__ import annotations
+
+import torch
+import triton
+import triton.language as tl
+
+from ._jit import ancestor_mask, xdot
+
+__all__ = ["launch_pipe_stream", "occupancy", "resident_programs", "treewy_pipe_kernel"]
+
+
+@triton.jit
+def _pending_scale(pparent, p_g, i_a, WP: tl.constexpr, BWP: tl.constexpr,
+                   LOG2_BWP: tl.constexpr, STRIDE_G, NATIVE: tl.constexpr):  # fmt: skip
+    """(coef [BWP], log gamma_a) of the pending accepted node ``i_a`` (as _jit.path_scale)
+    from the ancestor mask's row i_a: no data-dependent loop. coef_i = exp(L_a - L_i) from
+    the segment sums of the path's gates after i; i_a outside [0, WP): coef = 0, L_a = 0."""
+    o_p = tl.arange(0, BWP)
+    b_anc = ancestor_mask(pparent, WP, BWP, LOG2_BWP)  # [BWP, BWP]: A[t, i]
+    ok = (i_a >= 0) & (i_a < WP)
+    m_row = (o_p[:, None] == i_a) & ok
+    m_path = tl.sum(tl.where(m_row & b_anc, 1, 0), 0) > 0  # [BWP] over i
+    b_g = tl.load(p_g + o_p * STRIDE_G, mask=m_path & (o_p < WP), other=0.0).to(tl.float32)
+    b_la = tl.sum(b_g, 0)
+    b_seg = tl.sum(tl.where(o_p[None, :] > o_p[:, None], b_g[None, :], 0.0), 1)
+    b_coef = tl.where(m_path, tl.exp(b_seg), 0.0)
+    return b_coef, b_la
+
+
+@triton.jit
+def treewy_pipe_kernel(
+    q,
+    k,
+    v,
+    g,
+    state,
+    state_slot,
+    m1,
+    pm,
+    ck,
+    cq,
+    o,
+    vt,
+    pk,
+    pvt,
+    pg,
+    pparent,
+    paccepted,
+    k_out,
+    g_out,
+    NUM_TILES,
+    H: tl.constexpr,
+    HV: tl.constexpr,
+    W: tl.constexpr,
+    K: tl.constexpr,
+    V: tl.constexpr,
+    BW: tl.constexpr,
+    BK: tl.constexpr,
+    BKC: tl.constexpr,
+    BV: tl.constexpr,
+    NV: tl.constexpr,
+    WP: tl.constexpr,
+    BWP: tl.constexpr,
+    LOG2_BWP: tl.constexpr,
+    STORE_VT: tl.constexpr,
+    PENDING: tl.constexpr,
+    STATE_PREC: tl.constexpr,
+    SMALL_PREC: tl.constexpr,
+    NATIVE: tl.constexpr,
+    NUM_STAGES: tl.constexpr,
+):
+    """Tiles pid, pid + P, ... (P programs); tile = (request * HV + head) * NV + dv tile.
+
+    Per tile, as treewy_stream_kernel: Vt = m1 (v - ck * (K S^T)), O = cq * (Q S^T) +
+    pm Vt on raw (bf16) q and k; with PENDING the pending path is applied to S first and
+    the result stored back (deferred commit).
+    """
+    pid = tl.program_id(0)
+    nprog = tl.num_programs(0)
+    o_w = tl.arange(0, BW)
+    m_w = o_w < W
+    m_ww = m_w[:, None] & m_w[None, :]
+    for tile in tl.range(pid, NUM_TILES, nprog, num_stages=NUM_STAGES):
+        i_t = pid * 0 + tile  # a tensor also in the interpreter (whose range gives ints)
+        i_v, i_bh = i_t % NV, i_t // NV
+        i_b, i_h = i_bh // HV, i_bh % HV
+        i_hk = i_h // (HV // H)
+        o_v = i_v * BV + tl.arange(0, BV)
+        m_v = o_v < V
+        m_wv = m_w[:, None] & m_v[None, :]
+        i_slot = tl.load(state_slot + i_b).to(tl.int64)
+        p_s = state + ((i_slot * HV + i_h) * V + o_v[:, None]) * K
+        o_row = ((i_b * W + o_w[:, None]).to(tl.int64) * H + i_hk) * K
+        if PENDING:
+            o_p = tl.arange(0, BWP)
+            m_p = o_p < WP
+            o_prow = ((i_b * WP + o_p[:, None]).to(tl.int64) * H + i_hk) * K
+            i_pa = tl.load(paccepted + i_b)  # -1: nothing pending
+            b_pcoef, b_pla = _pending_scale(pparent, pg + i_b * WP * HV + i_h, i_pa, WP, BWP,
+                                            LOG2_BWP, HV, NATIVE)  # fmt: skip
+            m_ppath = (b_pcoef != 0.0) & m_p
+            b_pvt = tl.load(
+                pvt + ((i_b * WP + o_p[:, None]).to(tl.int64) * HV + i_h) * V + o_v[None, :],
+                mask=m_ppath[:, None] & m_v[None, :],
+                other=0.0,
+            )
+            b_pk2 = tl.zeros([BWP], dtype=tl.float32)
+            for i_kc in tl.static_range(0, BK, BKC):
+                o_kc = i_kc + tl.arange(0, BKC)
+                b_pk = tl.load(
+                    pk + o_prow + o_kc[None, :],
+                    mask=m_ppath[:, None] & (o_kc < K)[None, :],
+                    other=0.0,
+                )
+                b_pkf = b_pk.to(tl.float32)
+                b_pk2 += tl.sum(b_pkf * b_pkf, 1)
+            b_pvt = b_pvt * (b_pcoef * tl.rsqrt(b_pk2 + 1e-6))[:, None]
+            # hand this window's gates to the next step (dv tile 0 writes them)
+            o_wh = (i_b * W + o_w).to(tl.int64) * HV + i_h
+            b_g = tl.load(g + o_wh, mask=m_w, other=0.0)
+            tl.store(g_out + o_wh, b_g, mask=(o_w + i_v * BW) < W)
+            i_writer = i_v + i_h % (HV // H)  # dv tile 0 of a group's first head writes k
+        b_sk = tl.zeros([BW, BV], dtype=tl.float32)
+        b_sq = tl.zeros([BW, BV], dtype=tl.float32)
+        for i_kc in tl.static_range(0, BK, BKC):
+            o_kc = i_kc + tl.arange(0, BKC)
+            m_kc = o_kc < K
+            m_vk = m_v[:, None] & m_kc[None, :]
+            b_s = tl.load(p_s + o_kc[None, :], mask=m_vk, other=0.0).to(tl.float32)
+            b_kraw = tl.load(k + o_row + o_kc[None, :], mask=m_w[:, None] & m_kc[None, :],
+                             other=0.0)  # fmt: skip
+            if PENDING:
+                b_pk = tl.load(pk + o_prow + o_kc[None, :],
+                               mask=m_ppath[:, None] & m_kc[None, :], other=0.0)  # fmt: skip
+                b_s = xdot(tl.trans(b_pvt), b_pk, tl.exp(b_pla) * b_s, STATE_PREC, False,
+                           NATIVE)  # fmt: skip
+                b_s_st = b_s.to(state.dtype.element_ty)
+                tl.store(p_s + o_kc[None, :], b_s_st, mask=m_vk)
+                b_s = b_s_st.to(tl.float32)
+                m_kout = ((o_w + i_writer * BW) < W)[:, None] & m_kc[None, :]
+                tl.store(k_out + o_row + o_kc[None, :], b_kraw, mask=m_kout)
+            b_q = tl.load(q + o_row + o_kc[None, :], mask=m_w[:, None] & m_kc[None, :],
+                          other=0.0)  # fmt: skip
+            b_sk = xdot(b_kraw, tl.trans(b_s), b_sk, STATE_PREC, True, NATIVE)
+            b_sq = xdot(b_q, tl.trans(b_s), b_sq, STATE_PREC, True, NATIVE)
+        o_ww = i_bh.to(tl.int64) * W * W + o_w[:, None] * W + o_w[None, :]
+        o_bw = i_bh.to(tl.int64) * W + o_w
+        o_wv = ((i_b * W + o_w[:, None]).to(tl.int64) * HV + i_h) * V + o_v[None, :]
+        b_ck = tl.load(ck + o_bw, mask=m_w, other=0.0)
+        b_v = tl.load(v + o_wv, mask=m_wv, other=0.0).to(tl.float32)
+        b_m1 = tl.load(m1 + o_ww, mask=m_ww, other=0.0)
+        b_vt = tl.dot(b_m1, b_v - b_ck[:, None] * b_sk, input_precision=SMALL_PREC)
+        b_cq = tl.load(cq + o_bw, mask=m_w, other=0.0)
+        b_pm = tl.load(pm + o_ww, mask=m_ww, other=0.0)
+        b_o = b_cq[:, None] * b_sq + tl.dot(b_pm, b_vt, input_precision=SMALL_PREC)
+        tl.store(o + o_wv, b_o.to(o.dtype.element_ty), mask=m_wv)
+        if STORE_VT:
+            tl.store(vt + o_wv, b_vt, mask=m_wv)
+
+
+def launch_pipe_stream(
+    q, k, v, log_gate, state_pool, state_slot, mats, cols, o, vt, *, num_heads, block_v: int,
+    num_warps: int, ctas_per_sm: int, num_stages: int, prec, bkc: int = 128, pending=None,
+    k_out=None, g_out=None,
+) -> None:  # fmt: skip
+    """Launch the pipelined verify / deferred stream after stage 1 (``mats``, ``cols`` of
+    treewy_prep.launch_prep); grid = min(tiles, ctas_per_sm * SMs) (4 SMs off the GPU, so
+    the interpreter walks several tiles per program). ``pending`` = (k, vt, log_gate,
+    parent, accepted) of the previous window (deferred), with ``k_out`` / ``g_out``."""
+    hk, hv = num_heads
+    bsz, w, _, dk = q.shape
+    dv = v.shape[3]
+    bw = max(16, triton.next_power_of_2(w))
+    nv = triton.cdiv(dv, block_v)
+    num_tiles = bsz * hv * nv
+    sms = (
+        torch.cuda.get_device_properties(q.device).multi_processor_count
+        if q.device.type == "cuda"
+        else 4
+    )
+    if pending is not None:
+        pk, pvt, pg, pparent, paccepted = pending
+        wp = pk.shape[1]
+    else:
+        pk, pvt, pg, pparent, paccepted = k, o, log_gate, state_slot, state_slot
+        wp = w
+    bwp = max(16, triton.next_power_of_2(wp))
+    args = (
+        q, k, v, log_gate, state_pool, state_slot, mats[0], mats[1], cols[0], cols[1], o,
+        vt if vt is not None else o, pk, pvt, pg, pparent, paccepted,
+        k_out if k_out is not None else k, g_out if g_out is not None else log_gate, num_tiles,
+    )  # fmt: skip
+    consts = {
+        "H": hk, "HV": hv, "W": w, "K": dk, "V": dv, "BW": bw, "BK": triton.next_power_of_2(dk),
+        "BKC": min(bkc, triton.next_power_of_2(dk)), "BV": block_v, "NV": nv, "WP": wp,
+        "BWP": bwp, "LOG2_BWP": bwp.bit_length() - 1, "STORE_VT": vt is not None,
+        "PENDING": pending is not None, "STATE_PREC": prec.state, "SMALL_PREC": prec.small,
+        "NATIVE": prec.native, "NUM_STAGES": num_stages, "num_warps": num_warps,
+    }  # fmt: skip
+    if ctas_per_sm == 0:
+        ctas_per_sm = resident_programs(args, consts, num_warps, q.device)
+    grid = (min(num_tiles, ctas_per_sm * sms),)
+    treewy_pipe_kernel[grid](*args, **consts)
+
+
+# registers are allocated per warp in units of 256; shared memory per program also
+# reserves 1 KB (CUDA occupancy rules, compute capability 9.0)
+_REG_UNIT = 256
+_SMEM_RESERVED_BYTES = 1024
+
+
+def occupancy(
+    regs: int,
+    smem_bytes: int,
+    num_warps: int,
+    *,
+    regs_per_sm: int = 65536,
+    smem_per_sm_bytes: int = 233472,
+    max_warps: int = 64,
+    max_ctas: int = 32,
+) -> int:
+    """Programs of ``num_warps`` warps that fit on one SM with ``regs`` registers per thread
+    and ``smem_bytes`` of shared memory per program (H200 / sm_90 limits by default)."""
+    per_warp = -(-regs * 32 // _REG_UNIT) * _REG_UNIT
+    by_regs = regs_per_sm // (per_warp * num_warps)
+    by_smem = smem_per_sm_bytes // (smem_bytes + _SMEM_RESERVED_BYTES)
+    return max(1, min(by_regs, by_smem, max_warps // num_warps, max_ctas))
+
+
+def resident_programs(args, consts: dict, num_warps: int, device) -> int:
+    """Programs per SM of this launch, from the compiled kernel's registers and shared
+    memory (4 off the GPU, where the interpreter has no compiled kernel)."""
+    if device.type != "cuda":
+        return 4
+    from triton.runtime import driver
+
+    kernel = treewy_pipe_kernel.warmup(*args, grid=(1,), **consts)
+    kernel._init_handles()
+    index = device.index if device.index is not None else torch.cuda.current_device()
+    props = driver.active.utils.get_device_properties(index)
+    return occupancy(kernel.n_regs, kernel.metadata.shared, num_warps,
+                     regs_per_sm=props.get("max_num_regs", 65536))  # fmt: skip

@@ -1,0 +1,76 @@
+"""kcode's launch variants (bench/gdn/variants.py) and the pipelined stream's occupancy
+rule (gdn_verify/treewy_pipe.py): the pick of the fastest passing variant, no kernel run."""
+
+from __future__ import annotations
+
+import pytest
+
+pytest.importorskip("torch")
+
+from capsim_kernels.bench.gdn.variants import VARIANT_KERNELS, VARIANTS, best_rows, family
+from capsim_kernels.gdn_verify.policy import LaunchPolicy, PipeConfig
+from capsim_kernels.gdn_verify.treewy_pipe import occupancy
+
+
+def _row(kernel, p50, ok="True", contract="True", vt="5e-8", b=256):
+    return {
+        "kernel": kernel,
+        "model_shape": "35b",
+        "state_dtype": "float32",
+        "tree": "chain",
+        "T": "4",
+        "B": str(b),
+        "p50_us": str(p50),
+        "floor_ratio": "1.1",
+        "config": "",
+        "err_max_req_head": "3e-7",
+        "check_ok": ok,
+        "contract_ok": contract,
+        "vt_err": vt,
+    }
+
+
+def test_best_row_is_the_fastest_that_passes_and_never_worse_than_the_default():
+    rows = [
+        _row("treewy_verify", 300.0),
+        _row("treewy_verify@pipe_a", 150.0, ok="False"),
+        _row("treewy_verify@pipe_b", 170.0, vt="1e-3"),
+        _row("treewy_verify@pipe_c", 180.0),
+        _row("treewy_verify@pipe_d", 400.0),
+        _row("deferred", 500.0),
+        _row("deferred@pipe_a", 450.0, contract="False"),
+        _row("vllm_storeall", 800.0),
+    ]
+    best = {r["family"]: r for r in best_rows(rows)}
+    assert set(best) == {"treewy_verify", "deferred"}
+    assert best["treewy_verify"]["best_kernel"] == "treewy_verify@pipe_c"  # a, b failed checks
+    assert best["treewy_verify"]["speedup_vs_default"] == round(300 / 180, 3)
+    assert best["deferred"]["best_kernel"] == "deferred"  # the variant missed the contract
+    assert best["treewy_verify"]["candidates"] == 5 and best["treewy_verify"]["passed"] == 3
+
+
+def test_variant_names_map_to_their_family_and_policies_leave_the_default_alone():
+    assert {family(k.name) for k in VARIANT_KERNELS} == {
+        "treewy_verify",
+        "treewy_verify_commit",
+        "deferred",
+    }
+    assert all("@" in k.name for k in VARIANT_KERNELS)
+    assert LaunchPolicy().pipe_verify is None and LaunchPolicy().pipe_deferred is None
+    assert all(p.pipe_verify is not None for p in VARIANTS.values())
+
+
+def test_occupancy_follows_the_sm90_limits():
+    # 98 registers, 2 warps, 29.8 KB shared: shared memory limits it to 7 programs
+    assert occupancy(98, 29824, 2) == 7
+    # 255 registers, 2 warps: 256 x 32 x 2 = 16384 registers per program, 4 per SM
+    assert occupancy(255, 1024, 2) == 4
+    assert occupancy(32, 0, 1) == 32  # capped by the 32-programs-per-SM limit
+    assert occupancy(255, 300_000, 8) == 1  # never 0
+
+
+def test_pipe_config_rejects_bad_values():
+    with pytest.raises(ValueError, match=r"PipeConfig\.stages"):
+        PipeConfig(stages=0)
+    with pytest.raises(ValueError, match="ctas_per_sm"):
+        PipeConfig(ctas_per_sm=-1)
