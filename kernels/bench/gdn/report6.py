@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import argparse
 import csv
+import itertools
 import json
 from pathlib import Path
 
@@ -216,6 +217,65 @@ def merged_rerun(results: Path) -> list[dict]:
     return new + fill
 
 
+# the rerun's held-out checks of the step model's two interpolation rules, declared before
+# the call (2026-12-01 23:19 UTC): along B, lines through B = 1, 64, 256 predict the
+# gdn_cal batches 8, 32, 128; along T, lines through T = 1, 2, 4, 9 (the TP phase's first
+# windows) predict T = 3, 5, 6, 7, 8 at every measured B. Main shapes, chains, fp32.
+FIT_B, HELD_B = (1, 64, 256), (8, 32, 128)
+FIT_T, HELD_T = (1, 2, 4, 9), (3, 5, 6, 7, 8)
+
+
+def _lin(xs: list[float], ys: list[float], x: float) -> float | None:
+    pts = sorted(zip(xs, ys, strict=True))
+    for (x0, y0), (x1, y1) in itertools.pairwise(pts):
+        if x0 <= x <= x1:
+            return y0 + (y1 - y0) * (x - x0) / (x1 - x0)
+    return None
+
+
+def interp_check(rows: list[dict]) -> list[dict]:
+    """(kernel, shape, axis, point, measured us, predicted us, error) of the declared
+    held-out points (FIT_B / HELD_B, FIT_T / HELD_T)."""
+    out = []
+    t_rows = [
+        r for r in timed(rows) if r["tree"] == "chain" and float(r.get("gate_floor") or 0.3) == 0.3
+    ]
+    by: dict[tuple, dict] = {}
+    for r in t_rows:
+        by.setdefault((r["kernel"], r["model_shape"], int(r["T"]), int(r["B"])), r)
+    for (kern, shape, t, b), r in sorted(by.items()):
+        if b in HELD_B:
+            fit = [(bb, float(by[kern, shape, t, bb]["p50_us"])) for bb in FIT_B
+                   if (kern, shape, t, bb) in by]  # fmt: skip
+            axis, x = "B", b
+        elif t in HELD_T:
+            fit = [(tt, float(by[kern, shape, tt, b]["p50_us"])) for tt in FIT_T
+                   if (kern, shape, tt, b) in by]  # fmt: skip
+            axis, x = "T", t
+        else:
+            continue
+        pred = _lin([f[0] for f in fit], [f[1] for f in fit], x) if len(fit) > 1 else None
+        if pred is None:
+            continue
+        meas = float(r["p50_us"])
+        out.append({"kernel": kern, "model_shape": shape, "axis": axis, "T": t, "B": b,
+                    "measured_us": meas, "predicted_us": round(pred, 2),
+                    "error": round(pred / meas - 1, 4)})  # fmt: skip
+    return out
+
+
+def interp_summary(checks: list[dict]) -> str:
+    """Median and max |error| per (axis, kernel)."""
+    lines = ["| axis | kernel | n | median abs err | max abs err |", "|---|---|---|---|---|"]
+    for axis in ("B", "T"):
+        for kern in sorted({c["kernel"] for c in checks if c["axis"] == axis}):
+            e = sorted(abs(c["error"]) for c in checks if c["axis"] == axis
+                       and c["kernel"] == kern)  # fmt: skip
+            lines.append(f"| {axis} | {_short(kern)} | {len(e)} | {e[len(e) // 2]:.1%} | "
+                         f"{e[-1]:.1%} |")  # fmt: skip
+    return "\n".join(lines)
+
+
 def report_rerun(results: Path) -> int:
     rows = merged_rerun(results)
     meta = json.loads((results / "round6_rerun_meta.json").read_text())
@@ -229,8 +289,19 @@ def report_rerun(results: Path) -> int:
         if variant_names(rows):
             print(f"\n### kcode's variants, {shape}, B = 256\n")
             print(variant_table(rows, shape, 256))
-    gates = [r for p in sorted(results.glob("round6_rerun_gdn_*.csv")) for r in read(p)
-             if r["phase"] == "gdn_main_gates09"]  # fmt: skip
+    every = [r for p in sorted(results.glob("round6_rerun_gdn_*.csv")) for r in read(p)]
+    for phase, what in (("gdn_cal", "calibration batches"), ("gdn_tp", "TP head counts")):
+        sel = [r for r in every if r["phase"] == phase]
+        for shape in sorted({r["model_shape"] for r in sel}):
+            for b in sorted({int(r["B"]) for r in sel if r["model_shape"] == shape}):
+                sd = next(r["state_dtype"] for r in sel if r["model_shape"] == shape)
+                print(f"\n### {what}: {shape} ({sd} state), B = {b}\n")
+                print(side_by_side(sel, shape, b))
+    checks = interp_check([r for r in every if r["phase"] in ("gdn_main", "gdn_cal")])
+    if checks:
+        print("\n### Held-out interpolation checks (declared before the call)\n")
+        print(interp_summary(checks))
+    gates = [r for r in every if r["phase"] == "gdn_main_gates09"]
     if gates:
         print("\n### Slow gates (a in [0.9, 1)), worst per-(request, head) error\n")
         for r in gates:
