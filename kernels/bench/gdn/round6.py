@@ -71,10 +71,14 @@ WORK = Path(os.environ.get("R6_WORK", "/tmp/r6work"))  # progress files (not ret
 
 
 def warm_batch(cell: Cell, dry: bool) -> int:
-    """The batch a cell's compiles are warmed at: 1 for B = 1, else the phase's largest
-    batch (the launch policy switches tiles and kernels at B * Hv = 512; B = 1 and 256
-    (3 dry) sit on either side for every shape)."""
-    return 1 if cell.batch == 1 else (3 if dry else 256)
+    """The batch a cell's compiles are warmed at: 1 for B = 1; else 64 where B * Hv >= 512
+    at B = 64 (the launch policy's switch of tiles and kernels: 64 and 256 sit on the same
+    side, and 64 keeps 15 concurrent workers' store-all pools small), else 256 (3 dry)."""
+    if cell.batch == 1:
+        return 1
+    if dry:
+        return 3
+    return 64 if 64 * cell.shape.num_v_heads >= 512 else 256
 
 
 def warm_key(cell: Cell, batch: int) -> tuple:
@@ -84,19 +88,38 @@ def warm_key(cell: Cell, batch: int) -> tuple:
 
 
 WARM_PHASES = ("gdn_kc", "gdn_main", "gdn_tp", "gdn_cal")
+# vLLM's GDN ops take the batch as a tl.constexpr (fused_sigmoid_gating.py, the packed
+# decode's strides): one compile per batch size, so they are warmed at every B of the run
+PER_BATCH_KERNELS = ("vllm_storeall", "vllm_decode")
+# ... except where a store-all pool passes this size (15 workers at once must fit the GPU):
+# those compile in line (~1 s each)
+WARM_POOL_MAX_BYTES = 6 * 2**30
+
+
+def _pool_bytes(c: Cell) -> int:
+    per = c.shape.num_v_heads * c.shape.dk * c.shape.dv * (4 if c.state_dtype == "float32" else 2)
+    return c.batch * (c.tree.num_nodes + 1) * per
 
 
 def warm_cells(dry: bool, phases: tuple[str, ...] = WARM_PHASES) -> list[Cell]:
     """The warm-up's cells: every distinct compile of the run's phases, in their priority
-    order, each with the union of the kernels timed at that compile key."""
+    order, each with the union of the kernels timed at that compile key (capsim's and
+    kcode's kernels per warm_batch; vLLM's per batch size, PER_BATCH_KERNELS)."""
     kernels: dict[tuple, list[str]] = {}
     first: dict[tuple, Cell] = {}
     for phase in phases:
         for c in phase_cells(phase, dry):
-            key = warm_key(c, warm_batch(c, dry))
-            names = kernels.setdefault(key, [])
-            names += [k for k in (c.kernels or main_kernels()) if k not in names]
-            first.setdefault(key, c)
+            names = c.kernels or main_kernels()
+            for key, part in (
+                (warm_key(c, warm_batch(c, dry)), [k for k in names if k not in PER_BATCH_KERNELS]),
+                ((*warm_key(c, c.batch), "vllm"), [k for k in names if k in PER_BATCH_KERNELS
+                                                   and _pool_bytes(c) <= WARM_POOL_MAX_BYTES]),
+            ):  # fmt: skip
+                if not part:
+                    continue
+                have = kernels.setdefault(key, [])
+                have += [k for k in part if k not in have]
+                first.setdefault(key, c)
     return [Cell(c.shape, c.state_dtype, c.tree, key[3], tuple(kernels[key]), "warm",
                  c.gate_floor) for key, c in first.items()]  # fmt: skip
 
