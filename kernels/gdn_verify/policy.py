@@ -107,8 +107,8 @@ class LaunchPolicy:
     path, no commit) runs treewy_persistent.py's kernel on that many programs per SM
     (round 6: slower at T = 4, 401 vs 302 us; 0 keeps the round-5 kernel).
     pipe_verify / pipe_deferred: a PipeConfig routes the verify stream (no commit) /
-    the deferred stream to treewy_pipe.py's pipelined persistent kernel (round 7
-    candidates; None, the default: the round-5 kernel).
+    the deferred stream of windows with BW <= 32 (W <= 32) to treewy_pipe.py's pipelined
+    persistent kernel (round 7 candidates; None, the default: the round-5 kernel).
     """
 
     stream: Mapping = field(default_factory=lambda: _frozen(_STREAM))

@@ -260,7 +260,8 @@ def launch_window(
         gram_precision=prec.gram, policy=policy,
     )  # fmt: skip
     pipe = policy.pipe_config(pending is not None)
-    if pipe is not None and accepted is None and replay_flush is None and store_vt:
+    # BW <= 32 only: at BW = 64 (W = 40) it spills (sm_90: 255 registers + 192 bytes)
+    if pipe is not None and bw <= 32 and accepted is None and replay_flush is None and store_vt:
         launch_pipe_stream(
             q, k, v, log_gate, state_pool, state_slot, mats, cols, o, vt, num_heads=(hk, hv),
             block_v=pick_block_v(bsz * hv, dv, widest=pipe.block_v), num_warps=pipe.num_warps,

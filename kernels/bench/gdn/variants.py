@@ -17,7 +17,8 @@ shared bytes per program from cuobjdump, Triton 3.9 here, 3.6 on the H200): the 
 persistent stream (treewy_pipe.py) keeps one state tile per program in flight in shared
 memory (cp.async) while the previous tile computes; key chunks of 32 cut the registers
 (BKC 128: 252, 64: 168, 32: 132 at 3 stages; 98 at 2 stages), so ~7 two-warp programs
-reside per SM: ~112 KB of state in flight per SM vs ~24 KB for the round-6 kernel.
+reside per SM: ~112 KB of state in flight per SM vs ~24 KB on average for the round-6
+kernel (whose tile sits in registers, in flight only during its own load phase).
 """
 
 from __future__ import annotations
@@ -32,15 +33,19 @@ from .shapes import bytes_moved
 
 __all__ = ["FAMILIES", "VARIANTS", "VARIANT_KERNELS", "best_rows", "family", "variant_cells"]
 
-# name -> (verify pipe, deferred pipe); None leaves that stream on the round-6 kernel
+# name -> (verify pipe, deferred pipe); None leaves that stream on the round-6 kernel.
+# Registers / shared bytes per program, sm_90 compile here (Triton 3.9), T = 4, fp32 state:
+# programs per SM from the H200's 64 K registers and 228 KB shared memory.
 _PIPES: dict[str, tuple[PipeConfig | None, PipeConfig | None]] = {
-    # 2 stages, 32-row dv tile, 2 warps, 32-key chunks: 98 registers, 29.8 KB shared
-    "pipe_a": (PipeConfig(2, 32, 2, 32), PipeConfig(2, 16, 2, 32)),
-    # 3 stages (the slot index one tile further ahead): 132 registers
-    "pipe_b": (PipeConfig(3, 32, 2, 32), PipeConfig(2, 32, 4, 32)),
-    # 4 warps on the 32-row tile: 72 registers, more warps per SM for the math
+    # verify 2 stages, 32-row dv tile, 2 warps, 32-key chunks: 98 regs, 29.8 KB -> 7 / SM
+    # (128 regs at T = 15); deferred 16-row tile, 16-key chunks: 184 regs, 30 KB -> 5 / SM
+    "pipe_a": (PipeConfig(2, 32, 2, 32), PipeConfig(2, 16, 2, 16)),
+    # verify 3 stages (the slot index one more tile ahead): 132 regs -> 7 / SM; deferred
+    # 32-row tile, 4 warps: 191 regs, 41 KB -> 2 / SM
+    "pipe_b": (PipeConfig(3, 32, 2, 32), PipeConfig(2, 32, 4, 16)),
+    # verify 4 warps on the 32-row tile: 72 regs -> 7 / SM (28 warps for the math)
     "pipe_c": (PipeConfig(3, 32, 4, 32), None),
-    # 64-row tile, 4 warps: 128 registers, 49 KB shared, 32 KB of state per program
+    # verify 64-row tile, 4 warps: 101 regs, 49 KB -> 4 / SM, 32 KB of state per program
     "pipe_d": (PipeConfig(2, 64, 4, 32), None),
 }
 VARIANTS: dict[str, LaunchPolicy] = {
@@ -55,7 +60,8 @@ def _label(name: str) -> str:
 
 
 def _entries() -> tuple[Kernel, ...]:
-    out = []
+    out = [Kernel("treewy_prep", "TreeWY stage 1 alone", build_prep, bytes_fn=_prep_bytes,
+                  state_check=False)]  # fmt: skip
     for name, policy in VARIANTS.items():
         pd = _PIPES[name][1]
         cfg = _label(name)
@@ -77,6 +83,38 @@ def _entries() -> tuple[Kernel, ...]:
                 bytes_fn=lambda s, d, w, b, t=None: bytes_moved("deferred", s, d, w, b),
             ))  # fmt: skip
     return tuple(out)
+
+
+def _prep_bytes(shape, state_dtype: str, w: int, b: int, tree=None) -> int:
+    """Stage 1 alone: q, k (bf16), gates and betas read; m1, pm [W, W] and ck, cq [W]
+    (fp32) written per (request, value head)."""
+    hv = shape.num_v_heads
+    reads = 2 * b * w * shape.num_k_heads * shape.dk * 2 + 2 * b * w * hv * 4
+    return reads + 2 * b * hv * (w * w + w) * 4
+
+
+def build_prep(case, ctx: dict):
+    """Stage 1 (the per-head window kernel) alone: a diagnostic of where the verify time
+    goes (verify = stage 1 + the stream). Its outputs are checked through the verify rows
+    of the same cell (same inputs); this row carries their o_err."""
+    from ...gdn_verify import treewy as tw
+    from ...gdn_verify._jit import dot_precision
+    from .registry import Prepared, _treewy_math
+
+    hk, hv = case.q.shape[2], case.v.shape[2]
+    prec = dot_precision(case.pool.dtype, case.q.dtype, None, case.q.device.type)
+    scale = case.q.shape[3] ** -0.5
+
+    def fn():
+        return tw.launch_prep(
+            case.q, case.k, case.log_gate, case.beta, case.parent,
+            scale=scale, num_heads=(hk, hv), gram_precision=prec.gram,
+        )  # fmt: skip
+
+    fn()
+    check = {"err_max_req_head": float("nan"), "state_err": float("nan"),
+             "o_err": float("nan")}  # fmt: skip
+    return Prepared(fn, check, _treewy_math(case), "stage 1 alone (diagnostic)")
 
 
 def _with_config(prep, config: str):
