@@ -25,9 +25,13 @@ from pathlib import Path
 from ..timing import atomic_write, write_csv
 from .checks import COLUMNS as CALIB_COLUMNS
 
-ORDER = ("treewy_verify", "treewy_commit", "treewy_verify_commit", "fused_chain", "deferred",
-         "replay", "storeall", "vllm_storeall", "vllm_decode")  # fmt: skip
-SHORT = {"treewy_verify": "verify", "treewy_commit": "commit", "treewy_verify_commit": "v+c",
+ORDER = ("treewy_prep", "treewy_verify", "treewy_commit", "treewy_verify_commit",
+         "fused_chain", "deferred", "replay", "storeall", "vllm_storeall",
+         "vllm_decode")  # fmt: skip
+# the TreeWY kernels whose committed state the target table's worst error covers
+ERR_KERNELS = ("treewy_commit", "treewy_verify_commit", "fused_chain", "deferred", "replay")
+SHORT = {"treewy_prep": "stage 1 alone", "treewy_verify": "verify", "treewy_commit": "commit",
+         "treewy_verify_commit": "v+c",
          "fused_chain": "fused", "deferred": "deferred", "replay": "replay",
          "storeall": "capsim store-all (tuned)", "vllm_storeall": "vLLM store-all",
          "vllm_decode": "vLLM decode (T=1)"}  # fmt: skip
@@ -37,7 +41,8 @@ def variant_names(rows: list[dict]) -> list[str]:
     """kcode's launch variants present in ``rows`` (variants.py: <family>@<variant>)."""
     from .variants import VARIANT_KERNELS
 
-    return [k.name for k in VARIANT_KERNELS if any(r["kernel"] == k.name for r in rows)]
+    return [k.name for k in VARIANT_KERNELS
+            if "@" in k.name and any(r["kernel"] == k.name for r in rows)]  # fmt: skip
 
 
 def _short(k: str) -> str:
@@ -127,7 +132,7 @@ def target_table(rows: list[dict], shape: str, batch: int = 256) -> str:
                                                         "deferred"))  # fmt: skip
         base = _get(sel, "vllm_storeall", t, tree) or _get(sel, "storeall", t, tree)
         errs = [float(r["err_max_req_head"]) for r in sel if int(r["T"]) == t
-                and r["tree"] == tree and r["kernel"] in ORDER[1:6]
+                and r["tree"] == tree and r["kernel"] in ERR_KERNELS
                 and r["err_max_req_head"] != "nan"]  # fmt: skip
 
         def fmt(r, f):
