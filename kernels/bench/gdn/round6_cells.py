@@ -56,12 +56,14 @@ B256_KERNELS = ("treewy_verify", "treewy_verify_commit", "deferred", "replay", "
 # the tuned capsim store-all (round 5's sweep, BENCHMARKS.md)
 STOREALL_CONFIG = {"float32": {"block_v": 8, "num_warps": 1, "num_stages": 3},
                    "bfloat16": {"block_v": 16, "num_warps": 1, "num_stages": 3}}  # fmt: skip
-# (model, tp) of the TP phase in priority order; 35B TP2 last (measured in the first call
-# at B = 1/64/256 but for replay)
+# (model, tp) of the TP phase in priority order, aligned with the step operators'
+# (round6_ops.STEP_SHAPES / FP8_SHAPES: a deployment needs both): the 80B at TP2 (bf16
+# needs two GPUs) and TP1 (FP8), the 397B at TP4 (FP8), then the rest; 35B TP2 last
+# (measured in the first call at B = 1/64/256 but for replay)
 TP_ORDER = (
-    ("qwen3.5-35b-a3b", 4), ("qwen3-next-80b-a3b", 1), ("qwen3.5-397b-a17b", 4),
-    ("qwen3-next-80b-a3b", 2), ("qwen3.5-35b-a3b", 8), ("qwen3-next-80b-a3b", 4),
-    ("qwen3-next-80b-a3b", 8), ("qwen3.5-35b-a3b", 2),
+    ("qwen3-next-80b-a3b", 2), ("qwen3-next-80b-a3b", 1), ("qwen3.5-397b-a17b", 4),
+    ("qwen3-next-80b-a3b", 4), ("qwen3.5-35b-a3b", 4), ("qwen3-next-80b-a3b", 8),
+    ("qwen3.5-35b-a3b", 8), ("qwen3.5-35b-a3b", 2),
 )  # fmt: skip
 P2_KERNELS = ("treewy_verify_p2", "treewy_verify_commit_p2")
 # do_bench milliseconds of replays per timed kernel: the benchmark's B = 256 cells keep
