@@ -128,7 +128,8 @@ def warm_worker(spec: str, vllm_src: Path) -> int:
     """Worker ``i/n``: run every kernel of its share of the cells once (B = 1 and 64)."""
     i, n = (int(x) for x in spec.split("/"))
     dry = os.environ.get("R6_DRY") == "1"
-    phases = tuple(os.environ.get("R6_WARM_PHASES", ",".join(WARM_PHASES)).split(","))
+    listed = os.environ.get("R6_WARM_PHASES", ",".join(WARM_PHASES)).split(",")
+    phases = tuple(p for p in listed if p)  # none listed: nothing to warm
     todo = warm_cells(dry, phases)
     notes: list[str] = []
     ctx = _ctx(vllm_src, notes) | {"warm": True}
