@@ -228,6 +228,9 @@ def launch_pipe_stream(
     treewy_pipe_kernel[grid](*args, **consts)
 
 
+# programs per SM when the compiled kernel cannot be inspected (kept low: programs past
+# what fits would run as a second wave of whole tile lists)
+FALLBACK_PROGRAMS_PER_SM = 2
 # registers are allocated per warp in units of 256; shared memory per program also
 # reserves 1 KB (CUDA occupancy rules, compute capability 9.0)
 _REG_UNIT = 256

@@ -321,5 +321,7 @@ def launch_window(
         SMALL_PREC=prec.small,
         NATIVE=prec.native,
         num_warps=cfg["num_warps"],
+        # a register cap (policy "maxnreg", round 7 candidate): the GPU compiler only
+        **({"maxnreg": cfg["maxnreg"]} if cfg.get("maxnreg") and prec.native else {}),
     )
     return o, vt

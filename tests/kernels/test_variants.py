@@ -54,7 +54,9 @@ def test_variant_names_map_to_their_family_and_policies_leave_the_default_alone(
     assert {family(n) for n in names} == {"treewy_verify", "treewy_verify_commit", "deferred"}
     assert all("@" in n for n in names)
     assert LaunchPolicy().pipe_verify is None and LaunchPolicy().pipe_deferred is None
-    assert all(p.pipe_verify is not None for p in VARIANTS.values())
+    assert all(p != LaunchPolicy() for p in VARIANTS.values())
+    assert VARIANTS["reg168"].stream_config(16, "verify")["maxnreg"] == 168
+    assert "maxnreg" not in LaunchPolicy().stream_config(16, "verify")
 
 
 def test_occupancy_follows_the_sm90_limits():
