@@ -62,7 +62,7 @@ from .round6_cells import (
 # share of the budget at which each phase must stop (fractions of --budget-s); a phase
 # that ends early leaves its time to the next
 PHASE_END = {
-    "warm": 0.17, "gdn_kc": 0.32, "gdn_main": 0.64, "step_ops": 0.80, "gdn_tp": 0.93,
+    "warm": 0.17, "gdn_kc": 0.35, "gdn_main": 0.65, "step_ops": 0.80, "gdn_tp": 0.93,
     "gdn_cal": 0.98, "gdn_p2": 1.0,
 }  # fmt: skip
 PHASE_ORDER = ("gdn_kc", "gdn_main", "step_ops", "gdn_tp", "gdn_cal", "gdn_p2")
