@@ -291,9 +291,11 @@ def report_rerun(results: Path) -> int:
             print(side_by_side(rows, shape, b))
         print(f"\n### Targets, {shape}, B = 256\n")
         print(target_table(rows, shape, 256))
-        if variant_names(rows):
-            print(f"\n### kcode's variants, {shape}, B = 256\n")
-            print(variant_table(rows, shape, 256))
+        var = set(variant_names(rows))
+        for b in sorted({int(r["B"]) for r in rows if r["kernel"] in var
+                         and r["model_shape"] == shape}, reverse=True):  # fmt: skip
+            print(f"\n### kcode's variants, {shape}, B = {b}\n")
+            print(variant_table(rows, shape, b))
     every = [r for p in sorted(results.glob("round6_rerun_gdn_*.csv")) for r in read(p)]
     for phase, what in (("gdn_cal", "calibration batches"), ("gdn_tp", "TP head counts")):
         sel = [r for r in every if r["phase"] == phase]
