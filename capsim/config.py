@@ -107,6 +107,13 @@ class EngineConfig:
         default=False,
         metadata={"help": "vLLM --disable-custom-all-reduce (no custom all-reduce buffers)"},
     )
+    engine_overhead: str | None = field(
+        default=None,
+        metadata={
+            "help": "engine host cost per step by CUDA-graph mode, a fit of one real engine "
+            "(capsim.cost.engine_overhead: 'measured-h200-vllm0.26'); None: kernels only"
+        },
+    )
     cudagraph_full_graphs: bool = field(
         default=True,
         metadata={
@@ -159,6 +166,10 @@ class EngineConfig:
             not _is_int(self.max_cudagraph_capture_size) or self.max_cudagraph_capture_size < 1
         ):
             _fail(o, "max_cudagraph_capture_size", self.max_cudagraph_capture_size, "must be >= 1")
+        if self.engine_overhead is not None:
+            from capsim.cost.engine_overhead import get_engine_overhead
+
+            get_engine_overhead(self.engine_overhead)
         dtype_bytes(self.conv_state_dtype, field_name="engine.conv_state_dtype")
         if self.ssm_state_dtype is not None:
             dtype_bytes(self.ssm_state_dtype, field_name="engine.ssm_state_dtype")
@@ -376,6 +387,7 @@ class LoadConfig:
 ENGINE_FIELDS_OMITTED_AT_DEFAULT: dict[str, Any] = {
     "quantization": None,
     "max_cudagraph_capture_size": None,
+    "engine_overhead": None,
 }
 """``EngineConfig`` fields newer than the sweep store's point ids -> their default: left
 out of ``SimConfig.to_dict`` at that default (a new field with a default belongs here)."""

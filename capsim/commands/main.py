@@ -283,7 +283,7 @@ def step_time_label(model: dict[str, Any]) -> str:
 @options(*ENGINE_OPTIONS, *SPEC_OPTIONS, *ACCEPTANCE_OPTIONS)
 @options("dataset", "max_concurrency", "request_rate")
 @options("simulate.replay")
-@options("burstiness", "num_prompts", "seed", "step_time", "out")
+@options("burstiness", "num_prompts", "seed", "step_time", "engine_overhead", "out")
 @options("simulate.json")
 @options("simulate.save_result")
 @options("simulate.result_filename")

@@ -148,6 +148,15 @@ SHARED_OPTIONS: dict[str, Opt] = {
         "(default: vLLM's rule for the version and GPU)",
         target="engine",
     ),
+    "engine_overhead": Opt(
+        ("--engine-overhead",),
+        type=click.Choice(["measured-h200-vllm0.26"]),
+        default=None,
+        help="add the engine's host cost per step by CUDA-graph mode (FULL decode / "
+        "PIECEWISE mixed <= largest capture / eager above), fitted on real vLLM 0.26 H200 "
+        "runs (experiments/engine/PLAN.md); default: kernel prices only",
+        target="engine",
+    ),
     "ssm_state_dtype": Opt(
         ("--ssm-state-dtype",),
         type=click.Choice(["float32", "bfloat16"]),

@@ -12,6 +12,33 @@ STEP_TIME_MODELS: tuple[str, ...] = ("roofline", "calibrated")
 
 
 def build_step_time_model(cfg: SimConfig, model: ModelSpec, gpu: GpuSpec) -> StepTimeModel:
+    base = _kernel_model(cfg, model, gpu)
+    if cfg.engine.engine_overhead is None:
+        return base
+    from capsim.cost.engine_overhead import HostBoundStepTime, get_engine_overhead
+    from capsim.memory.cudagraph import CaptureDescs, capture_descs
+
+    eng = cfg.engine
+    fit = get_engine_overhead(eng.engine_overhead)
+    fit.check_covers(cfg.model, gpu.name, eng.vllm_version, eng.tp)
+    seqs, tokens = eng.resolved_batch_defaults(gpu)
+    descs = (
+        CaptureDescs((), ())
+        if eng.enforce_eager
+        else capture_descs(
+            vllm_version=eng.vllm_version,
+            max_num_seqs=seqs,
+            num_spec_tok=cfg.spec.num_draft_nodes,
+            max_num_batched_tokens=tokens,
+            sm100=gpu.is_sm100_family,
+            full_graphs=eng.cudagraph_full_graphs,
+            max_capture_tok=eng.max_cudagraph_capture_size,
+        )
+    )
+    return HostBoundStepTime(base, fit, descs)
+
+
+def _kernel_model(cfg: SimConfig, model: ModelSpec, gpu: GpuSpec) -> StepTimeModel:
     if cfg.step_time == "roofline":
         return RooflineStepTime(
             model, gpu, cfg.engine.tp, cfg.spec, state_dtype=cfg.engine.ssm_state_dtype

@@ -8,9 +8,11 @@ compact by `capsim.live.engine_record`: ``job.json`` (the bench spec), ``server.
 
 capsim runs the same configuration (`capsim simulate -m qwen3.5-35b-a3b -g h200
 --vllm-version 0.26 --gmu G -k K --max-num-seqs N ...`: the same library call) on the same
-request lengths and load. Two predictions (experiments/engine/PLAN.md, decided before
-any run): capsim as shipped, and capsim + delta, where delta is one constant per-step
-engine overhead fitted on the single fit run (FIT_RUNS) and nothing else.
+request lengths and load. Three predictions (experiments/engine/PLAN.md): capsim as
+shipped; capsim + delta, where delta is one constant per-step engine overhead fitted on the
+single fit run of calls 1-2 (FIT_RUNS); and capsim + the engine terms
+(``--engine-overhead measured-h200-vllm0.26``: host cost per step by CUDA-graph mode plus a
+refitted delta, ``capsim.cost.engine_overhead``), fitted on ENGINE_FIT_RUNS only.
 """
 
 from __future__ import annotations
@@ -28,7 +30,8 @@ from capsim.config import EngineConfig, LoadConfig, SimConfig, SpecDecodeConfig
 from capsim.cost.base import BatchShape, StepTimeModel
 from capsim.traces.table import RequestTable
 
-FIT_RUNS: tuple[str, ...] = ("g090_k3_rand_c1",)  # PLAN.md: the only run that fits anything
+FIT_RUNS: tuple[str, ...] = ("g090_k3_rand_c1",)  # PLAN.md 20:01: the delta column's fit run
+ENGINE_OVERHEAD = "measured-h200-vllm0.26"
 METRICS: tuple[str, ...] = (
     "throughput_tok_per_s",
     "ttft_mean_ms",
@@ -85,7 +88,9 @@ def load_run(run_dir: Path) -> RealRun:
     )
 
 
-def sim_config(run: RealRun, num_gpu_blocks: int | None = None) -> SimConfig:
+def sim_config(
+    run: RealRun, num_gpu_blocks: int | None = None, engine_overhead: str | None = None
+) -> SimConfig:
     """capsim's configuration of the run; `num_gpu_blocks` pins the pool to the block
     count the real start-up reported (diagnostic: separates the memory plan's error from
     the scheduler's and the step model's)."""
@@ -97,6 +102,7 @@ def sim_config(run: RealRun, num_gpu_blocks: int | None = None) -> SimConfig:
         enable_prefix_caching=bool(s["enable_prefix_caching"]),
         num_gpu_blocks_override=num_gpu_blocks,
         vllm_version="0.26",
+        engine_overhead=engine_overhead,
     )
     n = len(run.requests)
     if b.get("request_rate") is not None:
@@ -148,7 +154,10 @@ class PlusOverhead:
 
 
 def simulate_run(
-    run: RealRun, delta_s: float = 0.0, num_gpu_blocks: int | None = None
+    run: RealRun,
+    delta_s: float = 0.0,
+    num_gpu_blocks: int | None = None,
+    engine_overhead: str | None = None,
 ) -> dict[str, float]:
     """capsim's metrics for the real run's configuration (same lengths, same load)."""
     from capsim.cost.factory import build_step_time_model
@@ -156,7 +165,7 @@ def simulate_run(
     from capsim.models import get_model
     from capsim.simulate import simulate
 
-    cfg = sim_config(run, num_gpu_blocks)
+    cfg = sim_config(run, num_gpu_blocks, engine_overhead)
     cost = build_step_time_model(cfg, cfg.engine.model_for(get_model(cfg.model)), get_gpu(cfg.gpu))
     if delta_s:
         cost = PlusOverhead(cost, delta_s)
@@ -200,8 +209,11 @@ def startup_blocks(startups_csv: Path, server: dict[str, Any]) -> int | None:
 
 
 def table(runs_root: Path, startups_csv: Path | None = None) -> tuple[pd.DataFrame, float]:
-    """One row per (run, metric): real, capsim, capsim+delta, % errors, fit/predict, pass;
-    plus capsim+delta on the real start-up's block count (diagnostic column)."""
+    """One row per (run, metric): real, capsim, capsim+delta, capsim+engine terms, % errors,
+    fit/predict per column, pass; plus capsim+engine terms on the real start-up's block
+    count (diagnostic column)."""
+    from capsim.live.engine_fit import FIT_RUNS as ENGINE_FIT_RUNS
+
     runs = [load_run(d) for d in sorted(p for p in runs_root.iterdir() if p.is_dir())]
     by = {r.name: r for r in runs}
     fits = [by[n] for n in FIT_RUNS if n in by]
@@ -209,23 +221,27 @@ def table(runs_root: Path, startups_csv: Path | None = None) -> tuple[pd.DataFra
     rows = []
     for r in runs:
         shipped, plus = simulate_run(r), simulate_run(r, delta)
+        eng = simulate_run(r, engine_overhead=ENGINE_OVERHEAD)
         blocks = startup_blocks(startups_csv, r.server) if startups_csv else None
-        diag = simulate_run(r, delta, blocks) if blocks else {}
+        diag = simulate_run(r, 0.0, blocks, ENGINE_OVERHEAD) if blocks else {}
         for m in METRICS:
-            real, a, b = r.metrics[m], shipped[m], plus[m]
-            role = "fit" if r.name in FIT_RUNS else "predict"
+            real, a, b, e = r.metrics[m], shipped[m], plus[m], eng[m]
             rows.append(
                 {
                     "run": r.name,
                     "metric": m,
-                    "role": role,
+                    "role": "fit" if r.name in FIT_RUNS else "predict",
+                    "role_engine": "fit" if r.name in ENGINE_FIT_RUNS else "predict",
                     "real": real,
                     "capsim": a,
                     "capsim_delta": b,
+                    "capsim_engine": e,
                     "err_capsim_pct": _pct(a, real),
                     "err_delta_pct": _pct(b, real),
+                    "err_engine_pct": _pct(e, real),
                     "pass_delta": within(m, real, b),
-                    "capsim_delta_real_blocks": diag.get(m, math.nan),
+                    "pass_engine": within(m, real, e),
+                    "capsim_engine_real_blocks": diag.get(m, math.nan),
                     "err_real_blocks_pct": _pct(diag.get(m, math.nan), real),
                 }
             )

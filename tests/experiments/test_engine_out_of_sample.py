@@ -2,23 +2,63 @@
 
 What holds is asserted against issue 21's thresholds; where capsim misses, the miss is
 asserted as the stated gap (so the table cannot silently turn into a pass or a worse miss
-without this test and experiments/engine/README.md being updated). No run is re-fitted here:
-the one fitted constant (per-step engine overhead) comes from the one PLAN.md fit run.
+without this test and experiments/engine/README.md being updated). No run is re-fitted
+here: the delta column's constant comes from its one PLAN.md fit run (20:01), the engine
+column's four constants from its three fit runs (PLAN.md, addition stamped 23:35), and this
+test recomputes both fits from the committed files.
 """
 
 from __future__ import annotations
 
 import json
+import math
+from dataclasses import asdict
 from pathlib import Path
 
+import numpy as np
 import pandas as pd
 import pytest
 
+from capsim.config import EngineConfig, SimConfig, SpecDecodeConfig
+from capsim.cost.base import BatchShape
+from capsim.cost.engine_overhead import (
+    FULL,
+    MEASURED_H200_VLLM026,
+    NONE,
+    PIECEWISE,
+    HostBoundStepTime,
+    graph_mode,
+)
+from capsim.live.engine_fit import FIT_RUNS as ENGINE_FIT_RUNS
+from capsim.live.engine_fit import first_steps, fit_engine_overhead
 from capsim.live.engine_oos import FIT_RUNS, THRESHOLDS, table, within
+from capsim.memory.cudagraph import capture_descs
 
 ROOT = Path(__file__).resolve().parents[2] / "experiments" / "engine"
 G09 = ("g090_k3_rand_c16", "g090_k3_rand_c64")
 G06 = ("g060_k3_rand_c64", "g060_k3_rand_c128", "g060_k3_rand_c256", "g060_k3_sg_c256")
+CALLS12 = ("g090_k3_rand_c1", *G09, *G06)
+THR, TTFT, P99, TPOT, PEAK = (
+    "throughput_tok_per_s",
+    "ttft_mean_ms",
+    "ttft_p99_ms",
+    "tpot_mean_ms",
+    "peak_running",
+)
+# The engine column (capsim + --engine-overhead measured-h200-vllm0.26) on every predict run:
+# "ok" = within issue 21's threshold; "+" / "-" = a miss of that sign (README: stated gaps).
+ENGINE_VERDICTS: dict[str, dict[str, str]] = {
+    "g090_k3_rand_c1": {THR: "-", TTFT: "ok", P99: "ok", TPOT: "+", PEAK: "ok"},
+    "g090_k3_rand_c16": {THR: "-", TTFT: "-", P99: "ok", TPOT: "+", PEAK: "ok"},
+    "g090_k3_rand_c64": {THR: "ok", TTFT: "-", P99: "ok", TPOT: "+", PEAK: "ok"},
+    "g060_k3_rand_c64": {THR: "-", TTFT: "ok", P99: "ok", TPOT: "+", PEAK: "ok"},
+    "g060_k3_rand_c128": {THR: "-", TTFT: "+", P99: "ok", TPOT: "+", PEAK: "ok"},
+    "g060_k3_rand_c256": {THR: "-", TTFT: "ok", P99: "ok", TPOT: "+", PEAK: "ok"},
+    "g060_k3_sg_c256": {THR: "-", TTFT: "+", P99: "ok", TPOT: "+", PEAK: "ok"},
+    "g090_k0_rand_c1": {THR: "-", TTFT: "ok", P99: "ok", TPOT: "+", PEAK: "ok"},
+    "g090_k0_rand_c64": {THR: "ok", TTFT: "-", P99: "ok", TPOT: "+", PEAK: "ok"},
+    "g090_k0_rand_c256": {THR: "ok", TTFT: "ok", P99: "ok", TPOT: "+", PEAK: "ok"},
+}
 
 
 @pytest.fixture(scope="module")
@@ -36,60 +76,173 @@ def test_table_recomputes_to_the_committed_numbers(computed):
     df, _ = computed
     old = pd.read_csv(ROOT / "out_of_sample.csv")
     assert list(old["run"]) == list(df["run"]) and list(old["metric"]) == list(df["metric"])
-    for col in ("real", "capsim", "capsim_delta", "capsim_delta_real_blocks"):
+    for col in ("real", "capsim", "capsim_delta", "capsim_engine", "capsim_engine_real_blocks"):
         pd.testing.assert_series_equal(old[col], df[col], rtol=1e-5, check_names=False)
 
 
 def test_fit_is_one_run_one_constant(computed):
     df, delta_s = computed
     assert FIT_RUNS == ("g090_k3_rand_c1",)
-    assert 0 < delta_s < 2e-3  # 0.43 ms per step; a sign or unit slip would leave this range
-    fit = _row(df, "g090_k3_rand_c1", "tpot_mean_ms")
+    assert 0 < delta_s < 2e-3  # 0.25 ms per step; a sign or unit slip would leave this range
+    fit = _row(df, "g090_k3_rand_c1", TPOT)
     assert abs(fit["capsim_delta"] - fit["real"]) < 1e-3 * fit["real"]
     assert set(df[df["role"] == "fit"]["run"]) == set(FIT_RUNS)
+
+
+def test_engine_constants_are_the_fit_of_the_committed_step_logs(computed):
+    """The shipped constants equal the PLAN.md fit recomputed from the three fit runs."""
+    df, _ = computed
+    got = fit_engine_overhead(ROOT / "runs")
+    assert asdict(got) == pytest.approx(asdict(MEASURED_H200_VLLM026), rel=1e-9)
+    assert MEASURED_H200_VLLM026.fit_runs == ENGINE_FIT_RUNS
+    assert set(df[df["role_engine"] == "fit"]["run"]) == set(ENGINE_FIT_RUNS)
+    assert not set(ENGINE_VERDICTS) & set(ENGINE_FIT_RUNS)
+    # in sample: the fitted step reproduces each fit run's median first-step latency
+    k3 = SpecDecodeConfig(num_spec_tok=3)
+    from capsim.cost.calibrated import CalibratedStepTime
+    from capsim.gpus import get_gpu
+    from capsim.models import get_model
+
+    base = CalibratedStepTime.from_config(get_model("qwen3.5-35b-a3b"), get_gpu("H200"), 1, k3)
+    descs = capture_descs(
+        vllm_version="0.26", max_num_seqs=1024, num_spec_tok=3, max_num_batched_tokens=8192
+    )
+    eng = HostBoundStepTime(base, MEASURED_H200_VLLM026, descs)
+    for run in ENGINE_FIT_RUNS:
+        fs = first_steps(ROOT / "runs" / run)
+        shape = _prefill(int(fs["num_tok"].iloc[0]))
+        assert eng.step_time_s(shape) == pytest.approx(float(np.median(fs["lat_s"])), rel=1e-9)
+
+
+def _prefill(tok: int, k: int = 3) -> BatchShape:
+    return BatchShape(
+        num_decode_req=0,
+        query_tok_per_decode=1 + k,
+        decode_context_tok=np.zeros(0, np.int64),
+        prefill_new_tok=np.array([tok]),
+        prefill_computed_tok=np.array([0]),
+    )
+
+
+def _decode(reqs: int, k: int) -> BatchShape:
+    return BatchShape(
+        num_decode_req=reqs,
+        query_tok_per_decode=1 + k,
+        decode_context_tok=np.full(reqs, 1024, np.int64),
+        prefill_new_tok=np.zeros(0, np.int64),
+        prefill_computed_tok=np.zeros(0, np.int64),
+    )
+
+
+def test_graph_modes_follow_vllm_026_capture_sizes():
+    d3 = capture_descs(vllm_version="0.26", max_num_seqs=1024, num_spec_tok=3,
+                       max_num_batched_tokens=8192)  # fmt: skip
+    d0 = capture_descs(vllm_version="0.26", max_num_seqs=1024, num_spec_tok=0,
+                       max_num_batched_tokens=8192)  # fmt: skip
+    # the H200 start-ups: "PIECEWISE=49 (largest=512), FULL=49" at k=3, 51 / 51 at k=0
+    assert (d3.count("PIECEWISE"), d3.count("FULL"), d3.largest_tok) == (49, 49, 512)
+    assert (d0.count("PIECEWISE"), d0.count("FULL"), d0.largest_tok) == (51, 51, 512)
+    assert graph_mode(_decode(1, 3), d3) == FULL
+    assert graph_mode(_decode(128, 3), d3) == FULL  # 512 tokens
+    assert graph_mode(_decode(129, 3), d3) == NONE  # 516 tokens: eager, decode or not
+    assert graph_mode(_decode(256, 0), d0) == FULL
+    assert graph_mode(_prefill(128), d3) == PIECEWISE
+    assert graph_mode(_prefill(512), d3) == PIECEWISE
+    assert graph_mode(_prefill(1024), d3) == NONE
+
+
+def test_engine_overhead_is_off_by_default():
+    from capsim.cost.calibrated import CalibratedStepTime
+    from capsim.cost.factory import build_step_time_model
+    from capsim.gpus import get_gpu
+    from capsim.models import get_model
+
+    cfg = SimConfig()
+    assert cfg.engine.engine_overhead is None
+    assert "engine_overhead" not in cfg.to_dict()["engine"]  # sweep point ids unchanged
+    cost = build_step_time_model(cfg, get_model(cfg.model), get_gpu(cfg.gpu))
+    assert isinstance(cost, CalibratedStepTime)
+    with pytest.raises(ValueError, match=r"engine\.engine_overhead='x'"):
+        EngineConfig(engine_overhead="x")
+    # a fit of one deployment: another release (or GPU, model, tp) is refused, naming it
+    other = SimConfig(engine=EngineConfig(engine_overhead="measured-h200-vllm0.26"))
+    with pytest.raises(ValueError, match=r"got vllm_version='0\.33'"):
+        build_step_time_model(other, get_model(other.model), get_gpu(other.gpu))
+
+
+def test_engine_column_verdicts(computed):
+    """Issue 21's thresholds on capsim + engine terms, every predict run: passes asserted
+    as passes, misses as the stated gaps (their sign)."""
+    df, _ = computed
+    pred = set(df[df["role_engine"] == "predict"]["run"])
+    assert pred == set(ENGINE_VERDICTS)
+    for run, verdicts in ENGINE_VERDICTS.items():
+        for metric, want in verdicts.items():
+            r = _row(df, run, metric)
+            ok = within(metric, r["real"], r["capsim_engine"])
+            if want == "ok":
+                assert ok, (run, metric, r["err_engine_pct"])
+            else:
+                assert not ok and math.copysign(1, r["err_engine_pct"]) == (
+                    1 if want == "+" else -1
+                ), (run, metric, r["err_engine_pct"])
 
 
 def test_what_holds(computed):
     df, _ = computed
     for run in G09:  # closed loop, memory not binding: admitted = concurrency
-        r = _row(df, run, "peak_running")
-        assert within("peak_running", r["real"], r["capsim_delta"])
+        r = _row(df, run, PEAK)
+        assert within(PEAK, r["real"], r["capsim_delta"])
     for run in ("g090_k3_rand_c64", "g060_k3_rand_c64"):
-        r = _row(df, run, "ttft_p99_ms")
-        assert within("ttft_p99_ms", r["real"], r["capsim_delta"])
+        r = _row(df, run, P99)
+        assert within(P99, r["real"], r["capsim_delta"])
     # the scheduler given the real pool: admitted requests at the memory-bound knee match
     for run in G06:
-        r = _row(df, run, "peak_running")
-        assert r["real"] == 44 and r["capsim_delta_real_blocks"] == r["real"]
+        r = _row(df, run, PEAK)
+        assert r["real"] == 44 and r["capsim_engine_real_blocks"] == r["real"]
     # the memory plan (issue 25's wing: 596 blocks where vLLM has 580, was 704): capsim's own
     # pool admits 45 requests at the knee, real 44, within issue 21's 5 %
     for run in G06:
-        r = _row(df, run, "peak_running")
-        assert r["capsim_delta"] == 45 and within("peak_running", r["real"], r["capsim_delta"])
+        r = _row(df, run, PEAK)
+        assert r["capsim_delta"] == 45 and within(PEAK, r["real"], r["capsim_delta"])
+    # k=0 decode under load, kernels only (capsim as shipped): within 3 % of the real TPOT
+    for run in ("g090_k0_rand_c64", "g090_k0_rand_c256"):
+        r = _row(df, run, TPOT)
+        assert abs(r["err_capsim_pct"]) < 3, (run, r["err_capsim_pct"])
 
 
-def test_stated_gaps(computed):
-    """The misses experiments/engine/README.md states, each still a miss of that sign."""
+def test_stated_gaps_of_calls_1_2(computed):
+    """The misses experiments/engine/README.md states for calls 1-2 (delta column)."""
     df, _ = computed
-    pred = df[df["role"] == "predict"]
-    for run in pred["run"].unique():
-        thr = _row(df, run, "throughput_tok_per_s")  # capsim too fast: +25..+73%
-        assert not within("throughput_tok_per_s", thr["real"], thr["capsim_delta"])
+    for run in CALLS12:
+        if run in FIT_RUNS:
+            continue
+        thr = _row(df, run, THR)  # capsim too fast: +25..+60%
+        assert not within(THR, thr["real"], thr["capsim_delta"])
         assert thr["err_delta_pct"] > 10
-        ttft = _row(df, run, "ttft_mean_ms")  # prefill: real 145 ms for 1024 tok at c=1
+        ttft = _row(df, run, TTFT)  # prefill: real 145 ms for 1024 tok at c=1
         assert ttft["err_delta_pct"] < -20 and ttft["capsim_delta"] + 15 < ttft["real"]
-        tpot = _row(df, run, "tpot_mean_ms")  # decode under load: -11..-32%
+        tpot = _row(df, run, TPOT)  # decode under load: -14..-37%
         assert tpot["err_delta_pct"] < -10
-    c1 = _row(df, "g090_k3_rand_c1", "ttft_mean_ms")
+    c1 = _row(df, "g090_k3_rand_c1", TTFT)
     assert c1["real"] > 3 * c1["capsim"]
 
 
 def test_synthetic_acceptance_matches_the_rates_given():
+    """Measured per-position acceptance within 4 binomial standard errors of the rate the
+    server was given (n = the run's drafts: ~650 at concurrency 1, 5,000-41,000 loaded)."""
     rates = (0.8522, 0.726245, 0.618906)
+    seen = 0
     for d in sorted((ROOT / "runs").iterdir()):
+        if json.loads((d / "server.json").read_text())["num_speculative_tokens"] == 0:
+            continue
         s = json.loads((d / "bench_summary.json").read_text())
         got = s["spec_decode_per_position_acceptance_rates"]  # fractions
-        assert all(abs(g - r) < 0.03 for g, r in zip(got, rates, strict=True)), (d.name, got)
+        n = json.loads((d / "counters_delta.json").read_text())["vllm:spec_decode_num_drafts_total"]
+        for g, r in zip(got, rates, strict=True):
+            assert abs(g - r) < 4 * math.sqrt(r * (1 - r) / n), (d.name, got, n)
+        seen += 1
+    assert seen == 10
 
 
 def test_thresholds_are_the_issues():

@@ -1,0 +1,135 @@
+"""Diagnostic (no fit): the real engine's step period by batch shape vs capsim's step model.
+
+    PYTHONPATH=. python3 experiments/engine/step_diagnostic.py [RUN ...]
+
+For each committed run with a step log (runs/<run>/steps.csv): every step's cost on the real
+engine, read as the gap between its schedule and the next schedule (``t_sched_s[i+1] -
+t_sched_s[i]``). vLLM 0.26 keeps two batches in flight and, on one GPU, launches a batch in
+the scheduling thread: the next batch is scheduled once this one is launched and (queue
+full) the one before it is done, so the gap is max(this batch's host launch, the GPU wait).
+The gap between consecutive outputs (``t_done_s``) is shifted by one: a decode step followed
+by an eager one shows the eager launch in its own output gap. Steps after an idle engine
+(gap > 1 s) are dropped. Compared with capsim's kernel price of the same shape (calibrated tables,
+k of the run) and capsim + the fitted engine terms (capsim.cost.engine_overhead). Shapes
+are rebuilt from the log's counts: decode contexts at their mean, the prefill tokens split
+evenly over the step's prefill requests, each at 0 computed tokens (the log does not say
+how far each chunk is into its prompt: an approximation, stated). Grouped by CUDA-graph
+mode, requests and tokens (groups of >= 2 steps); medians. Writes step_diagnostic.md here.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+from capsim.config import SpecDecodeConfig
+from capsim.cost.base import BatchShape
+from capsim.cost.calibrated import CalibratedStepTime
+from capsim.cost.engine_overhead import MEASURED_H200_VLLM026, HostBoundStepTime, graph_mode
+from capsim.gpus import get_gpu
+from capsim.memory.cudagraph import capture_descs
+from capsim.models import get_model
+
+HERE = Path(__file__).resolve().parent
+RUNS = ("g090_k0_rand_c64", "g090_k0_rand_c256", "g090_k0_rand_c1", "g090_k3_rand_c1_steps")
+
+
+def shapes(steps: pd.DataFrame, k: int) -> list[BatchShape]:
+    out = []
+    for r in steps.itertuples():
+        n_pre = int(r.num_req - r.num_decode_req)
+        dec = int(r.num_decode_req)
+        ctx = r.decode_ctx_tok / dec if dec else 0
+        pre = np.full(n_pre, r.num_prefill_tok // max(n_pre, 1), np.int64)
+        if n_pre:
+            pre[0] += r.num_prefill_tok - pre.sum()
+        out.append(
+            BatchShape(
+                num_decode_req=dec,
+                query_tok_per_decode=1 + k,
+                decode_context_tok=np.full(dec, int(ctx), np.int64),
+                prefill_new_tok=pre,
+                prefill_computed_tok=np.zeros(n_pre, np.int64),
+            )
+        )
+    return out
+
+
+def diagnose(run: str) -> pd.DataFrame:
+    d = HERE / "runs" / run
+    steps = pd.read_csv(d / "steps.csv")
+    k = 3 if "_k3_" in run else 0
+    base = CalibratedStepTime.from_config(
+        get_model("qwen3.5-35b-a3b"), get_gpu("H200"), 1, SpecDecodeConfig(num_spec_tok=k)
+    )
+    descs = capture_descs(
+        vllm_version="0.26", max_num_seqs=1024, num_spec_tok=k, max_num_batched_tokens=8192
+    )
+    eng = HostBoundStepTime(base, MEASURED_H200_VLLM026, descs)
+    sh = shapes(steps, k)
+    df = pd.DataFrame(
+        {
+            "mode": [graph_mode(s, descs) for s in sh],
+            "num_req": steps["num_req"],
+            "num_tok": steps["num_tok"],
+            "prefill": steps["num_prefill_tok"] > 0,
+            "period_ms": 1e3 * (steps["t_sched_s"].shift(-1) - steps["t_sched_s"]),
+            "capsim_ms": [1e3 * base.step_time_s(s) for s in sh],
+            "engine_ms": [1e3 * eng.step_time_s(s) for s in sh],
+        }
+    ).iloc[:-1]
+    return df[df["period_ms"] < 1e3]
+
+
+def summary(run: str, df: pd.DataFrame) -> str:
+    bins = [0, 1, 2, 8, 16, 32, 48, 64, 128, 256, 512, 1024]
+    tok_bins = [0, 512, 2048, 8192]
+    df = df.assign(req_bin=pd.cut(df["num_req"], bins), tok_bin=pd.cut(df["num_tok"], tok_bins))
+    g = df.groupby(["mode", "prefill", "req_bin", "tok_bin"], observed=True).agg(
+        steps=("period_ms", "size"),
+        tokens=("num_tok", "median"),
+        real_ms=("period_ms", "median"),
+        capsim_ms=("capsim_ms", "median"),
+        engine_ms=("engine_ms", "median"),
+    )
+    g = g[g["steps"] >= 2].reset_index()
+    lines = [
+        f"### {run}",
+        "",
+        "| mode | prefill in step | requests | tokens | steps | tokens (median) | "
+        "real sched-to-sched ms | capsim ms (err) | capsim+engine ms (err) |",
+        "|" + "---|" * 9,
+    ]
+    for r in g.itertuples():
+        e1, e2 = (100 * (r.capsim_ms / r.real_ms - 1), 100 * (r.engine_ms / r.real_ms - 1))
+        lines.append(
+            f"| {r.mode} | {'yes' if r.prefill else 'no'} | {r.req_bin} | {r.tok_bin} | "
+            f"{r.steps} | "
+            f"{r.tokens:.0f} | {r.real_ms:.2f} | {r.capsim_ms:.2f} ({e1:+.0f}%) | "
+            f"{r.engine_ms:.2f} ({e2:+.0f}%) |"
+        )
+    return "\n".join(lines) + "\n"
+
+
+def main(argv: list[str]) -> int:
+    runs = argv or list(RUNS)
+    text = (
+        "# Step periods of the real engine vs capsim (diagnostic, no fit)\n\n"
+        + __doc__.split("\n\n", 2)[2].split("    PYTHONPATH")[0]
+        + "\n"
+        + "\n".join(summary(r, diagnose(r)) for r in runs)
+    )
+    if not argv:
+        tmp = HERE / "step_diagnostic.md.tmp"
+        tmp.write_text(text)
+        os.replace(tmp, HERE / "step_diagnostic.md")
+    print(text)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
