@@ -125,3 +125,17 @@ def test_vllm_src_follows_the_environment(tmp_path):
     out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True,
                          check=True).stdout.strip()  # fmt: skip
     assert out == str(tmp_path / "carried")
+
+
+def test_platform_stub_takes_vllms_int_capability(monkeypatch):
+    """The 2026-12-02 call lost its FP8 rows: vLLM's FP8 MoE path asks
+    ``current_platform.is_device_capability(90)`` and the stub did ``tuple(90)`` (only on a
+    GPU: on the CPU the capability is None)."""
+    import torch
+    from capsim_kernels.bench import vllm_shim
+
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "get_device_capability", lambda device=0: (9, 0))
+    plat = vllm_shim._Platform()
+    assert plat.is_device_capability(90) and plat.is_device_capability((9, 0))
+    assert not plat.is_device_capability(100) and not plat.is_device_capability((10, 0))
