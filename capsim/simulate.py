@@ -49,7 +49,13 @@ def step_time_label(desc: dict[str, object]) -> str:
     if proj:
         return f"{kind}, {proj}" if isinstance(proj, str) else f"{kind}, PROJECTION"
     measured = desc.get("measured_gpu")
-    return f"{kind}, measured on {measured}" if measured else kind
+    label = f"{kind}, measured on {measured}" if measured else kind
+    # the parts of a measured price that are not measurements say so
+    if desc.get("tp_allreduce"):
+        label += "; TP all-reduce analytical (PROJECTION from the NVLink figure)"
+    if desc.get("gdn_window_interpolation"):
+        label += f"; GDN window interpolated ({desc['gdn_window_interpolation']})"
+    return label
 
 
 def pool_layout(

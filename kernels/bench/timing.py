@@ -39,8 +39,9 @@ def measure_copy_gbps() -> float:
     return 2 * n * 4 / (ms * 1e-3) / 1e9
 
 
-def time_graph_us(fn: Callable[[], object]) -> tuple[float, float, float]:
-    """p20/p50/p80 in µs of CUDA-graph replays of ``fn`` (compiled and warmed first)."""
+def time_graph_us(fn: Callable[[], object], rep_ms: float = 25.0) -> tuple[float, float, float]:
+    """p20/p50/p80 in µs of CUDA-graph replays of ``fn`` (compiled and warmed first), over
+    ``rep_ms`` of replays (each after an L2 flush)."""
     import torch
     import triton
 
@@ -55,6 +56,6 @@ def time_graph_us(fn: Callable[[], object]) -> tuple[float, float, float]:
     with torch.cuda.graph(graph):
         fn()
     torch.cuda.synchronize()
-    q = triton.testing.do_bench(graph.replay, warmup=5, rep=25, quantiles=[0.2, 0.5, 0.8])
+    q = triton.testing.do_bench(graph.replay, warmup=5, rep=rep_ms, quantiles=[0.2, 0.5, 0.8])
     del graph
     return tuple(1e3 * x for x in q)

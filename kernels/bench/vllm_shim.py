@@ -192,8 +192,12 @@ class _Platform:
         return _Capability(torch.cuda.get_device_capability(device_id)) if self._cuda() else None
 
     def is_device_capability(self, cap, device_id: int = 0) -> bool:
+        """vLLM's signature: ``cap`` a (major, minor) tuple or an int such as 90 (the FP8
+        MoE path asks ``is_device_capability(90)``)."""
         got = self.get_device_capability(device_id)
-        return got is not None and tuple(got) == tuple(cap)
+        if got is None:
+            return False
+        return got.to_int() == cap if isinstance(cap, int) else tuple(got) == tuple(cap)
 
     def is_device_capability_family(self, capability: int, device_id: int = 0) -> bool:
         got = self.get_device_capability(device_id)

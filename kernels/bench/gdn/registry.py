@@ -149,7 +149,14 @@ def build_verify(case: Case, ctx: dict, policy=None) -> Prepared:
     def fn():
         ck.treewy_verify(*_args(case), pool, case.slot, case.parent, policy=policy)
 
-    return Prepared(fn, check, _treewy_math(case), "persistent x2" if policy else "")
+    return Prepared(fn, check, _treewy_math(case), _policy_label(policy))
+
+
+def _policy_label(policy) -> str:
+    """The row's ``config``: what a variant's LaunchPolicy changes from the default."""
+    if policy is None:
+        return ""
+    return "persistent x2" if getattr(policy, "persistent_ctas_per_sm", 0) else "policy"
 
 
 def build_commit(case: Case, ctx: dict) -> Prepared:
@@ -185,9 +192,7 @@ def build_verify_commit(case: Case, ctx: dict, policy=None) -> Prepared:
     check = head_errors(tr.accepted_state, _committed(case, pool)) | {"o_err": out_error(tr.o, o)}
     del pool
     tpool = case.pool.clone()
-    return Prepared(
-        lambda: run(tpool), check, _treewy_math(case), "persistent x2" if policy else ""
-    )
+    return Prepared(lambda: run(tpool), check, _treewy_math(case), _policy_label(policy))
 
 
 def build_fused(case: Case, ctx: dict) -> Prepared:
@@ -237,7 +242,7 @@ def build_deferred(case: Case, ctx: dict, policy=None) -> Prepared:
         ck.treewy_deferred_verify(*_args(case), tpool, case.slot, case.parent, tping, tpong,
                                   policy=policy)  # fmt: skip
 
-    return Prepared(fn, check, _treewy_math(case))
+    return Prepared(fn, check, _treewy_math(case), _policy_label(policy))
 
 
 def storeall_pool(case: Case):

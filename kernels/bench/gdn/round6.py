@@ -1,26 +1,34 @@
 """Round 6: one device call, one timing method, for the benchmark and the calibration tables.
 
     python3 -m capsim_kernels.bench.gdn.round6 --out DIR [--budget-s 450] [--workers 15]
-    TRITON_INTERPRET=1 python3 -m capsim_kernels.bench.gdn.round6 --out DIR --dry-run
+    TRITON_INTERPRET=1 python3 -m capsim_kernels.bench.gdn.round6 --out DIR --dry-run [--smoke]
 
-Under its own deadline, in priority order (each phase has its own share, so a slow phase
-cannot starve the next; whatever is not reached is listed in the metadata):
+Under its own deadline, in priority order (each phase must stop at its share of the
+budget, PHASE_END, so a slow phase cannot starve the next; one that ends early leaves its
+time to the next; whatever is not reached is listed in the metadata):
 
-1. compile warm-up: worker processes run every registry kernel once at B = 1 and 64 for
-   every GDN cell of the run, filling Triton's cache in parallel (CPU-bound compiles);
+1. compile warm-up: worker processes run every kernel of every compile key of the GDN
+   phases once (heads, state dtype, parent array, B = 1 or 256: the launch policy's two
+   sides), in the phases' priority order, filling Triton's cache in parallel;
 2. copy bandwidth (2 GiB device-to-device, read + write), the floor of every row;
-3. GDN (registry.KERNELS) at the 35B TP1 and 397B TP8 shapes, T = 1..9, 15, 40 chains and
-   the shipped trees (2,2,2), (3,3,3), B = 1, 8, 32, 64, 128, 256: every kernel checked
-   against a float64 recurrence over all requests before it is timed (worst per-(request,
-   head) error in the row), then CUDA-graph replays with the L2 flushed;
-4. step operators at per-GPU TP shapes the step model lacks (vLLM 0.33's kernels through
-   step.points.measure_shapes: fused MoE, attention, conv, GDN prefill; torch GEMM, norm,
-   sampling), vLLM's Triton FP8 fused MoE (w8a8, 128x128 blocks) and FP8 GEMMs;
-5. GDN at the remaining per-GPU head counts of TP 1/2/4/8 of every preset (chains);
-6. kcode's opt-in persistent verify stream next to the default (B = 256).
+3. gdn_kc: kcode's launch variants (variants.py) next to the defaults of their families,
+   B = 256 (T = 4 both shapes, the 35B's T = 2..9, 15, (2,2,2)) and B = 64 at T = 4;
+   gdn_main, the benchmark (35B TP1 and 397B TP8 shapes, fp32, T = 1..9, 15, 40 chains and
+   the trees (2,2,2), (3,3,3)): B = 256 (replay, vLLM's store-all and the defaults gdn_kc
+   did not time), the slow-gate (0.9-1) accuracy cell, then
+   B = 64 and 1 with every kernel. Every kernel is checked against a float64 recurrence
+   over all requests before it is timed (worst per-(request, head) error in the row),
+   then CUDA-graph replays with the L2 flushed;
+4. step_ops: operators at per-GPU TP shapes the step model lacks (vLLM 0.33's kernels
+   through step.points.measure_shapes; classes already in capsim's table are skipped),
+   vLLM's Triton FP8 fused MoE (w8a8, 128x128 blocks) and FP8 GEMMs;
+5. gdn_tp: the step model's kernels at the per-GPU head counts of TP 1/2/4/8 of every
+   preset (chains; two batch sizes at T = 1, 2, 4, 9 for every pair first);
+6. gdn_cal: B = 8, 32, 128 at the main shapes, the step model's kernels;
+(gdn_p2, kcode's persistent verify stream of the first call, only when named).
 
 Each phase runs in child processes (a CUDA fault in one cell cannot take the rest of the
-call: the phase resumes after the cell that crashed). Writes DIR/round6_gdn_<phase>.csv
+call: the phase resumes after the cell that crashed). Writes DIR/round6_<phase>.csv
 (GDN_COLUMNS, after every cell), DIR/round6_step_ops.csv (model_step's schema),
 DIR/round6_meta.json (checks_ok, notes, phase times); progress files go to R6_WORK.
 """
@@ -46,43 +54,83 @@ from .round6_cells import (
     STOREALL_CONFIG,
     Cell,
     _ctx,
-    main_cells,
+    main_kernels,
     measure_cell,
-    tp_cells,
+    phase_cells,
 )
 
-# share of the budget at which each phase must stop (fractions of --budget-s)
-# gdn_kc (kcode's launch variants, bench/gdn/variants.py) is opt-in: first when listed
-PHASE_END = {"warm": 0.26, "gdn_main": 0.56, "step_ops": 0.76, "gdn_tp": 0.92, "gdn_p2": 0.97,
-             "gdn_kc": 0.45}  # fmt: skip
+# share of the budget at which each phase must stop (fractions of --budget-s); a phase
+# that ends early leaves its time to the next
+PHASE_END = {
+    "warm": 0.17, "gdn_kc": 0.35, "gdn_main": 0.65, "step_ops": 0.80, "gdn_tp": 0.93,
+    "gdn_cal": 0.98, "gdn_p2": 1.0,
+}  # fmt: skip
+PHASE_ORDER = ("gdn_kc", "gdn_main", "step_ops", "gdn_tp", "gdn_cal", "gdn_p2")
+DEFAULT_PHASES = "warm,gdn_kc,gdn_main,step_ops,gdn_tp,gdn_cal"
 WORK = Path(os.environ.get("R6_WORK", "/tmp/r6work"))  # progress files (not returned)
+
+
+def warm_batch(cell: Cell, dry: bool) -> int:
+    """The batch a cell's compiles are warmed at: 1 for B = 1; else 64 where B * Hv >= 512
+    at B = 64 (the launch policy's switch of tiles and kernels: 64 and 256 sit on the same
+    side, and 64 keeps 15 concurrent workers' store-all pools small), else 256 (3 dry)."""
+    if cell.batch == 1:
+        return 1
+    if dry:
+        return 3
+    return 64 if 64 * cell.shape.num_v_heads >= 512 else 256
 
 
 def warm_key(cell: Cell, batch: int) -> tuple:
     """What a compile depends on: heads, state dtype, the window's parent array (a label
-    such as 'chain' does not name T), the batch's specialisation and the kernels."""
-    return (cell.shape.heads_key, cell.state_dtype, cell.tree.parent, batch, cell.kernels)
+    such as 'chain' does not name T) and the batch's specialisation."""
+    return (cell.shape.heads_key, cell.state_dtype, cell.tree.parent, batch)
 
 
-def warm_cells(dry: bool, kc: bool = False) -> list[Cell]:
-    """The warm-up's cells: every distinct compile of the run at B = 1 and 64 (2 dry);
-    ``kc``: also kcode's variant cells (phase gdn_kc), listed first."""
-    from .round6_cells import kc_cells
+WARM_PHASES = ("gdn_kc", "gdn_main", "gdn_tp", "gdn_cal")
+# vLLM's GDN ops take the batch as a tl.constexpr (fused_sigmoid_gating.py, the packed
+# decode's strides): one compile per batch size, so they are warmed at every B of the run
+PER_BATCH_KERNELS = ("vllm_storeall", "vllm_decode")
+# ... except where a store-all pool passes this size (15 workers at once must fit the GPU):
+# those compile in line (~1 s each)
+WARM_POOL_MAX_BYTES = 6 * 2**30
 
-    keys, todo = set(), []
-    for c in (kc_cells(dry) if kc else []) + main_cells(dry) + tp_cells(dry):
-        for b in (1, 2 if dry else 64):
-            if warm_key(c, b) not in keys:
-                keys.add(warm_key(c, b))
-                todo.append(Cell(c.shape, c.state_dtype, c.tree, b, c.kernels, "warm"))
-    return todo
+
+def _pool_bytes(c: Cell) -> int:
+    per = c.shape.num_v_heads * c.shape.dk * c.shape.dv * (4 if c.state_dtype == "float32" else 2)
+    return c.batch * (c.tree.num_nodes + 1) * per
+
+
+def warm_cells(dry: bool, phases: tuple[str, ...] = WARM_PHASES) -> list[Cell]:
+    """The warm-up's cells: every distinct compile of the run's phases, in their priority
+    order, each with the union of the kernels timed at that compile key (capsim's and
+    kcode's kernels per warm_batch; vLLM's per batch size, PER_BATCH_KERNELS)."""
+    kernels: dict[tuple, list[str]] = {}
+    first: dict[tuple, Cell] = {}
+    for phase in phases:
+        for c in phase_cells(phase, dry):
+            names = c.kernels or main_kernels()
+            for key, part in (
+                (warm_key(c, warm_batch(c, dry)), [k for k in names if k not in PER_BATCH_KERNELS]),
+                ((*warm_key(c, c.batch), "vllm"), [k for k in names if k in PER_BATCH_KERNELS
+                                                   and _pool_bytes(c) <= WARM_POOL_MAX_BYTES]),
+            ):  # fmt: skip
+                if not part:
+                    continue
+                have = kernels.setdefault(key, [])
+                have += [k for k in part if k not in have]
+                first.setdefault(key, c)
+    return [Cell(c.shape, c.state_dtype, c.tree, key[3], tuple(kernels[key]), "warm",
+                 c.gate_floor) for key, c in first.items()]  # fmt: skip
 
 
 def warm_worker(spec: str, vllm_src: Path) -> int:
     """Worker ``i/n``: run every kernel of its share of the cells once (B = 1 and 64)."""
     i, n = (int(x) for x in spec.split("/"))
     dry = os.environ.get("R6_DRY") == "1"
-    todo = warm_cells(dry, kc=os.environ.get("R6_WARM_KC") == "1")
+    listed = os.environ.get("R6_WARM_PHASES", ",".join(WARM_PHASES)).split(",")
+    phases = tuple(p for p in listed if p)  # none listed: nothing to warm
+    todo = warm_cells(dry, phases)
     notes: list[str] = []
     ctx = _ctx(vllm_src, notes) | {"warm": True}
     device = "cuda" if not dry else "cpu"
@@ -97,12 +145,11 @@ def warm_worker(spec: str, vllm_src: Path) -> int:
 
 
 def warm(workers: int, vllm_src: Path, deadline: float, dry: bool, notes: list[str],
-         kc: bool = False) -> float:  # fmt: skip
-    """Start ``workers`` warm-up processes and wait for them (at most until ``deadline``);
-    ``kc``: kcode's variant cells are warmed too (first)."""
+         phases: tuple[str, ...]) -> float:  # fmt: skip
+    """Start ``workers`` warm-up processes and wait for them (at most until ``deadline``)."""
     t0 = time.monotonic()
     env = {**os.environ, "R6_DRY": "1" if dry else "0", "PYTHONUNBUFFERED": "1",
-           "R6_WARM_KC": "1" if kc else "0"}  # fmt: skip
+           "R6_WARM_PHASES": ",".join(p for p in phases if p in CELLS)}  # fmt: skip
     procs = [
         subprocess.Popen(
             [
@@ -142,12 +189,12 @@ def _read_rows(path: Path) -> list[dict]:
 
 def run_phase(phase: str, args, start: int) -> int:
     """Child process: the cells of ``phase`` from index ``start`` until the phase deadline
-    (epoch seconds); rows appended to DIR/round6_gdn_<phase>.csv after every cell; the index
+    (epoch seconds); rows appended to DIR/round6_<phase>.csv after every cell; the index
     of the cell being measured in WORK/<phase>.progress (a crash is resumed after it)."""
     device = "cpu" if args.dry_run else "cuda"
     notes: list[str] = []
-    cells = CELLS[phase](args.dry_run)
-    out = args.out / f"round6_gdn_{phase}.csv"
+    cells = phase_cells(phase, args.dry_run)
+    out = args.out / f"round6_{phase}.csv"  # round6_gdn_main.csv, ...
     rows = _read_rows(out) if start else []
     ctx = _ctx(args.vllm_src, notes)
     i = start
@@ -194,7 +241,8 @@ def _child(args, phase: str, start: int, deadline: float) -> int:
            "--start", str(start), "--copy-gbps", str(args.copy_gbps), "--deadline-epoch",
            str(deadline), "--vllm-src", str(args.vllm_src)] + (["--dry-run"] if args.dry_run
                                                                 else [])  # fmt: skip
-    env = {**os.environ, "PYTHONUNBUFFERED": "1", "CAPSIM_VLLM_SRC": str(args.vllm_src)}
+    env = {**os.environ, "PYTHONUNBUFFERED": "1", "CAPSIM_VLLM_SRC": str(args.vllm_src),
+           "R6_DRY": "1" if args.dry_run else "0"}  # fmt: skip
     proc = subprocess.Popen(cmd, env=env)
     try:
         return proc.wait(timeout=max(1.0, deadline - time.time() + 15.0))
@@ -232,7 +280,9 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--vllm-src", type=Path, default=Path(".vllmwheel/src"))
     p.add_argument("--commit", default="unknown")
     p.add_argument("--dry-run", action="store_true", help="CPU, tiny shapes (TRITON_INTERPRET=1)")
-    p.add_argument("--phases", default="warm,gdn_main,step_ops,gdn_tp,gdn_p2")
+    p.add_argument("--smoke", action="store_true",
+                   help="each phase's first cell per kernel set only (R6_SMOKE=1)")  # fmt: skip
+    p.add_argument("--phases", default=DEFAULT_PHASES)
     p.add_argument("--warm-worker", default=None, help=argparse.SUPPRESS)
     p.add_argument("--phase", default=None, help=argparse.SUPPRESS)
     p.add_argument("--start", type=int, default=0, help=argparse.SUPPRESS)
@@ -263,14 +313,17 @@ def _meta(args, device: str) -> dict:
 
 
 def _collect(args, meta: dict) -> None:
-    """Phase notes and the checks summary from the children's files."""
+    """Phase notes and the checks summary from the children's files (recomputed whole at
+    every call: idempotent)."""
+    notes: list[str] = []
     for path in sorted(WORK.glob("*.notes.jsonl")):
         for line in path.read_text().splitlines():
-            meta["notes"] += json.loads(line)["notes"]
+            notes += json.loads(line)["notes"]
     if (WORK / "step_ops.json").is_file():
         step = json.loads((WORK / "step_ops.json").read_text())
         meta["step_ops"] = step["meta"]
-        meta["notes"] += step["notes"]
+        notes += step["notes"]
+    meta["phase_notes"] = notes
     rows = [r for p in sorted(args.out.glob("round6_gdn_*.csv")) for r in _read_rows(p)]
     timed = [r for r in rows if r.get("p50_us")]
     # a kernel whose float64 check failed is never timed: every timed row passed its check
@@ -285,6 +338,8 @@ def _collect(args, meta: dict) -> None:
 
 def main(argv: list[str] | None = None) -> int:
     args = _parser().parse_args(argv)
+    if args.smoke:  # children and warm-up workers inherit it
+        os.environ["R6_SMOKE"] = "1"
     if args.warm_worker is not None:
         return warm_worker(args.warm_worker, args.vllm_src)
     WORK.mkdir(parents=True, exist_ok=True)
@@ -308,13 +363,16 @@ def main(argv: list[str] | None = None) -> int:
     end = {k: t0 + f * args.budget_s for k, f in PHASE_END.items()}
 
     def save() -> None:
+        # the checks summary after every phase: a run killed later still returns a meta
+        # that says whether its rows passed their float64 checks
+        _collect(args, meta)
         meta["elapsed_s"] = round(time.time() - t0, 1)
         atomic_write(args.out / "round6_meta.json", json.dumps(meta, indent=1, default=str))
 
     if "warm" in phases and args.workers > 0:
         meta["phase_s"]["warm"] = round(
             warm(args.workers, args.vllm_src, time.monotonic() + end["warm"] - time.time(),
-                 args.dry_run, meta["notes"], kc="gdn_kc" in phases), 1)  # fmt: skip
+                 args.dry_run, meta["notes"], tuple(phases)), 1)  # fmt: skip
         save()
     from ..timing import measure_copy_gbps
 
@@ -322,13 +380,12 @@ def main(argv: list[str] | None = None) -> int:
     meta["copy_gbps"] = round(args.copy_gbps, 1)
     print(f"copy bandwidth {args.copy_gbps:.1f} GB/s (read + write)", flush=True)
     save()
-    for phase in ("gdn_kc", "gdn_main", "step_ops", "gdn_tp", "gdn_p2"):
+    for phase in PHASE_ORDER:
         if phase in phases:
             t1 = time.time()
             orchestrate_phase(args, phase, end[phase], meta)
             meta["phase_s"][phase] = round(time.time() - t1, 1)
             save()
-    _collect(args, meta)
     save()
     print(f"round6 done: {meta['num_timed']} timed GDN rows, {meta['elapsed_s']} s", flush=True)
     return 0

@@ -32,22 +32,44 @@ WINDOWS = (
     *(TreeSpec.chain(t) for t in (4, 1, 2, 3, 5, 6, 7, 8, 9)),
     TreeSpec.chain(15), TreeSpec((2, 2, 2)), TreeSpec.chain(40), TreeSpec((3, 3, 3)),
 )  # fmt: skip
-# the benchmark's B first (both shapes), then the calibration's extra batch sizes
-BATCHES = (256, 1, 64, 8, 32, 128)
+# the benchmark's B first (both shapes, issue 19's "Done when" B = 256 / 64 / 1), then the
+# calibration's extra batch sizes (gdn_cal: the step model's kernels only)
+BATCHES = (256, 64, 1)
+CAL_BATCHES = (8, 32, 128)
 TP_BATCHES = (256, 1, 64)
-TP_KERNELS = ("vllm_storeall", "vllm_decode", "treewy_verify", "treewy_commit", "deferred",
-              "replay")  # fmt: skip
+# the kernels the step model reads (capsim.commit_modes kernel_series + k = 0's vllm_decode)
+STEP_KERNELS = ("vllm_storeall", "vllm_decode", "treewy_verify", "treewy_commit", "deferred",
+                "replay")  # fmt: skip
+TREE_STEP_KERNELS = ("storeall", "treewy_verify", "treewy_commit", "deferred", "replay")
+TP_KERNELS = STEP_KERNELS
+# TP head counts: the windows of the first pass (the step model interpolates T in between,
+# labelled as such), then the rest of T = 1..9
+TP_WINDOWS_FIRST = (1, 2, 4, 9)
+TP_WINDOWS_REST = (3, 6, 5, 7, 8)
 GATE_KERNELS = ("treewy_verify_commit", "fused_chain", "deferred", "replay", "vllm_storeall")
+# B = 256: the first call (2026-12-01 20:53, the default kernels' code unchanged since
+# 33e00e7) timed every default kernel there; this run times there what it lacked (replay),
+# vLLM's store-all (the same-run reference of every speed-up) and the defaults of kcode's
+# variant families (verify, verify+commit, deferred) where gdn_kc does not time them;
+# commit, fused, capsim store-all and vLLM's decode keep the first call's rows
+B256_KERNELS = ("treewy_verify", "treewy_verify_commit", "deferred", "replay", "vllm_storeall")
 # the tuned capsim store-all (round 5's sweep, BENCHMARKS.md)
 STOREALL_CONFIG = {"float32": {"block_v": 8, "num_warps": 1, "num_stages": 3},
                    "bfloat16": {"block_v": 16, "num_warps": 1, "num_stages": 3}}  # fmt: skip
+# (model, tp) of the TP phase in priority order, aligned with the step operators'
+# (round6_ops.STEP_SHAPES / FP8_SHAPES: a deployment needs both): the 80B at TP2 (bf16
+# needs two GPUs) and TP1 (FP8), the 397B at TP4 (FP8), then the rest; 35B TP2 last
+# (measured in the first call at B = 1/64/256 but for replay)
 TP_ORDER = (
-    ("qwen3.5-35b-a3b", 2), ("qwen3.5-35b-a3b", 4), ("qwen3-next-80b-a3b", 1),
-    ("qwen3.5-397b-a17b", 4), ("qwen3.5-35b-a3b", 8), ("qwen3-next-80b-a3b", 2),
-    ("qwen3-next-80b-a3b", 4), ("qwen3-next-80b-a3b", 8),
+    ("qwen3-next-80b-a3b", 2), ("qwen3-next-80b-a3b", 1), ("qwen3.5-397b-a17b", 4),
+    ("qwen3-next-80b-a3b", 4), ("qwen3.5-35b-a3b", 4), ("qwen3-next-80b-a3b", 8),
+    ("qwen3.5-35b-a3b", 8), ("qwen3.5-35b-a3b", 2),
 )  # fmt: skip
-# share of the budget at which each phase must stop (fractions of --budget-s)
 P2_KERNELS = ("treewy_verify_p2", "treewy_verify_commit_p2")
+# do_bench milliseconds of replays per timed kernel: the benchmark's B = 256 cells keep
+# round 5's 25 ms, the rest 10 ms (>= ~80 replays at B = 64, ~140 at B = 1 with the flush)
+REP_MS = {256: 25.0}
+REP_MS_OTHER = 10.0
 
 
 @dataclass(frozen=True)
@@ -67,30 +89,43 @@ def main_shapes(dry: bool) -> tuple[ModelShape, ...]:
     return (gdn_shape("qwen3.5-35b-a3b", 1), gdn_shape("qwen3.5-397b-a17b", 8))
 
 
-def tp_cells(dry: bool) -> list[Cell]:
-    """Phase 5: the per-GPU head counts of TP 1/2/4/8 of every preset not in phase 3, at
-    each preset's state dtype (the 80B keeps a bf16 state), chains T = 1..9, in TP_ORDER.
-    The 397B at TP1/TP2 is left out: its weights cannot fit one or two GPUs."""
+def tp_pairs(dry: bool) -> list[tuple[ModelShape, str]]:
+    """The per-GPU head counts of TP 1/2/4/8 of every preset not in the main phase, at each
+    preset's state dtype (the 80B keeps a bf16 state), in TP_ORDER. The 397B at TP1/TP2
+    is left out: its weights cannot fit one or two GPUs."""
     from capsim.models import PRESETS
 
     if dry:
-        pairs = [(ModelShape("tiny-c", 2, 2, 16, 16), "bfloat16")]
-    else:
-        main = {s.heads_key for s in main_shapes(False)}
-        seen: set = set()
-        pairs = []
-        for name, tp in TP_ORDER:
-            sd = PRESETS[name].ssm_state_dtype
-            shp = gdn_shape(name, tp)
-            key = (shp.heads_key, sd)
-            if key in seen or (sd == "float32" and shp.heads_key in main):
-                continue
-            seen.add(key)
-            pairs.append((shp, sd))
-    windows = [t for t in WINDOWS if t.is_chain and t.num_nodes <= 9]
-    batches = (2, 1) if dry else TP_BATCHES
-    return [Cell(s, sd, t, b, TP_KERNELS, "gdn_tp") for s, sd in pairs for b in batches
-            for t in windows]  # fmt: skip
+        return [(ModelShape("tiny-c", 2, 2, 16, 16), "bfloat16")]
+    main = {s.heads_key for s in main_shapes(False)}
+    seen: set = set()
+    pairs = []
+    for name, tp in TP_ORDER:
+        sd = PRESETS[name].ssm_state_dtype
+        shp = gdn_shape(name, tp)
+        key = (shp.heads_key, sd)
+        if key in seen or (sd == "float32" and shp.heads_key in main):
+            continue
+        seen.add(key)
+        pairs.append((shp, sd))
+    return pairs
+
+
+def tp_cells(dry: bool) -> list[Cell]:
+    """Phase gdn_tp: chains at the TP head counts (tp_pairs), the step model's kernels.
+    Pass 1: B = 256 and 1 at TP_WINDOWS_FIRST for every pair (two batch sizes make a
+    curve); pass 2: B = 64 there; pass 3: the other windows of T = 1..9."""
+    pairs = tp_pairs(dry)
+    first = (1, 2) if dry else TP_WINDOWS_FIRST
+    rest = (3,) if dry else TP_WINDOWS_REST
+    big, one, mid = (2, 1, 3) if dry else TP_BATCHES
+    cells = [Cell(s, sd, TreeSpec.chain(t), b, TP_KERNELS, "gdn_tp") for s, sd in pairs
+             for b in (big, one) for t in first]  # fmt: skip
+    cells += [Cell(s, sd, TreeSpec.chain(t), mid, TP_KERNELS, "gdn_tp") for s, sd in pairs
+              for t in first]  # fmt: skip
+    cells += [Cell(s, sd, TreeSpec.chain(t), b, TP_KERNELS, "gdn_tp") for s, sd in pairs
+              for b in (big, one, mid) for t in rest]  # fmt: skip
+    return cells
 
 
 def main_kernels() -> tuple[str, ...]:
@@ -100,16 +135,52 @@ def main_kernels() -> tuple[str, ...]:
     return tuple(k.name for k in KERNELS if k.name not in P2_KERNELS)
 
 
+def kc_cells(dry: bool) -> list[Cell]:
+    """Phase gdn_kc: kcode's launch variants next to the defaults of their families
+    (variants.variant_cells: B = 256 at T = 4 for both shapes, the 35B's other windows to
+    T = 15 and (2,2,2), B = 64 at T = 4)."""
+    from .variants import variant_cells
+
+    return variant_cells(dry)
+
+
+def b256_kernels(shape: ModelShape, tree: TreeSpec, dry: bool) -> tuple[str, ...]:
+    """B256_KERNELS, less the default kernels gdn_kc already times at this (shape, window)."""
+    from .variants import FAMILIES
+
+    kc = {(c.shape.name, c.tree.parent) for c in kc_cells(dry) if c.batch == (3 if dry else 256)}
+    if (shape.name, tree.parent) in kc:
+        return tuple(k for k in B256_KERNELS if k not in FAMILIES)
+    return B256_KERNELS
+
+
+def main_windows(dry: bool) -> tuple[TreeSpec, ...]:
+    return (*(TreeSpec.chain(t) for t in (4, 1, 2)), TreeSpec((2, 2))) if dry else WINDOWS
+
+
 def main_cells(dry: bool) -> list[Cell]:
-    windows = [TreeSpec.chain(t) for t in (4, 1, 2)] + [TreeSpec((2, 2))] if dry else WINDOWS
-    batches = (3, 1) if dry else BATCHES
-    cells = [Cell(s, "float32", t, b, main_kernels(), "gdn_main") for b in batches
-             for s in main_shapes(dry) for t in windows]  # fmt: skip
+    """Phase gdn_main: both shapes, every window; B = 256 first (b256_kernels), then the
+    slow-gate accuracy cell, then B = 64 and 1 (every kernel)."""
+    batches = (3, 2, 1) if dry else BATCHES
+    cells = [Cell(s, "float32", t, batches[0], b256_kernels(s, t, dry), "gdn_main")
+             for s in main_shapes(dry) for t in main_windows(dry)]  # fmt: skip
     # the accuracy contract with slow-decaying gates too (kcode: 0.9-1 at the T = 40 chain)
     slow = TreeSpec.chain(4 if dry else 40)
     cells.append(Cell(main_shapes(dry)[0], "float32", slow, batches[0], GATE_KERNELS,
                       "gdn_main_gates09", gate_floor=0.9))  # fmt: skip
+    cells += [Cell(s, "float32", t, b, main_kernels(), "gdn_main") for b in batches[1:]
+              for s in main_shapes(dry) for t in main_windows(dry)]  # fmt: skip
     return cells
+
+
+def cal_cells(dry: bool) -> list[Cell]:
+    """Phase gdn_cal: the calibration's extra batch sizes at both main shapes, every
+    window, the step model's kernels only (chains: STEP_KERNELS; trees: capsim's
+    store-all in place of vLLM's chain-only op)."""
+    batches = (2,) if dry else CAL_BATCHES
+    return [Cell(s, "float32", t, b, STEP_KERNELS if t.is_chain else TREE_STEP_KERNELS,
+                 "gdn_cal") for b in batches for s in main_shapes(dry)
+            for t in main_windows(dry)]  # fmt: skip
 
 
 def p2_cells(dry: bool) -> list[Cell]:
@@ -122,14 +193,26 @@ def p2_cells(dry: bool) -> list[Cell]:
             for t in windows]  # fmt: skip
 
 
-def kc_cells(dry: bool) -> list[Cell]:
-    """kcode's round-7 launch variants next to the defaults (variants.variant_cells)."""
-    from .variants import variant_cells
-
-    return variant_cells(dry)
+CELLS = {"gdn_kc": kc_cells, "gdn_main": main_cells, "gdn_tp": tp_cells, "gdn_cal": cal_cells,
+         "gdn_p2": p2_cells}  # fmt: skip
 
 
-CELLS = {"gdn_main": main_cells, "gdn_tp": tp_cells, "gdn_p2": p2_cells, "gdn_kc": kc_cells}
+def smoke(cells: list[Cell]) -> list[Cell]:
+    """The first cell of every (kernel set, phase label, state dtype): each code path of a
+    phase once (R6_SMOKE=1, the CPU check of the command path before the device call)."""
+    seen: set = set()
+    out = []
+    for c in cells:
+        key = (c.kernels, c.phase, c.state_dtype, c.tree.is_chain)
+        if key not in seen:
+            seen.add(key)
+            out.append(c)
+    return out
+
+
+def phase_cells(phase: str, dry: bool) -> list[Cell]:
+    cells = CELLS[phase](dry)
+    return smoke(cells) if os.environ.get("R6_SMOKE") == "1" else cells
 
 
 def _ctx(vllm_src: Path, notes: list[str]) -> dict:
@@ -157,7 +240,7 @@ def _kernels(cell: Cell):
     names = cell.kernels
     # kcode's launch variants (variants.py) only where a cell names them
     return [k for k in KERNELS if names is None or k.name in names] + [
-        k for k in VARIANT_KERNELS if names is not None and k.name in names]
+        k for k in VARIANT_KERNELS if names is not None and k.name in names]  # fmt: skip
 
 
 def measure_cell(cell: Cell, ctx: dict, copy_gbps: float, device: str, notes: list[str],
@@ -193,7 +276,8 @@ def measure_cell(cell: Cell, ctx: dict, copy_gbps: float, device: str, notes: li
         row = _row(cell, kern, prep, copy_gbps)
         if row["check_ok"]:
             try:
-                p20, p50, p80 = time_graph_us(prep.fn) if device == "cuda" else _host_us(prep.fn)
+                p20, p50, p80 = (time_graph_us(prep.fn, REP_MS.get(b, REP_MS_OTHER))
+                                 if device == "cuda" else _host_us(prep.fn))  # fmt: skip
             except Exception as e:
                 notes.append(f"{tag}: timing failed {e!r}"[:400])
                 print("FAILED", notes[-1], flush=True)

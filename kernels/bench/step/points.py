@@ -199,20 +199,27 @@ def measure_shapes(
     deadline: float,
     only: frozenset[str] = frozenset(),
     kernels: str = "torch",
+    skip: frozenset[tuple] = frozenset(),
 ) -> None:
     """All per-op points of one (model, tp) (``operator_points``; with
     ``kernels='vllm'`` the classes of ``vllm_operator_points`` replace the torch ones);
-    shapes already measured are skipped. A point is timed as a CUDA graph, eagerly if
-    that fails."""
+    shapes already measured are skipped, and so are the classes in ``skip`` ((op, key), or
+    (gemm, n, k)). A point is timed as a CUDA graph, eagerly if that fails."""
 
     def wanted(op: str) -> bool:
         return not only or op in only
 
+    def skipped(pt: OpPoint) -> bool:
+        cls = (pt.op, pt.dims["n"], pt.dims["k"]) if pt.op == "gemm" else (pt.op, pt.key)
+        return cls in skip
+
     # decode attention reads KV from one large buffer (distinct slices per copy)
     kv = None
     fresh = ("attn_buf", shp.attn_key) not in done and (
-        wanted("attn_decode") or (kernels == "vllm" and wanted("attn_prefill"))
-    )
+        (wanted("attn_decode") and ("attn_decode", shp.attn_key) not in skip)
+        or (kernels == "vllm" and wanted("attn_prefill")
+            and ("attn_prefill", shp.attn_key) not in skip)
+    )  # fmt: skip
     if fresh and time.monotonic() < deadline:
         if kernels == "vllm":
             from . import vllm_ops as vops
@@ -230,7 +237,7 @@ def measure_shapes(
         replaced = {p.op for p in vpts}
         points = [p for p in points if p.op not in replaced] + vpts
     for pt in points:
-        if pt.tag in done or time.monotonic() > deadline or not wanted(pt.op):
+        if pt.tag in done or time.monotonic() > deadline or not wanted(pt.op) or skipped(pt):
             continue
         done.add(pt.tag)
         built = None
