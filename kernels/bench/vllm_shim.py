@@ -445,7 +445,9 @@ def install(src: Path = DEFAULT_SRC) -> None:
         if use_fp8_w8a8:
             return "fp8_w8a8"
         if use_fp8_w8a16 or use_int8_w8a16 or use_int4_w4a16:
-            raise NotImplementedError("stub: only unquantized and fp8 w8a8 MoE are loaded")
+            raise NotImplementedError(
+                "vllm_shim: the bench loads only unquantized and fp8 w8a8 MoE (no w8a16/int)"
+            )
         return "float32" if dtype == torch.float else None
 
     _module(
@@ -460,7 +462,9 @@ def install(src: Path = DEFAULT_SRC) -> None:
         if quant_dtype is None:
             return A, A_scale  # vLLM: unquantized input passes through
         if block_shape is None or per_act_token_quant or A_scale is not None:
-            raise NotImplementedError("stub: only dynamic 1 x block_k fp8 groups are loaded")
+            raise NotImplementedError(
+                "vllm_shim: this bench quantizes inputs only as dynamic 1 x block_k fp8 groups"
+            )
         return STANDINS_FP8.per_token_group_quant_fp8(A, block_shape[1])
 
     _module(
