@@ -142,6 +142,9 @@ class BenchSpec:
     warmup_client: str = "bench"
     seed: int = 0
     sample_period_s: float = 0.5
+    # with a step-log server: False pauses the log for this bench and its warm-up (a paired
+    # run on the same server measures what the log itself costs)
+    step_log: bool = True
 
     def __post_init__(self) -> None:
         if self.num_prompts < 1:

@@ -299,6 +299,8 @@ class Runner:
         if spec.step_log:
             self.step_log = log_path.parent / "steps.jsonl"
             env["CAPSIM_STEP_LOG"] = str(self.step_log)
+            env["CAPSIM_STEP_LOG_OFF"] = str(self.step_log_off())
+            self.step_log_off().unlink(missing_ok=True)
             env["PYTHONPATH"] = os.pathsep.join(
                 p for p in (str(STEPLOG_DIR), env.get("PYTHONPATH", "")) if p
             )
@@ -308,6 +310,19 @@ class Runner:
             )
         self.server_spec = spec
         return self.server
+
+    def step_log_off(self) -> Path:
+        """The flag file whose presence pauses the server's step log."""
+        assert self.step_log is not None
+        return self.step_log.with_name("steps.off")
+
+    def _gate_step_log(self, on: bool) -> None:
+        if self.step_log is None:
+            return
+        if on:
+            self.step_log_off().unlink(missing_ok=True)
+        else:
+            self.step_log_off().write_text("off\n")
 
     def stop_server(self) -> None:
         if self.server is None:
@@ -388,6 +403,7 @@ class Runner:
         port = self.server_spec.port
         atomic_write(jdir / "server.json", json.dumps(dataclasses.asdict(self.server_spec)))
         log = jdir / "bench.log"
+        self._gate_step_log(b.step_log)
         t0 = time.monotonic()
         if b.warmup_prompts > 0 and b.warmup_client == "http":
             bad = http_warmup(self.base_url(), self.model, b, self.deadline.left_s())
@@ -413,7 +429,7 @@ class Runner:
         sampler.start()
         rc = self._bench_proc(argv, log, self.deadline.left_s())
         rows = sampler.stop()
-        if self.step_log is not None and self.step_log.exists():
+        if b.step_log and self.step_log is not None and self.step_log.exists():
             with open(self.step_log, "rb") as fh:  # the steps of the measured run only
                 fh.seek(offset)
                 (jdir / "steps.jsonl").write_bytes(fh.read())

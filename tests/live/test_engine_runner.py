@@ -334,6 +334,32 @@ def test_runner_collects_the_step_log_of_the_measured_run(tmp_path, fake_env):
     assert (rec / "runs" / "b" / "metrics_after.txt").read_text().startswith("vllm:")
 
 
+def test_bench_can_pause_the_step_log_of_its_server(tmp_path, fake_env):
+    bench = {"num_prompts": 2, "max_concurrency": 1, "warmup_prompts": 1}
+    jobs, _ = er.parse_jobs(
+        {
+            "jobs": [
+                {
+                    "name": "s",
+                    "kind": "startup",
+                    "mode": "full",
+                    "est_s": 20,
+                    "server": {"port": _free_port(), "step_log": True},
+                },
+                {"name": "off", "kind": "bench", "est_s": 20, "bench": {**bench, "step_log": False}},
+                {"name": "on", "kind": "bench", "est_s": 20, "bench": bench},
+            ]
+        }
+    )
+    summary = _runner(tmp_path, 90).run(jobs)
+    assert [s["outcome"] for s in summary] == ["ready", "ok", "ok"]
+    res = tmp_path / "res"
+    assert not (res / "off" / "steps.jsonl").exists()
+    assert len((res / "on" / "steps.jsonl").read_text().splitlines()) == 2
+    # the server's own file: nothing of the paused bench (warm-up and run), 2 + 2 of the last
+    assert len((res / "s" / "steps.jsonl").read_text().splitlines()) == 4
+
+
 def test_http_warmup_sends_the_bench_lengths(tmp_path, fake_env):
     jobs, _ = er.parse_jobs(
         {

@@ -11,7 +11,10 @@ output the scheduler consumed (``Scheduler.update_from_output``):
 
 With async scheduling vLLM keeps up to two batches in flight, so the step *period* is the
 gap between consecutive ``t_done_s`` and a batch's latency is ``t_done_s - t_sched_s``.
-vLLM's behaviour is unchanged: the real methods are wrapped and called. Written for vLLM
+While the file named by ``CAPSIM_STEP_LOG_OFF`` exists nothing is measured or written (the
+runner creates it for a bench with ``bench.step_log = false``: the same server then serves
+paired runs with and without the log). vLLM's behaviour is unchanged: the real methods are
+wrapped and called. Written for vLLM
 0.26.0's ``vllm/v1/core/sched/scheduler.py`` (``schedule``, ``update_from_output``,
 ``_preempt_request``); a sitecustomize later on sys.path is still executed.
 """
@@ -24,6 +27,7 @@ import sys
 import time
 
 _PATH = os.environ.get("CAPSIM_STEP_LOG")
+_OFF = os.environ.get("CAPSIM_STEP_LOG_OFF")
 _TARGET = "vllm.v1.core.sched.scheduler"
 
 
@@ -70,6 +74,8 @@ def _patch(mod):
     def schedule(self, *a, **k):
         self._capsim_preempted = 0
         out = orig_schedule(self, *a, **k)
+        if _OFF and os.path.exists(_OFF):
+            return out
         pending = self.__dict__.setdefault("_capsim_pending", {})
         if out.total_num_scheduled_tokens:
             pending[id(out)] = (time.perf_counter(), _stats(self, out))
