@@ -119,6 +119,14 @@ class EngineConfig:
             "(capsim.cost.engine_overhead: 'measured-h200-vllm0.26'); None: kernels only"
         },
     )
+    async_scheduling: bool | None = field(
+        default=None,
+        metadata={
+            "help": "vLLM --async-scheduling: two batches in flight (a finished request's slot "
+            "and a new arrival reach the batch one step later); None: the vllm_version's "
+            "default (on since 0.14; the CPU backend runs without)"
+        },
+    )
     cudagraph_full_graphs: bool = field(
         default=True,
         metadata={
@@ -131,8 +139,13 @@ class EngineConfig:
         o = "engine"
         from capsim.vllm_rules import parse_version, rules_for
 
+        rules = rules_for(parse_version(self.vllm_version))
         if self.gmu is None:  # vLLM's default for the release, as the CLI resolves it
-            object.__setattr__(self, "gmu", rules_for(parse_version(self.vllm_version)).default_gmu)
+            object.__setattr__(self, "gmu", rules.default_gmu)
+        if self.async_scheduling is None:
+            object.__setattr__(self, "async_scheduling", rules.async_scheduling)
+        if not isinstance(self.async_scheduling, bool):
+            _fail(o, "async_scheduling", self.async_scheduling, "must be a bool or None")
         if not _is_int(self.tp) or self.tp < 1:
             _fail(o, "tp", self.tp, "must be an int >= 1")
         if not (_is_num(self.gmu) and 0.0 < self.gmu <= 1.0):

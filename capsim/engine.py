@@ -10,6 +10,12 @@ Once the client has released every request (only finishes send more), a run of
 decode-only steps can be planned at once (``Scheduler.plan_decode_run``); the engine still
 prices each of its steps and yields one timeout per step, so times and step rows are the
 ones step-by-step scheduling gives (``decode_runs=False`` switches it off).
+
+Async scheduling (the scheduler's ``async_scheduling``, vLLM's default since 0.14 on GPUs):
+after a step's ``update`` the engine marks the moment (``Scheduler.mark_arrivals``) before
+the client hears of the finishes, so what the client sends then, and what arrives during
+the next step, is admitted one step later; finished requests' rows are recycled only once
+the scheduler has returned their blocks (``Scheduler.released_slots``).
 """
 
 from __future__ import annotations
@@ -85,6 +91,8 @@ class EngineSim:
             keep_steps=keep_steps, exact_itl=exact_itl, phase_columns=not compact
         )
         self.recycle_slots = recycle_slots
+        self._async = scheduler.config.async_scheduling
+        self._async_recycle = recycle_slots and self._async
         """Hand a finished request's store row back (its memos are dropped when it
         finishes; block hashes of unshared content are keyed by add order, not slot)."""
         self._pending: deque[Request] = deque()
@@ -225,6 +233,8 @@ class EngineSim:
                     continue
             q0, h0 = stats.queries_tok, stats.hits_tok
             out = sched.schedule()
+            if self._async_recycle and sched.released_slots.size:
+                self._recycle(sched.released_slots)
             if out.is_empty:
                 head = sched.waiting[0] if sched.waiting else None
                 raise RuntimeError(
@@ -247,6 +257,8 @@ class EngineSim:
                     self.first_scheduled_s[req.slot if compact else req.index] = t0
             yield env.timeout(step_s)
             finished = sched.update(out, self.acceptance)
+            if self._async:
+                sched.mark_arrivals()
             now = env.now
             # (re-read: a send may have grown the compact stamp arrays)
             first_token, last_emit = self.first_token_s, self.last_emit_s
@@ -314,6 +326,8 @@ class EngineSim:
                 raise ValueError(f"step-time model returned {step_s!r} s for {shape}")
             t0 = env.now
             yield env.timeout(step_s)
+            if self._async:
+                sched.mark_arrivals()
             now = env.now
             last_emit = self.last_emit_s  # (a send may have grown the compact arrays)
             rec.add_itl(now - last_emit[emit_idx])
@@ -380,9 +394,13 @@ class EngineSim:
             self.num_cached_tok[idx] = cols.num_cached_tok[slots]
         if isinstance(self.acceptance, StreamingAcceptanceDraws):
             self.acceptance.finished(idx, used)
-        if self.recycle_slots:
-            for s in slots.tolist():
-                store.release(s)
+        if self.recycle_slots and not self._async:
+            self._recycle(slots)
+
+    def _recycle(self, slots: np.ndarray) -> None:
+        store = self.scheduler.store
+        for s in slots.tolist():
+            store.release(s)
 
     def _finish(self, finished: list[Request], now: float) -> None:
         """Finish times, conversation children to the head of the send queue, counts."""

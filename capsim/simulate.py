@@ -264,6 +264,7 @@ def make_scheduler(cfg: SimConfig, plan: MemoryPlan) -> Scheduler:
             num_spec_tok=cfg.spec.num_draft_nodes,
             enable_chunked_prefill=cfg.engine.enable_chunked_prefill,
             max_model_len=plan.max_model_len,
+            async_scheduling=bool(cfg.engine.async_scheduling),
         ),
         KVCacheManager(pool_layout(plan, cfg.engine.watermark, cfg.engine.enable_prefix_caching)),
     )

@@ -79,6 +79,18 @@ RULES: tuple[VersionRule, ...] = (
         "issue #11 / VLLM.md s4.2",
     ),
     VersionRule(
+        "async_scheduling",
+        "async scheduling (two batches in flight: a finished request's slot and a new "
+        "arrival reach the batch one step later) when --async-scheduling is not given",
+        False,
+        True,
+        (0, 14),
+        "vLLM 0.14.0 release notes ('Async scheduling is now enabled by default', PR #27614; "
+        "with EAGLE/MTP speculation PR #31998); 0.26.0 config/vllm.py resolves None to True "
+        "unless pooling, a drafter other than EAGLE/MTP/ngram_gpu/dspark, "
+        "disable_padded_drafter_batch or an executor without it; platforms/cpu.py sets False",
+    ),
+    VersionRule(
         "sm100_capture_ceiling",
         "default max_cudagraph_capture_size ceiling on SM100 (B200/B300); 512 elsewhere",
         512,
@@ -101,6 +113,7 @@ class VllmRules:
     charge_cudagraph_memory: bool
     gdn_capture_transient: bool
     large_gpu_batch_tier: bool
+    async_scheduling: bool
     sm100_capture_ceiling: int
 
     @property

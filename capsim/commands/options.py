@@ -201,6 +201,14 @@ SHARED_OPTIONS: dict[str, Opt] = {
         help="vLLM --enforce-eager: no CUDA graphs",
         target="engine",
     ),
+    "async_scheduling": Opt(
+        ("--async-scheduling/--no-async-scheduling",),
+        default=None,
+        help="vLLM --async-scheduling: two batches in flight, so a finished request's slot "
+        "and a new arrival reach the batch one step later (default: the --vllm-version's, "
+        "on since 0.14)",
+        target="engine",
+    ),
     "prefix_caching": Opt(
         ("--enable-prefix-caching/--no-enable-prefix-caching",),
         source=(_ENG, "enable_prefix_caching"),
