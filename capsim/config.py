@@ -409,6 +409,9 @@ ENGINE_FIELDS_OMITTED_AT_DEFAULT: dict[str, Any] = {
     "quantization": None,
     "max_cudagraph_capture_size": None,
     "engine_overhead": None,
+    # resolved from vllm_version (True since 0.14): omitted only when off, the behaviour the
+    # stored point ids were computed with, so an async point never reuses a sync result
+    "async_scheduling": False,
 }
 """``EngineConfig`` fields newer than the sweep store's point ids -> their default: left
 out of ``SimConfig.to_dict`` at that default (a new field with a default belongs here)."""

@@ -15,7 +15,7 @@ Async scheduling (the scheduler's ``async_scheduling``, vLLM's default since 0.1
 after a step's ``update`` the engine marks the moment (``Scheduler.mark_arrivals``) before
 the client hears of the finishes, so what the client sends then, and what arrives during
 the next step, is admitted one step later; finished requests' rows are recycled only once
-the scheduler has returned their blocks (``Scheduler.released_slots``).
+the scheduler has returned their blocks (``Scheduler.take_released``).
 """
 
 from __future__ import annotations
@@ -93,6 +93,7 @@ class EngineSim:
         self.recycle_slots = recycle_slots
         self._async = scheduler.config.async_scheduling
         self._async_recycle = recycle_slots and self._async
+        scheduler.keep_released = self._async_recycle
         """Hand a finished request's store row back (its memos are dropped when it
         finishes; block hashes of unshared content are keyed by add order, not slot)."""
         self._pending: deque[Request] = deque()
@@ -233,8 +234,8 @@ class EngineSim:
                     continue
             q0, h0 = stats.queries_tok, stats.hits_tok
             out = sched.schedule()
-            if self._async_recycle and sched.released_slots.size:
-                self._recycle(sched.released_slots)
+            if self._async_recycle:
+                self._recycle(sched.take_released())
             if out.is_empty:
                 head = sched.waiting[0] if sched.waiting else None
                 raise RuntimeError(
@@ -274,6 +275,8 @@ class EngineSim:
             last_emit[idx] = now
             self._finish(finished, now)
             self._settle(finished)
+            if self._async_recycle:
+                self._recycle(sched.take_released())
             rec.record_row(  # STEP_COLUMNS order
                 (
                     t0,

@@ -165,9 +165,10 @@ class Scheduler:
         self._held_reqs: list[Request] = []
         self._late_prev = 0  # added between the last two marks
         self._late = 0  # added since the last mark
-        self.released_slots: np.ndarray = _EMPTY
-        """Async: store rows whose held blocks the last ``schedule`` returned (the engine
-        recycles a finished request's row only then)."""
+        self._released: list[np.ndarray] = []
+        self.keep_released = False
+        """Async: collect the rows whose held blocks come back, for ``take_released`` (set
+        by an engine that recycles store rows)."""
 
     def add_request(self, req: Request) -> None:
         if not req.is_stored:
@@ -188,18 +189,29 @@ class Scheduler:
         return int(self._held_slots.size) + len(self._held_reqs)
 
     def _release_held(self) -> None:
-        self.released_slots = self._held_slots
         if self._held_slots.size:
             self.kv.free_batch(self.store.cols, self._held_slots)
+            if self.keep_released:
+                self._released.append(self._held_slots)
             self._held_slots = _EMPTY
         if self._held_reqs:
-            self.released_slots = np.fromiter(
-                (r.slot for r in self._held_reqs), dtype=np.int64, count=len(self._held_reqs)
-            )
             for req in self._held_reqs:
                 self.kv.free(req)
                 self.kv.forget(req)
+            if self.keep_released:
+                self._released.append(
+                    np.fromiter((r.slot for r in self._held_reqs), dtype=np.int64)
+                )
             self._held_reqs = []
+
+    def take_released(self) -> np.ndarray:
+        """Async: store rows of finished requests whose blocks were returned since the last
+        call (the engine recycles a finished request's row only then)."""
+        if not self._released:
+            return _EMPTY
+        out = np.concatenate(self._released)
+        self._released = []
+        return out
 
     @property
     def has_work(self) -> bool:
@@ -559,6 +571,8 @@ class Scheduler:
                     self._held_reqs += finished
                 else:
                     self._held_slots = np.concatenate([self._held_slots, fin_slots])
+                if not running:  # the next schedule is a fresh one: it returns them first
+                    self._release_held()
             elif self._caching:
                 for req in finished:
                     self.kv.free(req)

@@ -216,8 +216,9 @@ def startup_blocks(startups_csv: Path, server: dict[str, Any]) -> int | None:
 
 def table(runs_root: Path, startups_csv: Path | None = None) -> tuple[pd.DataFrame, float]:
     """One row per (run, metric): real, capsim, capsim+delta, capsim+engine terms, % errors,
-    fit/predict per column, pass; plus capsim+engine terms on the real start-up's block
-    count (diagnostic column)."""
+    fit/predict per column, pass; plus two diagnostic columns of capsim+engine terms: on the
+    real start-up's block count, and with async scheduling off (vLLM 0.26 runs it on; PLAN.md
+    2026-12-02 01:57)."""
     from capsim.live.engine_fit import FIT_RUNS as ENGINE_FIT_RUNS
 
     runs = [load_run(d) for d in sorted(p for p in runs_root.iterdir() if p.is_dir())]
@@ -230,6 +231,7 @@ def table(runs_root: Path, startups_csv: Path | None = None) -> tuple[pd.DataFra
         eng = simulate_run(r, engine_overhead=ENGINE_OVERHEAD)
         blocks = startup_blocks(startups_csv, r.server) if startups_csv else None
         diag = simulate_run(r, 0.0, blocks, ENGINE_OVERHEAD) if blocks else {}
+        sync = simulate_run(r, engine_overhead=ENGINE_OVERHEAD, async_scheduling=False)
         for m in METRICS:
             real, a, b, e = r.metrics[m], shipped[m], plus[m], eng[m]
             rows.append(
@@ -249,6 +251,8 @@ def table(runs_root: Path, startups_csv: Path | None = None) -> tuple[pd.DataFra
                     "pass_engine": within(m, real, e),
                     "capsim_engine_real_blocks": diag.get(m, math.nan),
                     "err_real_blocks_pct": _pct(diag.get(m, math.nan), real),
+                    "capsim_engine_sync": sync[m],
+                    "err_engine_sync_pct": _pct(sync[m], real),
                 }
             )
     return pd.DataFrame(rows), delta

@@ -19,6 +19,7 @@ mode, requests and tokens (groups of >= 2 steps); medians. Writes step_diagnosti
 
 from __future__ import annotations
 
+import json
 import os
 import sys
 from pathlib import Path
@@ -62,12 +63,16 @@ def shapes(steps: pd.DataFrame, k: int) -> list[BatchShape]:
 def diagnose(run: str) -> pd.DataFrame:
     d = HERE / "runs" / run
     steps = pd.read_csv(d / "steps.csv")
-    k = 3 if "_k3_" in run else 0
+    srv = json.loads((d / "server.json").read_text())
+    k = int(srv["num_speculative_tokens"])
     base = CalibratedStepTime.from_config(
         get_model("qwen3.5-35b-a3b"), get_gpu("H200"), 1, SpecDecodeConfig(num_spec_tok=k)
     )
-    descs = capture_descs(
-        vllm_version="0.26", max_num_seqs=1024, num_spec_tok=k, max_num_batched_tokens=8192
+    descs = capture_descs(  # vLLM 0.26's defaults on the H200 where the server set none
+        vllm_version="0.26",
+        max_num_seqs=int(srv["max_num_seqs"] or 1024),
+        num_spec_tok=k,
+        max_num_batched_tokens=int(srv["max_num_batched_tokens"] or 8192),
     )
     eng = HostBoundStepTime(base, MEASURED_H200_VLLM026, descs)
     sh = shapes(steps, k)
@@ -115,13 +120,46 @@ def summary(run: str, df: pd.DataFrame) -> str:
     return "\n".join(lines) + "\n"
 
 
+def decomposition(runs: list[str], frames: dict[str, pd.DataFrame]) -> str:
+    """Where capsim + engine terms' step time departs from the real engine's, summed over
+    each run's logged steps, by CUDA-graph mode: kernel price - real, plus the host term
+    (max(kernels, host) - kernels), plus delta on every step."""
+    delta_ms = 1e3 * MEASURED_H200_VLLM026.delta_s
+    lines = [
+        "### Where the engine column's step time goes wrong (sums over the logged steps)",
+        "",
+        "Seconds; excess = capsim+engine - real = (kernels - real) + host term + delta.",
+        "",
+        "| run | mode | steps | real s | kernels - real s | host term s | delta s | excess s "
+        "(% of the run's real total) |",
+        "|" + "---|" * 8,
+    ]
+    for run in runs:
+        df = frames[run]
+        total = df["period_ms"].sum()
+        for mode, g in df.groupby("mode"):
+            host = (g["engine_ms"] - delta_ms - g["capsim_ms"]).sum()
+            kern = (g["capsim_ms"] - g["period_ms"]).sum()
+            d = delta_ms * len(g)
+            ex = kern + host + d
+            lines.append(
+                f"| {run} | {mode} | {len(g)} | {g['period_ms'].sum() / 1e3:.2f} | "
+                f"{kern / 1e3:+.2f} | {host / 1e3:+.2f} | {d / 1e3:+.2f} | "
+                f"{ex / 1e3:+.2f} ({100 * ex / total:+.1f}%) |"
+            )
+    return "\n".join(lines) + "\n"
+
+
 def main(argv: list[str]) -> int:
     runs = argv or list(RUNS)
+    frames = {r: diagnose(r) for r in runs}
     text = (
         "# Step periods of the real engine vs capsim (diagnostic, no fit)\n\n"
         + __doc__.split("\n\n", 2)[2].split("    PYTHONPATH")[0]
         + "\n"
-        + "\n".join(summary(r, diagnose(r)) for r in runs)
+        + "\n".join(summary(r, frames[r]) for r in runs)
+        + "\n"
+        + decomposition(runs, frames)
     )
     if not argv:
         tmp = HERE / "step_diagnostic.md.tmp"
