@@ -36,7 +36,19 @@ from capsim.memory.cudagraph import capture_descs
 from capsim.models import get_model
 
 HERE = Path(__file__).resolve().parent
-RUNS = ("g090_k0_rand_c64", "g090_k0_rand_c256", "g090_k0_rand_c1", "g090_k3_rand_c1_steps")
+RUNS = (
+    "g090_k0_rand_c64",
+    "g090_k0_rand_c256",
+    "g090_k0_rand_c1",
+    "g090_k3_rand_c1_steps",
+    # calls 6-7 (2026-12-02): k=1, and the loaded k=3 step logs at max_num_batched_tokens 16384
+    "g090_k1_rand_c1",
+    "g090_k1_rand_c64",
+    "g090m16_k3_rand_c64",
+    "g090m16_k3_rand_c256",
+    "g090m16_k3_sg_c64",
+    "g090m16_k3_rand_r8",
+)
 
 
 def shapes(steps: pd.DataFrame, k: int) -> list[BatchShape]:
@@ -150,6 +162,51 @@ def decomposition(runs: list[str], frames: dict[str, pd.DataFrame]) -> str:
     return "\n".join(lines) + "\n"
 
 
+def _modes(num_tok: pd.Series, prefill_tok: pd.Series, largest_tok: int) -> np.ndarray:
+    return np.where(
+        num_tok > largest_tok, "NONE", np.where(prefill_tok > 0, "PIECEWISE", "FULL")
+    )
+
+
+def step_mix(runs: list[str]) -> str:
+    """The run as capsim + engine terms simulates it (its own schedule, async scheduling as
+    the table) against the real step log: steps and seconds by CUDA-graph mode (modes by
+    tokens and prefill; the capture limit is 512 tokens in every logged run)."""
+    from capsim.cost.factory import build_step_time_model
+    from capsim.live import engine_oos as eo
+    from capsim.simulate import simulate
+
+    lines = [
+        "### Step mix: capsim + engine terms' own schedule vs the real engine",
+        "",
+        "Steps and seconds per CUDA-graph mode (real: sched-to-sched periods, idle gaps "
+        "> 1 s dropped).",
+        "",
+        "| run | mode | real steps | capsim steps | real s | capsim s | capsim / real time |",
+        "|" + "---|" * 7,
+    ]
+    for run in runs:
+        r = eo.load_run(HERE / "runs" / run)
+        cfg = eo.sim_config(r, engine_overhead=eo.ENGINE_OVERHEAD)
+        cost = build_step_time_model(cfg, cfg.model_spec(), get_gpu(cfg.gpu))
+        sim = simulate(cfg, workload=eo.request_table(r), cost=cost).steps
+        sm = _modes(sim["num_scheduled_tok"], sim["num_prefill_tok"], 512)
+        real = pd.read_csv(HERE / "runs" / run / "steps.csv")
+        rm = _modes(real["num_tok"], real["num_prefill_tok"], 512)
+        per = (real["t_sched_s"].shift(-1) - real["t_sched_s"]).to_numpy()
+        keep = per < 1.0
+        for mode in ("FULL", "PIECEWISE", "NONE"):
+            rs, cs = float(per[(rm == mode) & keep].sum()), float(sim["step_s"][sm == mode].sum())
+            if not (rm == mode).any() and not (sm == mode).any():
+                continue
+            ratio = f"{cs / rs:.2f}" if rs else "-"
+            lines.append(
+                f"| {run} | {mode} | {int((rm == mode).sum())} | {int((sm == mode).sum())} | "
+                f"{rs:.2f} | {cs:.2f} | {ratio} |"
+            )
+    return "\n".join(lines) + "\n"
+
+
 def main(argv: list[str]) -> int:
     runs = argv or list(RUNS)
     frames = {r: diagnose(r) for r in runs}
@@ -160,6 +217,8 @@ def main(argv: list[str]) -> int:
         + "\n".join(summary(r, frames[r]) for r in runs)
         + "\n"
         + decomposition(runs, frames)
+        + "\n"
+        + step_mix([r for r in runs if not r.endswith("_c1") and "_c1_" not in r])
     )
     if not argv:
         tmp = HERE / "step_diagnostic.md.tmp"
