@@ -36,6 +36,7 @@ def create_scheduler(
     max_num_seqs: int = 8,
     max_num_batched_tokens: int = 64,
     num_spec_tok: int = 0,
+    async_scheduling: bool = False,
 ) -> Scheduler:
     kv = KVCacheManager(
         PoolLayout(
@@ -51,6 +52,7 @@ def create_scheduler(
             max_num_seqs=max_num_seqs,
             max_num_batched_tokens=max_num_batched_tokens,
             num_spec_tok=num_spec_tok,
+            async_scheduling=async_scheduling,
         ),
         kv,
     )
