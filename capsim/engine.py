@@ -233,9 +233,7 @@ class EngineSim:
                     yield from self._decode_run(run)
                     continue
             q0, h0 = stats.queries_tok, stats.hits_tok
-            out = sched.schedule()
-            if self._async_recycle:
-                self._recycle(sched.take_released())
+            out = self._schedule()
             if out.is_empty:
                 head = sched.waiting[0] if sched.waiting else None
                 raise RuntimeError(
@@ -257,9 +255,7 @@ class EngineSim:
                     req.first_scheduled_s = t0
                     self.first_scheduled_s[req.slot if compact else req.index] = t0
             yield env.timeout(step_s)
-            finished = sched.update(out, self.acceptance)
-            if self._async:
-                sched.mark_arrivals()
+            finished = self._update(out)
             now = env.now
             # (re-read: a send may have grown the compact stamp arrays)
             first_token, last_emit = self.first_token_s, self.last_emit_s
@@ -299,6 +295,20 @@ class EngineSim:
             )
             if finished:
                 self._send_ready()
+
+    def _schedule(self) -> SchedulerOutput:
+        out = self.scheduler.schedule()
+        if self._async_recycle:
+            self._recycle(self.scheduler.take_released())
+        return out
+
+    def _update(self, out: SchedulerOutput) -> list[Request]:
+        """Apply a step's results; async: mark the moment vLLM plans the step after next
+        (before the client hears of the finishes)."""
+        finished = self.scheduler.update(out, self.acceptance)
+        if self._async:
+            self.scheduler.mark_arrivals()
+        return finished
 
     def _decode_run(self, run: DecodeRun):  # type: ignore[no-untyped-def]
         """The steps of a planned decode-only run, one timeout each: the same times, step

@@ -566,17 +566,22 @@ class Scheduler:
             for i in reversed(np.flatnonzero(gone).tolist()):
                 del running[i]
             self._run_slots = run_slots[~gone]
-            if self._async:  # held until the next schedule (vLLM has planned it already)
-                if self._caching:
-                    self._held_reqs += finished
-                else:
-                    self._held_slots = np.concatenate([self._held_slots, fin_slots])
-                if not running:  # the next schedule is a fresh one: it returns them first
-                    self._release_held()
-            elif self._caching:
-                for req in finished:
-                    self.kv.free(req)
-                    self.kv.forget(req)
-            else:
-                self.kv.free_batch(cols, fin_slots)
+            self._free_finished(finished, fin_slots)
         return finished
+
+    def _free_finished(self, finished: list[Request], fin_slots: np.ndarray) -> None:
+        """Return finished requests' blocks; with async scheduling hold them until the next
+        schedule (vLLM has planned it already) unless nothing runs (it is a fresh one)."""
+        if self._async:
+            if self._caching:
+                self._held_reqs += finished
+            else:
+                self._held_slots = np.concatenate([self._held_slots, fin_slots])
+            if not self.running:
+                self._release_held()
+        elif self._caching:
+            for req in finished:
+                self.kv.free(req)
+                self.kv.forget(req)
+        else:
+            self.kv.free_batch(self.store.cols, fin_slots)
