@@ -20,6 +20,7 @@ mode, requests and tokens (groups of >= 2 steps); medians. Writes step_diagnosti
 from __future__ import annotations
 
 import json
+import re
 import os
 import sys
 from pathlib import Path
@@ -207,6 +208,48 @@ def step_mix(runs: list[str]) -> str:
     return "\n".join(lines) + "\n"
 
 
+def replay_open_loop(run: str) -> str:
+    """An open-loop run with the bench's own send times (``requests.csv`` start_s) instead
+    of capsim's own Poisson draw: separates the arrival draw from the model (diagnostic)."""
+    import dataclasses
+
+    from capsim.config import LoadConfig
+    from capsim.cost.factory import build_step_time_model
+    from capsim.live import engine_oos as eo
+    from capsim.simulate import simulate
+    from capsim.traces.table import RequestTable
+
+    r = eo.load_run(HERE / "runs" / run)
+    req = r.requests.sort_values("start_s", kind="stable")
+    cfg = eo.sim_config(r, engine_overhead=eo.ENGINE_OVERHEAD)
+    cfg = dataclasses.replace(cfg, load=LoadConfig(mode="replay", num_requests=len(req)))
+    table = RequestTable(
+        name=run,
+        prompt_tok=req["input_len"].to_numpy(np.int64),
+        output_tok=req["output_len"].to_numpy(np.int64),
+        arrival_s=req["start_s"].to_numpy(np.float64),
+    )
+    cost = build_step_time_model(cfg, cfg.model_spec(), get_gpu(cfg.gpu))
+    s = simulate(cfg, workload=table, cost=cost).summary
+    m = r.metrics
+    got = {
+        "out tok/s": (m["throughput_tok_per_s"], s["output_throughput_tok_per_s"]),
+        "TTFT mean ms": (m["ttft_mean_ms"], 1e3 * s["ttft_mean_s"]),
+        "TTFT p99 ms": (m["ttft_p99_ms"], 1e3 * s["ttft_p99_s"]),
+        "TPOT mean ms": (m["tpot_mean_ms"], 1e3 * s["tpot_mean_s"]),
+        "peak running": (m["peak_running"], float(s["peak_running"])),
+    }
+    lines = [
+        f"### {run} with the bench's send times replayed (capsim + engine terms)",
+        "",
+        "| metric | real | capsim, replayed arrivals | err % |",
+        "|---|---|---|---|",
+    ]
+    for k, (a, b) in got.items():
+        lines.append(f"| {k} | {a:.4g} | {b:.4g} | {100 * (b / a - 1):+.1f} |")
+    return "\n".join(lines) + "\n"
+
+
 def main(argv: list[str]) -> int:
     runs = argv or list(RUNS)
     frames = {r: diagnose(r) for r in runs}
@@ -219,6 +262,8 @@ def main(argv: list[str]) -> int:
         + decomposition(runs, frames)
         + "\n"
         + step_mix([r for r in runs if not r.endswith("_c1") and "_c1_" not in r])
+        + "\n"
+        + "".join(replay_open_loop(r) for r in runs if re.search(r"_r\d+$", r))
     )
     if not argv:
         tmp = HERE / "step_diagnostic.md.tmp"
