@@ -129,6 +129,20 @@ RELEASE_RULES: tuple[ReleaseRule, ...] = (
         "the opt-in. The vllm#40691 row (0.19.0, no flag) logs 45 blocks per request: mode none",
     ),
     ReleaseRule(
+        "runner_buffers_charged",
+        "the model runner's persistent buffers (allocated after the worker's init snapshot, "
+        "before the profile) are charged to the KV budget, inside 'consumed memory'",
+        False,
+        True,
+        (0, 27, 0),
+        "utils/mem_utils.py:memory_profiling: 0.27.0 sets total_consumed = init-snapshot free "
+        "memory - free memory after the profile and non_kv_cache_memory = total_consumed + "
+        "(torch peak - torch allocated after the profile); 0.26.0 used weights_memory + "
+        "non_torch_increase + torch_peak_increase, which misses torch tensors allocated "
+        "between the snapshot and the profile. v1/worker/gpu_worker.py:init_device builds "
+        "GPUModelRunner after init_snapshot in both (0.27.1, 0.28.0, 0.31.0, 0.33.0 as 0.27.0)",
+    ),
+    ReleaseRule(
         "mamba_blocks_refusal",
         "vLLM refuses to start when max_num_seqs exceeds the KV pool's block count on a "
         "model with mamba/GDN layers and FULL CUDA graphs",
