@@ -252,8 +252,7 @@ def cudagraph_term(p: PlanInputs) -> tuple[Term, cg.CaptureDescs, int]:
     m, tp = p.model, p.engine.tp
     transient = 0
     if m.is_hybrid and descs.full_tok and rule("gdn_first_full_capture_transient", p.vllm_version):
-        units = cg.first_full_capture_units(descs, p.max_num_batched_tokens, p.max_model_len)
-        transient = cg.gdn_transient_bytes(m.conv_dim // tp, units)
+        transient = cg.gdn_transient_bytes(m.conv_dim // tp)
     heads = m.num_attention_heads // tp
     samples = cg.modelled_samples(
         descs,
