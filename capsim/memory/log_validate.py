@@ -143,6 +143,7 @@ _EXCERPT_FILLS: tuple[str, ...] = (
     "mamba_page_padding_pct",
     "num_speculative_tokens",
     "architecture",
+    "consumed_gib",
 )
 
 

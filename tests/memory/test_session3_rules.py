@@ -70,3 +70,18 @@ def test_v0_batch_defaults() -> None:
         256,
         2048,
     )
+
+
+def test_consumed_line_is_compared_on_0_27_rows() -> None:
+    # "15.25 GiB for consumed memory (weights + non-torch)" (c3090 PR #1139, 0.27.1): capsim's
+    # weights + non-torch + runner buffers (charged inside it since 0.27.0) sit beside it
+    from capsim.memory.log_validate import validate_dir
+
+    res = {r.row_id: r for r in validate_dir(LOGS)}
+    c = res["qwen38-27b-fp8-2x3090-c3090pr1139"].comparison
+    assert c is not None and c.plan is not None
+    row = next(t for t in c.rows if t.term.startswith("consumed"))
+    assert row.log == 15.25
+    want = c.plan.weights_bytes + c.plan.non_torch_bytes + c.plan.runner_buffers_bytes
+    assert c.plan.runner_buffers_bytes > 0
+    assert row.capsim == round(want / 1024**3, 2)
