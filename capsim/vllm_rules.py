@@ -111,9 +111,7 @@ class VllmRules:
         """Largest default CUDA-graph capture size on ``gpu``."""
         return self.sm100_capture_ceiling if gpu.is_sm100_family else 512
 
-    def batch_defaults(
-        self, gpu: GpuSpec, max_model_len: int | None = None
-    ) -> tuple[int, int]:
+    def batch_defaults(self, gpu: GpuSpec, max_model_len: int | None = None) -> tuple[int, int]:
         """(max_num_seqs, max_num_batched_tokens) vLLM's OpenAI server picks on ``gpu``.
 
         ``EngineArgs.get_batch_defaults``: >= 160 GiB -> 1024 / 16384 (since the

@@ -1,12 +1,12 @@
 """vLLM's memory rules that changed between releases, read from each release's wheel.
 
-Every rule names the first release that carries the new behaviour and where it was read:
-the wheels of 0.20.0, 0.20.1, 0.21.0, 0.24.0, 0.26.0, 0.27.0, 0.27.1, 0.28.0, 0.29.0, 0.30.0,
-0.31.0, 0.32.0 and 0.33.0 were fetched with ``pip download vllm==X --no-deps`` and their Python sources read
-(not run, nothing copied); paths are relative to the ``vllm/`` package. A release is compared
-as (major, minor, patch), so a rule that changed inside a minor series (the "GPU KV cache
-size" line between 0.20.0 and 0.20.1) resolves exactly. Releases older than the oldest wheel
-read take the "before" value, with the source saying which older evidence supports it.
+Every rule names the first release that carries the new behaviour and where it was read: the
+wheels of 0.20.0, 0.20.1, 0.21.0, 0.24.0, 0.26.0, 0.27.0, 0.27.1, 0.28.0, 0.29.0, 0.30.0,
+0.31.0, 0.32.0 and 0.33.0 were fetched with ``pip download vllm==X --no-deps`` and their Python
+sources read (not run, nothing copied); paths are relative to the ``vllm/`` package. A release
+is compared as (major, minor, patch), so a rule that changed inside a minor series (the "GPU KV
+cache size" line between 0.20.0 and 0.20.1) resolves exactly. Releases older than the oldest
+wheel read take the "before" value, with the source saying which older evidence supports it.
 """
 
 from __future__ import annotations

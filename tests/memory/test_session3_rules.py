@@ -85,3 +85,16 @@ def test_consumed_line_is_compared_on_0_27_rows() -> None:
     want = c.plan.weights_bytes + c.plan.non_torch_bytes + c.plan.runner_buffers_bytes
     assert c.plan.runner_buffers_bytes > 0
     assert row.capsim == round(want / 1024**3, 2)
+
+
+def test_v0_row_profiles_its_whole_prompt() -> None:
+    # vllm#10517 (V0, RTX 3090, max_model_len 20000, no chunked prefill): the profile run
+    # covers max(max_model_len, 2048) = 20000 tokens; peak_torch_memory 17.06 GiB minus the
+    # 14.99 GiB of weights puts the logged peak near 2.07 GiB
+    from capsim.memory.log_validate import validate_dir
+
+    res = {r.row_id: r for r in validate_dir(LOGS)}
+    c = res["llama31-8b-3090-vllm10517"].comparison
+    assert c is not None and c.plan is not None
+    assert c.plan.max_num_batched_tokens == 20000 and c.plan.max_num_seqs == 256
+    assert abs(c.plan.activation_peak_bytes / 1024**3 - (17.06 - 14.99)) < 0.25
