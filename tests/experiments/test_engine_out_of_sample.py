@@ -212,11 +212,13 @@ def test_what_holds(computed):
         r = _row(df, run, PEAK)
         assert within(PEAK, r["real"], r["capsim_delta"])
     # k=3 at max_num_batched_tokens 16384, 256 clients: the pool binds at gmu 0.9 (real 166
-    # running); capsim's own pool and scheduler admit 167, and 168 on the real 2185 blocks
-    # (the placeholders' early KV reservation is not mirrored: capsim may admit a little more)
+    # running, 27 preemptions); capsim on the real 2185 blocks (issue 25's session-3 plan has
+    # exactly that many) admits 168 and preempts 27 (the placeholders' early KV reservation
+    # is not mirrored: capsim may admit a little more)
     r = _row(df, "g090m16_k3_rand_c256", PEAK)
-    assert r["real"] == 166 and r["capsim_engine"] == 167
-    assert r["capsim_engine_real_blocks"] == 168 and within(PEAK, 166, 168)
+    assert r["real"] == 166 and r["capsim_engine_real_blocks"] == 168 and within(PEAK, 166, 168)
+    pre = _row(df, "g090m16_k3_rand_c256", "preemptions")
+    assert pre["real"] == 27 and pre["capsim_engine_real_blocks"] == 27
     for run in ("g090_k3_rand_c64", "g060_k3_rand_c64"):
         r = _row(df, run, P99)
         assert within(P99, r["real"], r["capsim_delta"])
