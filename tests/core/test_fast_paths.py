@@ -48,6 +48,32 @@ CASES: dict[str, SimConfig] = {
     "prefix-caching": _cfg(
         "shared-prefix", engine=EngineConfig(gmu=0.6, enable_prefix_caching=True), conc=64
     ),
+    # prefix caching on: hits on a shared system prompt, preemptions and evictions in a
+    # small pool, turns restarting from checkpoints with pending blocks, chunked prefills
+    "prefix-caching-small-pool": _cfg(
+        "sharegpt+sys=4,2500",
+        engine=EngineConfig(enable_prefix_caching=True, num_gpu_blocks_override=150),
+        n=160,
+        conc=48,
+    ),
+    "prefix-caching-multiturn-deferred": _cfg(
+        "sharegpt-multiturn+sys=2,2500",
+        engine=EngineConfig(enable_prefix_caching=True),
+        spec=SpecDecodeConfig(commit="deferred"),
+        n=200,
+        conc=24,
+    ),
+    "prefix-caching-chunked-no-spec": dataclasses.replace(
+        _cfg(
+            "sharegpt",
+            engine=EngineConfig(
+                enable_prefix_caching=True, max_num_batched_tokens=512, max_num_seqs=64
+            ),
+            n=120,
+            conc=32,
+        ),
+        spec=SpecDecodeConfig(num_spec_tok=0),
+    ),
     "no-speculation": dataclasses.replace(
         _cfg("sharegpt", conc=16, n=64), spec=SpecDecodeConfig(num_spec_tok=0), step_time="roofline"
     ),
@@ -107,16 +133,17 @@ def test_fast_paths_equal_reference(monkeypatch: pytest.MonkeyPatch, case: str) 
     cfg = CASES[case]
     runs = _count_runs(monkeypatch)
     fast = simulate(cfg)
-    if not cfg.engine.enable_prefix_caching:
-        assert runs, "the scenario never plans a decode-only run"
+    assert runs, "the scenario never plans a decode-only run"
     if case == "sharegpt-c256":  # the cool-down drains in runs that finish requests
         assert sum(f for _, _, f in runs) > 100
     with monkeypatch.context() as m:
         _reference_paths(m)
         ref = simulate(cfg)
     _assert_same(fast, ref)
-    if case == "preemption-gmu0.6":
+    if case in ("preemption-gmu0.6", "prefix-caching-small-pool"):
         assert fast.summary["num_preemptions"] > 0
+    if case.startswith("prefix-caching-") and "chunked" not in case:
+        assert fast.summary["prefix_cache_hits_tok"] > 0
 
 
 def test_run_cut_by_the_pool(monkeypatch: pytest.MonkeyPatch) -> None:
