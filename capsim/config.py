@@ -69,7 +69,11 @@ class EngineConfig:
     )
     enable_chunked_prefill: bool = field(default=True, metadata={"help": "vLLM default on"})
     enable_prefix_caching: bool = field(
-        default=False, metadata={"help": "off in the published runs (mamba mode 'none')"}
+        default=None,  # type: ignore[assignment]  # resolved in __post_init__
+        metadata={
+            "help": "None: the vllm_version's default for hybrids (on since 0.28, mamba mode "
+            "'align'); the published runs had it off (mode 'none')"
+        },
     )
     kv_cache_dtype: str = field(default="bfloat16", metadata={"help": "attention KV dtype"})
     quantization: str | None = field(
@@ -131,8 +135,13 @@ class EngineConfig:
         o = "engine"
         from capsim.vllm_rules import parse_version, rules_for
 
+        rules = rules_for(parse_version(self.vllm_version))
         if self.gmu is None:  # vLLM's default for the release, as the CLI resolves it
-            object.__setattr__(self, "gmu", rules_for(parse_version(self.vllm_version)).default_gmu)
+            object.__setattr__(self, "gmu", rules.default_gmu)
+        if self.enable_prefix_caching is None:  # EngineArgs' default for a hybrid model
+            object.__setattr__(self, "enable_prefix_caching", rules.hybrid_prefix_caching_default)
+        if not isinstance(self.enable_prefix_caching, bool):
+            _fail(o, "enable_prefix_caching", self.enable_prefix_caching, "must be a bool")
         if not _is_int(self.tp) or self.tp < 1:
             _fail(o, "tp", self.tp, "must be an int >= 1")
         if not (_is_num(self.gmu) and 0.0 < self.gmu <= 1.0):

@@ -27,7 +27,8 @@ from capsim.traces.table import RequestTable
 def _cfg(workload: str, *, gmu: float = 0.9, n: int = 300, conc: int = 128, **kw) -> SimConfig:  # type: ignore[no-untyped-def]
     spec = kw.pop("spec", SpecDecodeConfig(commit="storeall"))
     load = kw.pop("load", LoadConfig(concurrency=conc, num_requests=n))
-    engine = kw.pop("engine", EngineConfig(gmu=gmu))
+    # prefix caching off unless a case asks (vLLM 0.33's default turns it on)
+    engine = kw.pop("engine", EngineConfig(gmu=gmu, enable_prefix_caching=False))
     return SimConfig(
         workload=workload,
         engine=engine,
@@ -152,7 +153,7 @@ def test_run_cut_by_the_pool(monkeypatch: pytest.MonkeyPatch) -> None:
     table = RequestTable(name="t", prompt_tok=[1000] * 6, output_tok=[3000] * 6)
     cfg = SimConfig(
         gpu="B200",
-        engine=EngineConfig(gmu=0.9, num_gpu_blocks_override=80),
+        engine=EngineConfig(gmu=0.9, num_gpu_blocks_override=80, enable_prefix_caching=False),
         spec=SpecDecodeConfig(commit="storeall"),
         load=LoadConfig(concurrency=6, num_requests=6),
         step_time="calibrated",
@@ -172,7 +173,7 @@ def test_varied_lengths_small_budget(monkeypatch: pytest.MonkeyPatch) -> None:
     table = synthetic_table(120, seed=3, prompt=(20, 5000), output=(5, 700))
     cfg = SimConfig(
         gpu="B200",
-        engine=EngineConfig(gmu=0.6, max_num_batched_tokens=2048),
+        engine=EngineConfig(gmu=0.6, max_num_batched_tokens=2048, enable_prefix_caching=False),
         spec=SpecDecodeConfig(commit="reconstruct"),
         load=LoadConfig(concurrency=48, num_requests=120),
         seed=9,
