@@ -14,12 +14,10 @@ import math
 
 import pandas as pd
 import pytest
-from factories import synthetic_table
+from factories import reference_paths, synthetic_table
 
 from capsim.config import EngineConfig, LoadConfig, SimConfig, SpecDecodeConfig
 from capsim.core import decode_run, scheduler
-from capsim.core.scheduler import Scheduler
-from capsim.engine import EngineSim
 from capsim.simulate import simulate
 from capsim.traces.table import RequestTable
 
@@ -87,18 +85,7 @@ CASES: dict[str, SimConfig] = {
 
 
 def _reference_paths(monkeypatch: pytest.MonkeyPatch) -> None:
-    sched_init, engine_init = Scheduler.__init__, EngineSim.__init__
-
-    def sequential(self, *a, **kw):  # type: ignore[no-untyped-def]
-        sched_init(self, *a, **kw)
-        self.vectorized = False
-
-    def step_by_step(self, *a, **kw):  # type: ignore[no-untyped-def]
-        engine_init(self, *a, **kw)
-        self.decode_runs = False
-
-    monkeypatch.setattr(Scheduler, "__init__", sequential)
-    monkeypatch.setattr(EngineSim, "__init__", step_by_step)
+    reference_paths(monkeypatch)
 
 
 def _count_runs(monkeypatch: pytest.MonkeyPatch) -> list[tuple[int, int, int]]:

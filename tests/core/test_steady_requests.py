@@ -8,14 +8,13 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from factories import synthetic_table
+from factories import reference_paths, synthetic_table
 
 from capsim.config import EngineConfig, LoadConfig, SimConfig, SpecDecodeConfig
 from capsim.core.block_pool import BlockPool
 from capsim.core.hybrid_coordinator import HybridKVCacheCoordinator
 from capsim.core.kv_blocks import NO_HIT
 from capsim.core.request import Status
-from capsim.core.scheduler import Scheduler
 from capsim.engine import EngineSim
 from capsim.simulate import simulate
 
@@ -136,20 +135,9 @@ def test_a_steady_request_is_left_unchanged(monkeypatch: pytest.MonkeyPatch, cas
             seen["changed"] += 1
         return added
 
-    sched_init, engine_init = Scheduler.__init__, EngineSim.__init__
-
-    def sequential(self, *a, **kw):  # type: ignore[no-untyped-def]
-        sched_init(self, *a, **kw)
-        self.vectorized = False
-
-    def step_by_step(self, *a, **kw):  # type: ignore[no-untyped-def]
-        engine_init(self, *a, **kw)
-        self.decode_runs = False
-
     monkeypatch.setattr(HybridKVCacheCoordinator, "allocate", allocate)
     monkeypatch.setattr(HybridKVCacheCoordinator, "align_split", split)
-    monkeypatch.setattr(Scheduler, "__init__", sequential)
-    monkeypatch.setattr(EngineSim, "__init__", step_by_step)
+    reference_paths(monkeypatch)
     res = simulate(CASES[case])
     # the mask is not trivially False: most running allocations are steady
     assert seen["steady"] > 2 * seen["changed"] > 0, seen
@@ -159,7 +147,7 @@ def test_a_steady_request_is_left_unchanged(monkeypatch: pytest.MonkeyPatch, cas
         assert res.summary["num_preemptions"] > 0
 
 
-def test_steady_caps_are_reset_when_a_row_is_freed() -> None:
+def test_steady_caps_are_reset_when_a_row_is_freed(monkeypatch: pytest.MonkeyPatch) -> None:
     """A freed (finished or preempted) request's row is never steady, so a request later
     stored in the same row is allocated on its first steps."""
     table = synthetic_table(40, seed=1, prompt=(50, 3000), output=(5, 300))
@@ -177,11 +165,7 @@ def test_steady_caps_are_reset_when_a_row_is_freed() -> None:
         real_run(self)
         seen["sim"] = self
 
-    mp = pytest.MonkeyPatch()
-    mp.setattr(EngineSim, "run", run)
-    try:
-        simulate(cfg, workload=table)
-    finally:
-        mp.undo()
+    monkeypatch.setattr(EngineSim, "run", run)
+    simulate(cfg, workload=table)
     coord = seen["sim"].scheduler.kv.coordinator
     assert (coord._steady == -1).all()  # every request finished: every row freed
