@@ -69,7 +69,11 @@ class EngineConfig:
     )
     enable_chunked_prefill: bool = field(default=True, metadata={"help": "vLLM default on"})
     enable_prefix_caching: bool = field(
-        default=False, metadata={"help": "off in the published runs (mamba mode 'none')"}
+        default=None,  # type: ignore[assignment]  # resolved in __post_init__
+        metadata={
+            "help": "None: the vllm_version's default for hybrids (on since 0.28, mamba mode "
+            "'align'); the published runs had it off (mode 'none')"
+        },
     )
     kv_cache_dtype: str = field(default="bfloat16", metadata={"help": "attention KV dtype"})
     quantization: str | None = field(
@@ -146,6 +150,10 @@ class EngineConfig:
             object.__setattr__(self, "async_scheduling", rules.async_scheduling)
         if not isinstance(self.async_scheduling, bool):
             _fail(o, "async_scheduling", self.async_scheduling, "must be a bool or None")
+        if self.enable_prefix_caching is None:  # EngineArgs' default for a hybrid model
+            object.__setattr__(self, "enable_prefix_caching", rules.hybrid_prefix_caching_default)
+        if not isinstance(self.enable_prefix_caching, bool):
+            _fail(o, "enable_prefix_caching", self.enable_prefix_caching, "must be a bool")
         if not _is_int(self.tp) or self.tp < 1:
             _fail(o, "tp", self.tp, "must be an int >= 1")
         if not (_is_num(self.gmu) and 0.0 < self.gmu <= 1.0):

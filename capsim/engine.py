@@ -109,12 +109,16 @@ class EngineSim:
         self.decode_runs = True
         """Plan runs of decode-only steps at once when nothing can change the schedule
         (``capsim.core.decode_run``); False steps one at a time (the reference path)."""
+        self._init_request_arrays(len(self.requests), compact)
+
+    def _init_request_arrays(self, num_requests: int, compact: bool) -> None:
+        """The per-request stamps and counters (compact: ``RequestResults`` instead)."""
         # per workload index (compact: per store slot, reset when a request is sent): first
         # and latest token times (NaN until they happen)
-        n = len(self.requests)
+        n = num_requests
         self.results = RequestResults(n) if compact else None
         if compact:
-            n = scheduler.store.cols.capacity
+            n = self.scheduler.store.cols.capacity
         self.first_token_s = np.full(n, np.nan)
         self.last_emit_s = np.full(n, np.nan)
         # per workload index, stamped as they happen (the handles need not be kept)

@@ -212,8 +212,8 @@ SHARED_OPTIONS: dict[str, Opt] = {
     "prefix_caching": Opt(
         ("--enable-prefix-caching/--no-enable-prefix-caching",),
         source=(_ENG, "enable_prefix_caching"),
-        help="vLLM prefix caching (GDN state in 'align' mode); vLLM 0.33 turns it on by "
-        "default, the published runs had it off",
+        help="vLLM prefix caching (GDN state in 'align' mode); default: the --vllm-version's "
+        "for hybrids (on since 0.28, off before); the published runs had it off",
         target="engine",
     ),
     # speculation

@@ -30,10 +30,14 @@ Speed: with caching off the running loop is evaluated for the whole batch at onc
 (numpy over the request store, ``kv.allocate_slots_batch``) whenever every running
 request's growth fits in the free blocks, which is exactly when the sequential loop
 would preempt nobody; otherwise the sequential loop runs. Both give identical results
-(tested). With caching on (named blocks) the sequential loop always runs. When nobody
-waits and every running request is decoding, ``plan_decode_run`` computes the next steps
-up to the first finish or pool shortfall at once (``capsim.core.decode_run``), and
-``apply_decode_run`` commits them; identical results again (tests/core/test_fast_paths.py).
+(tested). With caching on (named blocks) the sequential loop runs, but the KV manager is
+called only for the requests whose blocks would change (``kv.steady_mask``: a steady
+request's ``align_split`` and ``allocate_slots`` change nothing); when every running
+request is steady the step is pure numpy. When nobody waits and every running request is
+decoding, ``plan_decode_run`` computes the next steps up to the first finish or pool
+shortfall (caching on: the first step that would change a block) at once
+(``capsim.core.decode_run``), and ``apply_decode_run`` commits them; identical results
+again (tests/core/test_fast_paths.py, tests/core/test_steady_requests.py).
 
 NOTE(lookahead): every allocation, a newly admitted request's first chunk included,
 reserves the drafter's lookahead slots (vLLM 0.32 ``effective_lookahead_tokens`` is the
@@ -261,6 +265,60 @@ class Scheduler:
             return slots, new
         return slots[active], new[active]
 
+    def _schedule_running_cached(
+        self, budget: int, out: SchedulerOutput
+    ) -> tuple[np.ndarray, np.ndarray]:
+        """The sequential loop with prefix caching on, calling the KV manager only for
+        the requests it would change (``HybridKVCacheCoordinator.steady_mask``: a steady
+        request's ``align_split`` and ``allocate`` change nothing, and it can be neither
+        cut nor short of blocks); every other request gets exactly the sequential loop's
+        numbers, in the same order (a preemption victim is the last running request)."""
+        cols, kv = self.store.cols, self.kv
+        slots = self._running_slots()
+        comp = cols.num_computed_tok[slots]
+        new = cols.prompt_tok[slots] + cols.num_output_tok[slots]
+        new += cols.num_spec_tok[slots]
+        new -= comp  # num_tokens_with_spec - num_computed
+        np.minimum(new, self.config.max_model_len - 1 - comp, out=new)
+        np.maximum(new, 0, out=new)
+        steady = kv.steady_mask(cols, slots, new, self._lookahead)
+        if steady.all():  # the vectorised running loop's budget clip, nothing else
+            if new.sum() > budget:
+                before = np.cumsum(new) - new
+                new = np.minimum(new, np.maximum(budget - before, 0))
+            active = new > 0
+            return slots[active], new[active]
+        running, lookahead = self.running, self._lookahead
+        new_l, steady_l, slots_l = new.tolist(), steady.tolist(), slots.tolist()
+        sched_slots: list[int] = []
+        sched_new: list[int] = []
+        i = 0
+        while i < len(running) and budget > 0:
+            num_new = min(new_l[i], budget)
+            if num_new > 0 and not steady_l[i]:
+                req = running[i]
+                num_new = kv.align_split(req, num_new)
+                if num_new > 0 and not self._allocate_or_preempt(req, num_new, lookahead, out):
+                    break
+            if num_new > 0:
+                sched_slots.append(slots_l[i])
+                sched_new.append(num_new)
+                budget -= num_new
+            i += 1
+        return np.asarray(sched_slots, dtype=np.int64), np.asarray(sched_new, dtype=np.int64)
+
+    def _allocate_or_preempt(
+        self, req: Request, num_new: int, lookahead: int, out: SchedulerOutput
+    ) -> bool:
+        """Grow ``req``, preempting the last running request until it fits; False when
+        ``req`` itself was preempted."""
+        while not self.kv.allocate_slots(req, num_new, lookahead):
+            victim = pick_victim(self.running)
+            self._preempt(victim, out)
+            if victim is req:
+                return False
+        return True
+
     def _schedule_running_sequential(
         self, budget: int, out: SchedulerOutput
     ) -> tuple[np.ndarray, np.ndarray]:
@@ -279,15 +337,7 @@ class Scheduler:
             if num_new <= 0:
                 i += 1
                 continue
-            lookahead = self._lookahead
-            ok = True
-            while not kv.allocate_slots(req, num_new, lookahead):
-                victim = pick_victim(running)
-                self._preempt(victim, out)
-                if victim is req:
-                    ok = False
-                    break
-            if not ok:
+            if not self._allocate_or_preempt(req, num_new, self._lookahead, out):
                 break
             sched_slots.append(req.slot)
             sched_new.append(num_new)
@@ -383,8 +433,11 @@ class Scheduler:
             self._release_held()
             self._late_prev = self._late = 0
         if self.running:
-            bulk = self.vectorized and not self._caching
-            fast = self._schedule_running_vectorized(budget) if bulk else None
+            fast = None
+            if self.vectorized and self._caching:
+                fast = self._schedule_running_cached(budget, out)
+            elif self.vectorized:
+                fast = self._schedule_running_vectorized(budget)
             if fast is None:
                 fast = self._schedule_running_sequential(budget, out)
             run_slots, run_new = fast
@@ -426,9 +479,11 @@ class Scheduler:
         self, draws: AcceptanceDraws, window_tok: int, drain: bool = False
     ) -> DecodeRun | None:
         """Several decode-only steps at once (``capsim.core.decode_run``), or None. Only
-        with caching off on the vectorised path, and nobody waiting; the caller makes sure
-        no request arrives before the run ends (``drain``: none ever will)."""
-        if self.waiting or not self.running or self._caching or not self.vectorized:
+        on the vectorised path, and nobody waiting; the caller makes sure no request
+        arrives before the run ends (``drain``: none ever will). With prefix caching on
+        the run takes no block and stops before the first finish (named blocks are
+        allocated, hashed and freed step by step)."""
+        if self.waiting or not self.running or not self.vectorized:
             return None
         if self._async:
             if self.num_held:  # their blocks come back at the next schedule
@@ -438,6 +493,10 @@ class Scheduler:
         if not isinstance(draws, AcceptanceDraws):  # per-step acceptance: no plan ahead
             return None
         kv, cfg = self.kv, self.config
+        steady = None
+        if self._caching:
+            steady = kv.steady_context_tok(self._running_slots(), window_tok, self._lookahead)
+            drain = False
         lim = RunLimits(
             num_spec_tok=cfg.num_spec_tok,
             window_tok=window_tok,
@@ -447,6 +506,7 @@ class Scheduler:
             rule=kv.rule,
             gdn_blocks_per_request=kv.gdn_blocks_per_request,
             free_blocks=kv.num_free_blocks,
+            max_context_tok=steady,
         )
         return plan_decode_run(self.store.cols, self._running_slots(), draws, lim, drain)
 
