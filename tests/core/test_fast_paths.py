@@ -40,9 +40,17 @@ def _cfg(workload: str, *, gmu: float = 0.9, n: int = 300, conc: int = 128, **kw
 CASES: dict[str, SimConfig] = {
     # sync: the cool-down drains through finishes (async holds a finished request's blocks
     # one step, so its runs stop before each finish)
-    "sharegpt-c256": _cfg("sharegpt", n=600, conc=256, engine=EngineConfig(gmu=0.9, async_scheduling=False)),
+    "sharegpt-c256": _cfg(
+        "sharegpt",
+        n=600,
+        conc=256,
+        engine=EngineConfig(gmu=0.9, async_scheduling=False, enable_prefix_caching=False),
+    ),
     "sharegpt-c256-async": _cfg(
-        "sharegpt", n=600, conc=256, engine=EngineConfig(gmu=0.9, async_scheduling=True)
+        "sharegpt",
+        n=600,
+        conc=256,
+        engine=EngineConfig(gmu=0.9, async_scheduling=True, enable_prefix_caching=False),
     ),
     "deferred": _cfg("spec-bench", spec=SpecDecodeConfig(commit="deferred"), conc=32),
     "tree-2,2,1": _cfg(
