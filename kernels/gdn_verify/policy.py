@@ -74,7 +74,9 @@ class PipeConfig:
     _jit.pick_block_v); num_warps; bkc: key chunk (32: ~100-130 registers at T = 4 on
     sm_90, so ~7 two-warp programs per SM); ctas_per_sm: programs per SM (0: as many as the
     compiled kernel's registers and shared memory let reside, read from the compiled
-    kernel at launch).
+    kernel at launch). pending_in_stage1 (deferred only): the hoisted pending
+    coefficients (treewy_pending.py) come from stage 1's program instead of their own
+    small kernel (one launch fewer, a longer stage-1 program).
     """
 
     stages: int = 2
@@ -82,6 +84,7 @@ class PipeConfig:
     num_warps: int = 2
     bkc: int = 32
     ctas_per_sm: int = 0
+    pending_in_stage1: bool = False
 
     def __post_init__(self) -> None:
         for name in ("stages", "block_v", "num_warps", "bkc"):
@@ -92,7 +95,8 @@ class PipeConfig:
 
     def label(self) -> str:
         return (f"pipe s{self.stages} bv{self.block_v} w{self.num_warps} kc{self.bkc} "
-                f"c{self.ctas_per_sm or 'auto'}")  # fmt: skip
+                f"c{self.ctas_per_sm or 'auto'}"
+                + (" pending-in-stage1" if self.pending_in_stage1 else ""))  # fmt: skip
 
 
 @dataclass(frozen=True)
