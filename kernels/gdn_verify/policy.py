@@ -76,7 +76,8 @@ class PipeConfig:
     compiled kernel's registers and shared memory let reside, read from the compiled
     kernel at launch). pending_in_stage1 (deferred only): the hoisted pending
     coefficients (treewy_pending.py) come from stage 1's program instead of their own
-    small kernel (one launch fewer, a longer stage-1 program).
+    small kernel (one launch fewer, a longer stage-1 program). maxnreg > 0: a register
+    cap for the GPU compile (more programs per SM, at the price of spills).
     """
 
     stages: int = 2
@@ -85,18 +86,21 @@ class PipeConfig:
     bkc: int = 32
     ctas_per_sm: int = 0
     pending_in_stage1: bool = False
+    maxnreg: int = 0
 
     def __post_init__(self) -> None:
         for name in ("stages", "block_v", "num_warps", "bkc"):
             if getattr(self, name) < 1:
                 raise ValueError(f"PipeConfig.{name} must be >= 1, got {getattr(self, name)}")
-        if self.ctas_per_sm < 0:
-            raise ValueError(f"PipeConfig.ctas_per_sm must be >= 0, got {self.ctas_per_sm}")
+        for name in ("ctas_per_sm", "maxnreg"):
+            if getattr(self, name) < 0:
+                raise ValueError(f"PipeConfig.{name} must be >= 0, got {getattr(self, name)}")
 
     def label(self) -> str:
         return (f"pipe s{self.stages} bv{self.block_v} w{self.num_warps} kc{self.bkc} "
                 f"c{self.ctas_per_sm or 'auto'}"
-                + (" pending-in-stage1" if self.pending_in_stage1 else ""))  # fmt: skip
+                + (" pending-in-stage1" if self.pending_in_stage1 else "")
+                + (f" maxnreg{self.maxnreg}" if self.maxnreg else ""))  # fmt: skip
 
 
 @dataclass(frozen=True)

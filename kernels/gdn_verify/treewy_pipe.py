@@ -150,14 +150,15 @@ def treewy_pipe_kernel(
 def launch_pipe_stream(
     q, k, v, log_gate, state_pool, state_slot, mats, cols, o, vt, *, num_heads, block_v: int,
     num_warps: int, ctas_per_sm: int, num_stages: int, prec, bkc: int = 128, pending=None,
-    k_out=None, g_out=None, hoisted=None,
+    k_out=None, g_out=None, hoisted=None, maxnreg: int = 0,
 ) -> None:  # fmt: skip
     """Launch the pipelined verify / deferred stream after stage 1 (``mats``, ``cols`` of
     treewy_prep.launch_prep); grid = min(tiles, ctas_per_sm * SMs) (4 SMs off the GPU, so
     the interpreter walks several tiles per program). ``pending`` = (k, vt, log_gate,
     parent, accepted) of the previous window (deferred), with ``k_out`` / ``g_out``;
     ``hoisted`` = (pscale, pgam) when stage 1 computed them (treewy_prep PENDING), else
-    treewy_pending.launch_pending runs first."""
+    treewy_pending.launch_pending runs first. ``maxnreg`` > 0 caps the registers (GPU
+    compile only)."""
     hk, hv = num_heads
     bsz, w, _, dk = q.shape
     dv = v.shape[3]
@@ -189,6 +190,7 @@ def launch_pipe_stream(
         "BWP": bwp, "STORE_VT": vt is not None, "PENDING": pending is not None,
         "STATE_PREC": prec.state, "SMALL_PREC": prec.small, "NATIVE": prec.native,
         "NUM_STAGES": num_stages, "num_warps": num_warps,
+        **({"maxnreg": maxnreg} if maxnreg and prec.native else {}),
     }  # fmt: skip
     if ctas_per_sm == 0:
         ctas_per_sm = resident_programs(args, consts, num_warps, q.device)

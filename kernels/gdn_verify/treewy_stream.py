@@ -270,7 +270,7 @@ def launch_window(
             q, k, v, log_gate, state_pool, state_slot, mats, cols, o, vt, num_heads=(hk, hv),
             block_v=pick_block_v(bsz * hv, dv, widest=pipe.block_v), num_warps=pipe.num_warps,
             ctas_per_sm=pipe.ctas_per_sm, num_stages=pipe.stages, prec=prec, bkc=pipe.bkc,
-            pending=pending, k_out=k_out, g_out=g_out, hoisted=hoisted,
+            pending=pending, k_out=k_out, g_out=g_out, hoisted=hoisted, maxnreg=pipe.maxnreg,
         )  # fmt: skip
         return o, vt
     mats, cols = launch_prep(

@@ -117,6 +117,9 @@ def test_persistent_stream_contract_at_every_depth(tree):
 # "SM" (4 off the GPU) so each program walks several tiles; 16-key chunks (2 per tile)
 PIPE = PipeConfig(stages=2, block_v=16, num_warps=2, bkc=16, ctas_per_sm=1)
 PIPE_POLICY = LaunchPolicy(single_launch=False, pipe_verify=PIPE, pipe_deferred=PIPE)
+# the hoisted pending coefficients computed inside stage 1 (treewy_pending.py)
+PIPE_STAGE1 = LaunchPolicy(single_launch=False, pipe_deferred=PipeConfig(
+    stages=2, block_v=16, num_warps=2, bkc=16, ctas_per_sm=1, pending_in_stage1=True))
 
 
 @pytest.mark.parametrize(
@@ -129,3 +132,9 @@ PIPE_POLICY = LaunchPolicy(single_launch=False, pipe_verify=PIPE, pipe_deferred=
 def test_pipe_stream_contract_at_every_depth(tree, variant):
     err = per_request_error(tree, variant, FAST, policy=PIPE_POLICY)
     assert float(err.max()) <= FP32_CONTRACT, f"pipe {variant} W={tree.num_nodes}: {err.tolist()}"
+
+
+@pytest.mark.parametrize("tree", [TreeSpec.chain(15), TreeSpec((2, 2, 2))], ids=lambda t: t.label)
+def test_pipe_deferred_pending_in_stage1_contract_at_every_depth(tree):
+    err = per_request_error(tree, "deferred", FAST, policy=PIPE_STAGE1)
+    assert float(err.max()) <= FP32_CONTRACT, f"pipe stage-1 W={tree.num_nodes}: {err.tolist()}"
