@@ -262,8 +262,8 @@ def launch_window(
         stage1 = {"scale": scale, "num_heads": (hk, hv), "gram_precision": prec.gram,
                   "policy": policy}  # fmt: skip
         if pending is not None and pipe.pending_in_stage1:
-            mats, cols, hoisted = launch_prep(q, k, log_gate, beta, parent, **stage1,
-                                              pending=pending, k_out=k_out, g_out=g_out)  # fmt: skip
+            stage1 |= {"pending": pending, "k_out": k_out, "g_out": g_out}
+            mats, cols, hoisted = launch_prep(q, k, log_gate, beta, parent, **stage1)
         else:
             mats, cols = launch_prep(q, k, log_gate, beta, parent, **stage1)
         launch_pipe_stream(

@@ -118,8 +118,12 @@ def test_persistent_stream_contract_at_every_depth(tree):
 PIPE = PipeConfig(stages=2, block_v=16, num_warps=2, bkc=16, ctas_per_sm=1)
 PIPE_POLICY = LaunchPolicy(single_launch=False, pipe_verify=PIPE, pipe_deferred=PIPE)
 # the hoisted pending coefficients computed inside stage 1 (treewy_pending.py)
-PIPE_STAGE1 = LaunchPolicy(single_launch=False, pipe_deferred=PipeConfig(
-    stages=2, block_v=16, num_warps=2, bkc=16, ctas_per_sm=1, pending_in_stage1=True))
+PIPE_STAGE1 = LaunchPolicy(
+    single_launch=False,
+    pipe_deferred=PipeConfig(
+        stages=2, block_v=16, num_warps=2, bkc=16, ctas_per_sm=1, pending_in_stage1=True
+    ),
+)
 
 
 @pytest.mark.parametrize(

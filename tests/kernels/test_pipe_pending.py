@@ -65,7 +65,7 @@ def test_hoisted_coefficients_match_float64():
         for h in range(2):
             want_gam[b * 2 + h] = torch.exp(g64[b, path, h].sum())
             for j, i in enumerate(path):
-                seg = g64[b, path[j + 1:], h].sum()
+                seg = g64[b, path[j + 1 :], h].sum()
                 want[b * 2 + h, i] = torch.exp(seg) / torch.sqrt((k64[b, i, 0] ** 2).sum() + 1e-6)
     assert torch.allclose(pscale.double(), want, rtol=1e-6, atol=0.0), (pscale, want)
     assert torch.allclose(pgam.double(), want_gam, rtol=1e-6, atol=0.0)
