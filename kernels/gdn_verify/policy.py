@@ -77,7 +77,9 @@ class PipeConfig:
     kernel at launch). pending_in_stage1 (deferred only): the hoisted pending
     coefficients (treewy_pending.py) come from stage 1's program instead of their own
     small kernel (one launch fewer, a longer stage-1 program). maxnreg > 0: a register
-    cap for the GPU compile (more programs per SM, at the price of spills).
+    cap for the GPU compile (more programs per SM, at the price of spills). pending_gram
+    (deferred only): the window products take the pending path as [W, WP] corrections
+    (K PK^T, Q PK^T from the hoisted kernel) instead of re-reading the updated tile.
     """
 
     stages: int = 2
@@ -87,6 +89,7 @@ class PipeConfig:
     ctas_per_sm: int = 0
     pending_in_stage1: bool = False
     maxnreg: int = 0
+    pending_gram: bool = False
 
     def __post_init__(self) -> None:
         for name in ("stages", "block_v", "num_warps", "bkc"):
@@ -100,7 +103,8 @@ class PipeConfig:
         return (f"pipe s{self.stages} bv{self.block_v} w{self.num_warps} kc{self.bkc} "
                 f"c{self.ctas_per_sm or 'auto'}"
                 + (" pending-in-stage1" if self.pending_in_stage1 else "")
-                + (f" maxnreg{self.maxnreg}" if self.maxnreg else ""))  # fmt: skip
+                + (f" maxnreg{self.maxnreg}" if self.maxnreg else "")
+                + (" gram" if self.pending_gram else ""))  # fmt: skip
 
 
 @dataclass(frozen=True)

@@ -55,6 +55,7 @@ def treewy_pipe_kernel(
     pvt,
     pscale,
     pgam,
+    pgram,
     NUM_TILES,
     H: tl.constexpr,
     HV: tl.constexpr,
@@ -70,6 +71,7 @@ def treewy_pipe_kernel(
     BWP: tl.constexpr,
     STORE_VT: tl.constexpr,
     PENDING: tl.constexpr,
+    GRAM: tl.constexpr,
     STATE_PREC: tl.constexpr,
     SMALL_PREC: tl.constexpr,
     NATIVE: tl.constexpr,
@@ -79,7 +81,10 @@ def treewy_pipe_kernel(
 
     Per tile, as treewy_stream_kernel: Vt = m1 (v - ck * (K S^T)), O = cq * (Q S^T) +
     pm Vt on raw (bf16) q and k; with PENDING the pending path is applied to S first and
-    the result stored back (deferred commit).
+    the result stored back (deferred commit). GRAM: K S^T and Q S^T come from the loaded
+    S_c, then K S'^T = gamma_a K S_c^T + (K PK^T) PVt (the [W, WP] products from
+    treewy_pending.py), so the updated tile only goes to memory, never back into the
+    window products (no accumulator-to-operand layout change per key chunk).
     """
     pid = tl.program_id(0)
     nprog = tl.num_programs(0)
@@ -124,14 +129,22 @@ def treewy_pipe_kernel(
             if PENDING:
                 b_pk = tl.load(pk + o_prow + o_kc[None, :],
                                mask=m_ppath[:, None] & m_kc[None, :], other=0.0)  # fmt: skip
-                b_s = xdot(tl.trans(b_pvt), b_pk, b_pgam * b_s, STATE_PREC, False, NATIVE)
-                b_s_st = b_s.to(state.dtype.element_ty)
+                b_sn = xdot(tl.trans(b_pvt), b_pk, b_pgam * b_s, STATE_PREC, False, NATIVE)
+                b_s_st = b_sn.to(state.dtype.element_ty)
                 tl.store(p_s + o_kc[None, :], b_s_st, mask=m_vk)
-                b_s = b_s_st.to(tl.float32)
+                if not GRAM:
+                    b_s = b_s_st.to(tl.float32)
             b_q = tl.load(q + o_row + o_kc[None, :], mask=m_w[:, None] & m_kc[None, :],
                           other=0.0)  # fmt: skip
             b_sk = xdot(b_kraw, tl.trans(b_s), b_sk, STATE_PREC, True, NATIVE)
             b_sq = xdot(b_q, tl.trans(b_s), b_sq, STATE_PREC, True, NATIVE)
+        if PENDING and GRAM:
+            o_g = i_bh.to(tl.int64) * 2 * W * WP + o_w[:, None] * WP + o_p[None, :]
+            m_g = m_w[:, None] & m_p[None, :]
+            b_kp = tl.load(pgram + o_g, mask=m_g, other=0.0)
+            b_sk = b_pgam * b_sk + tl.dot(b_kp, b_pvt, input_precision=SMALL_PREC)
+            b_qp = tl.load(pgram + W * WP + o_g, mask=m_g, other=0.0)
+            b_sq = b_pgam * b_sq + tl.dot(b_qp, b_pvt, input_precision=SMALL_PREC)
         o_ww = i_bh.to(tl.int64) * W * W + o_w[:, None] * W + o_w[None, :]
         o_bw = i_bh.to(tl.int64) * W + o_w
         o_wv = ((i_b * W + o_w[:, None]).to(tl.int64) * HV + i_h) * V + o_v[None, :]
@@ -150,15 +163,15 @@ def treewy_pipe_kernel(
 def launch_pipe_stream(
     q, k, v, log_gate, state_pool, state_slot, mats, cols, o, vt, *, num_heads, block_v: int,
     num_warps: int, ctas_per_sm: int, num_stages: int, prec, bkc: int = 128, pending=None,
-    k_out=None, g_out=None, hoisted=None, maxnreg: int = 0,
+    k_out=None, g_out=None, hoisted=None, maxnreg: int = 0, gram: bool = False,
 ) -> None:  # fmt: skip
     """Launch the pipelined verify / deferred stream after stage 1 (``mats``, ``cols`` of
     treewy_prep.launch_prep); grid = min(tiles, ctas_per_sm * SMs) (4 SMs off the GPU, so
     the interpreter walks several tiles per program). ``pending`` = (k, vt, log_gate,
     parent, accepted) of the previous window (deferred), with ``k_out`` / ``g_out``;
-    ``hoisted`` = (pscale, pgam) when stage 1 computed them (treewy_prep PENDING), else
-    treewy_pending.launch_pending runs first. ``maxnreg`` > 0 caps the registers (GPU
-    compile only)."""
+    ``hoisted`` = (pscale, pgam, pgram) when stage 1 computed them (treewy_prep PENDING),
+    else treewy_pending.launch_pending runs first. ``maxnreg`` > 0 caps the registers (GPU
+    compile only); ``gram``: the deferred GRAM mode (``hoisted`` must then hold pgram)."""
     hk, hv = num_heads
     bsz, w, _, dk = q.shape
     dv = v.shape[3]
@@ -174,21 +187,23 @@ def launch_pipe_stream(
         pk, pvt = pending[0], pending[1]
         wp = pk.shape[1]
         if hoisted is None:
-            hoisted = launch_pending(k, log_gate, pending, k_out, g_out, num_heads=num_heads)
-        pscale, pgam = hoisted
+            hoisted = launch_pending(q, k, log_gate, pending, k_out, g_out, num_heads=num_heads,
+                                     gram=gram, gram_prec=prec.gram)  # fmt: skip
+        pscale, pgam, pgram = hoisted
     else:
-        pk, pvt, pscale, pgam = k, o, log_gate, log_gate
+        pk, pvt, pscale, pgam, pgram = k, o, log_gate, log_gate, log_gate
         wp = w
     bwp = max(16, triton.next_power_of_2(wp))
     args = (
         q, k, v, log_gate, state_pool, state_slot, mats[0], mats[1], cols[0], cols[1], o,
-        vt if vt is not None else o, pk, pvt, pscale, pgam, num_tiles,
+        vt if vt is not None else o, pk, pvt, pscale, pgam, pgram, num_tiles,
     )  # fmt: skip
     consts = {
         "H": hk, "HV": hv, "W": w, "K": dk, "V": dv, "BW": bw, "BK": triton.next_power_of_2(dk),
         "BKC": min(bkc, triton.next_power_of_2(dk)), "BV": block_v, "NV": nv, "WP": wp,
         "BWP": bwp, "STORE_VT": vt is not None, "PENDING": pending is not None,
-        "STATE_PREC": prec.state, "SMALL_PREC": prec.small, "NATIVE": prec.native,
+        "GRAM": gram and pending is not None, "STATE_PREC": prec.state,
+        "SMALL_PREC": prec.small, "NATIVE": prec.native,
         "NUM_STAGES": num_stages, "num_warps": num_warps,
         **({"maxnreg": maxnreg} if maxnreg and prec.native else {}),
     }  # fmt: skip

@@ -55,6 +55,7 @@ def treewy_prep_kernel(
     paccepted,
     pscale,
     pgam,
+    pgram,
     k_out,
     g_out,
     H: tl.constexpr,
@@ -71,6 +72,7 @@ def treewy_prep_kernel(
     WP: tl.constexpr,
     BWP: tl.constexpr,
     PENDING: tl.constexpr,
+    GRAM: tl.constexpr,
 ):
     """The window's [W, W] quantities of one (request, value head), once per head.
 
@@ -83,8 +85,9 @@ def treewy_prep_kernel(
     i_bh = tl.program_id(0)
     i_b, i_h = i_bh // HV, i_bh % HV
     if PENDING:
-        pending_prologue(i_b, i_h, k, g, pk, pg, pparent, paccepted, pscale, pgam, k_out,
-                         g_out, H, HV, W, K, BW, BK, BKC, WP, BWP)  # fmt: skip
+        pending_prologue(i_b, i_h, q, k, g, pk, pg, pparent, paccepted, pscale, pgam, pgram,
+                         k_out, g_out, H, HV, W, K, BW, BK, BKC, WP, BWP, GRAM,
+                         PREC)  # fmt: skip
     i_hk = i_h // (HV // H)
     o_w = tl.arange(0, BW)
     m_w = o_w < W
@@ -158,6 +161,7 @@ def launch_prep(
     pending=None,
     k_out=None,
     g_out=None,
+    pending_gram: bool = False,
 ):
     """Launch the per-head window kernel alone (also timed alone by ``bench/run.py``).
 
@@ -165,8 +169,8 @@ def launch_prep(
     ``num_warps`` / ``blocked`` override the policy's ``prep_warps`` / ``prep_blocked``.
     ``pending`` = (k, vt, log_gate, parent, accepted) of the previous window (with
     ``k_out`` / ``g_out``): the same program also computes the deferred commit's hoisted
-    coefficients and hands this window's keys and gates on; returns (mats, cols,
-    (pscale, pgam)) then.
+    coefficients (``pending_gram``: also K PK^T, Q PK^T) and hands this window's keys and
+    gates on; returns (mats, cols, (pscale, pgam, pgram)) then.
     """
     policy = DEFAULT_POLICY if policy is None else policy
     hk, hv = num_heads
@@ -179,11 +183,11 @@ def launch_prep(
     if pending is not None:
         pk, _, pg, pparent, paccepted = pending
         wp = pk.shape[1]
-        hoisted = pending_buffers(bsz, hv, wp, q.device)
+        hoisted = pending_buffers(bsz, hv, w, wp, pending_gram, q.device)
         extra = (pk, pg, pparent, paccepted, *hoisted, k_out, g_out)
     else:
         wp, hoisted = w, None
-        extra = (k, log_gate, parent, parent, cols[0], cols[0], k, log_gate)
+        extra = (k, log_gate, parent, parent, cols[0], cols[0], cols[0], k, log_gate)
     treewy_prep_kernel[(bsz * hv,)](
         q,
         k,
@@ -210,6 +214,7 @@ def launch_prep(
         WP=wp,
         BWP=pad_window(wp)[0],
         PENDING=pending is not None,
+        GRAM=pending is not None and pending_gram,
         num_warps=policy.prep_warps(bw, bsz * hv) if num_warps is None else num_warps,
     )
     return (mats, cols) if hoisted is None else (mats, cols, hoisted)

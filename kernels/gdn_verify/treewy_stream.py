@@ -262,7 +262,8 @@ def launch_window(
         stage1 = {"scale": scale, "num_heads": (hk, hv), "gram_precision": prec.gram,
                   "policy": policy}  # fmt: skip
         if pending is not None and pipe.pending_in_stage1:
-            stage1 |= {"pending": pending, "k_out": k_out, "g_out": g_out}
+            stage1 |= {"pending": pending, "k_out": k_out, "g_out": g_out,
+                       "pending_gram": pipe.pending_gram}  # fmt: skip
             mats, cols, hoisted = launch_prep(q, k, log_gate, beta, parent, **stage1)
         else:
             mats, cols = launch_prep(q, k, log_gate, beta, parent, **stage1)
@@ -271,6 +272,7 @@ def launch_window(
             block_v=pick_block_v(bsz * hv, dv, widest=pipe.block_v), num_warps=pipe.num_warps,
             ctas_per_sm=pipe.ctas_per_sm, num_stages=pipe.stages, prec=prec, bkc=pipe.bkc,
             pending=pending, k_out=k_out, g_out=g_out, hoisted=hoisted, maxnreg=pipe.maxnreg,
+            gram=pipe.pending_gram,
         )  # fmt: skip
         return o, vt
     mats, cols = launch_prep(

@@ -35,6 +35,9 @@ FP32_CONTRACT = 1e-6
 OWN = PipeConfig(stages=2, block_v=16, num_warps=2, bkc=16, ctas_per_sm=1)
 IN_STAGE1 = PipeConfig(stages=2, block_v=16, num_warps=2, bkc=16, ctas_per_sm=1,
                        pending_in_stage1=True)  # fmt: skip
+GRAM_OWN = PipeConfig(stages=2, block_v=16, num_warps=2, bkc=16, ctas_per_sm=1, pending_gram=True)
+GRAM_STAGE1 = PipeConfig(stages=2, block_v=16, num_warps=2, bkc=16, ctas_per_sm=1,
+                         pending_in_stage1=True, pending_gram=True)  # fmt: skip
 
 
 def _path(parent: tuple[int, ...], a: int) -> list[int]:
@@ -51,9 +54,9 @@ def test_hoisted_coefficients_match_float64():
                       gate_range=(0.3, 1.0), seed=3)  # fmt: skip
     accepted = torch.tensor([-1, 0, 3, tree.num_nodes - 1], dtype=torch.int32)
     k_out, g_out = nan_like(win.k), nan_like(win.log_gate)
-    pscale, pgam = launch_pending(
-        win.k, win.log_gate, (win.k, None, win.log_gate, win.parent, accepted), k_out, g_out,
-        num_heads=(1, 2),
+    pscale, pgam, pgram = launch_pending(
+        win.q, win.k, win.log_gate, (win.k, None, win.log_gate, win.parent, accepted), k_out,
+        g_out, num_heads=(1, 2), gram=True,
     )  # fmt: skip
     g64, k64 = win.log_gate.double(), win.k.double()
     want = torch.zeros(4 * 2, tree.num_nodes, dtype=torch.float64)
@@ -70,9 +73,22 @@ def test_hoisted_coefficients_match_float64():
     assert torch.allclose(pscale.double(), want, rtol=1e-6, atol=0.0), (pscale, want)
     assert torch.allclose(pgam.double(), want_gam, rtol=1e-6, atol=0.0)
     assert torch.equal(k_out, win.k) and torch.equal(g_out, win.log_gate)
+    # K PK^T and Q PK^T over the pending path's rows (raw bf16: exact products, fp32 sums)
+    on_path = (want != 0).view(4, 2, -1)
+    for b in range(4):
+        for h in range(2):
+            m = on_path[b, h].double()
+            kp = (k64[b, :, 0] @ k64[b, :, 0].T) * m[None, :]
+            qp = (win.q.double()[b, :, 0] @ k64[b, :, 0].T) * m[None, :]
+            got = pgram[b * 2 + h].double()
+            assert torch.allclose(got[0], kp, rtol=1e-6, atol=1e-5), (b, h, got[0], kp)
+            assert torch.allclose(got[1], qp, rtol=1e-6, atol=1e-5), (b, h, got[1], qp)
 
 
-@pytest.mark.parametrize("pipe", [OWN, IN_STAGE1], ids=["own-kernel", "in-stage1"])
+@pytest.mark.parametrize(
+    "pipe", [OWN, IN_STAGE1, GRAM_OWN, GRAM_STAGE1],
+    ids=["own-kernel", "in-stage1", "gram-own", "gram-stage1"],
+)  # fmt: skip
 @pytest.mark.parametrize(
     ("tree1", "tree2"),
     [(TreeSpec.chain(4), TreeSpec((2, 2, 2))), (TreeSpec((2, 2, 2)), TreeSpec.chain(4))],

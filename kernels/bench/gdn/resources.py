@@ -79,11 +79,13 @@ def kernel_configs(w: int, state: str, block_v: int | None = None, state_math=No
     sig, _ = _signature(tw.treewy_prep_kernel, state)
     consts = heads | {
         "LOG2_BW": log2_bw, "BKC": tw.PREP_BLOCK_K, "PREC": prec.gram,
-        "BLOCKED": pol.prep_blocked, "WP": w, "BWP": bw, "PENDING": False,
+        "BLOCKED": pol.prep_blocked, "WP": w, "BWP": bw, "PENDING": False, "GRAM": False,
     }  # fmt: skip
     out.append(("prep", tw.treewy_prep_kernel, sig, consts, pol.prep_warps(bw)))
     out.append(("prep+pend", tw.treewy_prep_kernel, sig, consts | {"PENDING": True},
                 pol.prep_warps(bw)))  # fmt: skip
+    out.append(("prep+gram", tw.treewy_prep_kernel, sig,
+                consts | {"PENDING": True, "GRAM": True}, pol.prep_warps(bw)))  # fmt: skip
     sig, _ = _signature(tw.treewy_stream_kernel, state)
     for name, flags in (
         ("verify", {"STORE_VT": True, "COMMIT": False, "PENDING": False}),
@@ -140,7 +142,8 @@ def pipe_configs(w: int, state: str, pipe, deferred: bool, state_math=None):
     consts = {
         "H": 16, "HV": 32, "W": w, "K": 128, "V": 128, "BW": bw, "BK": 128,
         "BKC": min(128, pipe.bkc), "BV": bv, "NV": 128 // bv, "WP": w, "BWP": bw,
-        "STORE_VT": True, "PENDING": deferred, "STATE_PREC": prec.state,
+        "STORE_VT": True, "PENDING": deferred, "GRAM": deferred and pipe.pending_gram,
+        "STATE_PREC": prec.state,
         "SMALL_PREC": prec.small, "NATIVE": True, "NUM_STAGES": pipe.stages,
     }  # fmt: skip
     out = [("pipe-defer" if deferred else "pipe-verify", treewy_pipe_kernel, sig, consts,
@@ -148,7 +151,8 @@ def pipe_configs(w: int, state: str, pipe, deferred: bool, state_math=None):
     if deferred:
         sig, _ = _signature(treewy_pending_kernel, state)
         consts = {"H": 16, "HV": 32, "W": w, "K": 128, "BW": bw, "BK": 128,
-                  "BKC": PENDING_BLOCK_K, "WP": w, "BWP": bw}  # fmt: skip
+                  "BKC": PENDING_BLOCK_K, "WP": w, "BWP": bw, "GRAM": pipe.pending_gram,
+                  "GRAM_PREC": prec.gram}  # fmt: skip
         out.append(("pending", treewy_pending_kernel, sig, consts, 1))
     return out
 

@@ -63,6 +63,9 @@ _PIPES: dict[str, tuple[PipeConfig | None, PipeConfig | None]] = {
     "pipe_i": (PipeConfig(2, 128, 8, 32), None),
     # pipe_d with 3 stages (134 regs, 39 KB: 3 / SM)
     "pipe_j": (PipeConfig(3, 64, 4, 32), None),
+    # pipe_f with the window products corrected by [W, WP] grams (K PK^T, Q PK^T) instead
+    # of re-reading the updated tile: 255 regs + 56 bytes of spills, 45 KB -> 2 / SM
+    "pipe_k": (None, PipeConfig(2, 64, 4, 32, pending_in_stage1=True, pending_gram=True)),
 }
 VARIANTS: dict[str, LaunchPolicy] = {
     name: LaunchPolicy(pipe_verify=pv, pipe_deferred=pd) for name, (pv, pd) in _PIPES.items()
