@@ -66,6 +66,12 @@ _PIPES: dict[str, tuple[PipeConfig | None, PipeConfig | None]] = {
     # pipe_f with the window products corrected by [W, WP] grams (K PK^T, Q PK^T) instead
     # of re-reading the updated tile: 255 regs + 56 bytes of spills, 45 KB -> 2 / SM
     "pipe_k": (None, PipeConfig(2, 64, 4, 32, pending_in_stage1=True, pending_gram=True)),
+    # no software pipelining (1 stage): the deferred tile loop doubles its registers when
+    # pipelined (sm_90 here: (1, 32, 4, 32) 135 regs, 8 KB -> 3 / SM; 2 stages 188); the
+    # overlap then comes from the resident programs only, as in the round-6 kernel, but
+    # with the coefficients hoisted and a persistent grid
+    "pipe_l": (None, PipeConfig(1, 32, 4, 32, pending_in_stage1=True)),
+    "pipe_m": (None, PipeConfig(1, 32, 2, 32, pending_in_stage1=True)),
 }
 VARIANTS: dict[str, LaunchPolicy] = {
     name: LaunchPolicy(pipe_verify=pv, pipe_deferred=pd) for name, (pv, pd) in _PIPES.items()
