@@ -80,6 +80,8 @@ class PipeConfig:
     cap for the GPU compile (more programs per SM, at the price of spills). pending_gram
     (deferred only): the window products take the pending path as [W, WP] corrections
     (K PK^T, Q PK^T from the hoisted kernel) instead of re-reading the updated tile.
+    fused_window (verify only, W <= 8): the window math in the tile loop
+    (treewy_pipe_small.py), no stage-1 launch.
     """
 
     stages: int = 2
@@ -90,6 +92,7 @@ class PipeConfig:
     pending_in_stage1: bool = False
     maxnreg: int = 0
     pending_gram: bool = False
+    fused_window: bool = False
 
     def __post_init__(self) -> None:
         for name in ("stages", "block_v", "num_warps", "bkc"):
@@ -104,7 +107,8 @@ class PipeConfig:
                 f"c{self.ctas_per_sm or 'auto'}"
                 + (" pending-in-stage1" if self.pending_in_stage1 else "")
                 + (f" maxnreg{self.maxnreg}" if self.maxnreg else "")
-                + (" gram" if self.pending_gram else ""))  # fmt: skip
+                + (" gram" if self.pending_gram else "")
+                + (" fused-window" if self.fused_window else ""))  # fmt: skip
 
 
 @dataclass(frozen=True)

@@ -240,14 +240,16 @@ def occupancy(
     return max(1, min(by_regs, by_smem, max_warps // num_warps, max_ctas))
 
 
-def resident_programs(args, consts: dict, num_warps: int, device) -> int:
-    """Programs per SM of this launch, from the compiled kernel's registers and shared
-    memory (4 off the GPU, where the interpreter has no compiled kernel)."""
+def resident_programs(args, consts: dict, num_warps: int, device, kernel=None) -> int:
+    """Programs per SM of this launch of ``kernel`` (default treewy_pipe_kernel), from the
+    compiled kernel's registers and shared memory (4 off the GPU, where the interpreter
+    has no compiled kernel)."""
     if device.type != "cuda":
         return 4
     from triton.runtime import driver
 
-    kernel = treewy_pipe_kernel.warmup(*args, grid=(1,), **consts)
+    kernel = (treewy_pipe_kernel if kernel is None else kernel).warmup(*args, grid=(1,),
+                                                                      **consts)  # fmt: skip
     kernel._init_handles()
     index = device.index if device.index is not None else torch.cuda.current_device()
     props = driver.active.utils.get_device_properties(index)

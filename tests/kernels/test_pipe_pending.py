@@ -136,3 +136,22 @@ def test_pipe_deferred_two_steps_meets_the_contract(pipe, tree1, tree2):
                                win2.slot, win2.parent, ping, pong_d,
                                policy=LaunchPolicy(single_launch=False))  # fmt: skip
     assert_close("vt vs the default deferred", pong_d.vt, pong.vt, 1e-6)
+
+
+@pytest.mark.parametrize("tree", [TreeSpec.chain(4), TreeSpec((2, 2, 2))], ids=lambda t: t.label)
+def test_pipe_fused_window_verify_matches_float64_and_the_two_launch_path(tree):
+    """treewy_pipe_small.py: outputs vs float64, pseudo-values vs the two-launch verify
+    (several tiles per program, two key chunks per tile)."""
+    win = make_window(parent=tree.parent, batch=4, num_k_heads=1, num_v_heads=2,
+                      gate_range=(0.3, 1.0), seed=41)  # fmt: skip
+    args = (win.q, win.k, win.v, win.log_gate, win.beta, win.pool, win.slot, win.parent)
+    o_ref, _ = recurrence_reference(win.q, win.k, win.v, win.log_gate, win.beta, win.state0,
+                                    tree.parent)  # fmt: skip
+    fused = PipeConfig(stages=2, block_v=16, num_warps=2, bkc=16, ctas_per_sm=1,
+                       fused_window=True)  # fmt: skip
+    with emulate_tf32():
+        o, vt = treewy_verify(*args, policy=LaunchPolicy(single_launch=False, pipe_verify=fused),
+                              out=nan_like(win.v))  # fmt: skip
+        _, vt_ref = treewy_verify(*args, policy=LaunchPolicy(single_launch=False))
+    assert_close("o", o_ref, o, 2e-2)
+    assert_close("vt vs the two-launch verify", vt_ref, vt, 1e-6)
