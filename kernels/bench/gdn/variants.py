@@ -72,6 +72,11 @@ _PIPES: dict[str, tuple[PipeConfig | None, PipeConfig | None]] = {
     # with the coefficients hoisted and a persistent grid
     "pipe_l": (None, PipeConfig(1, 32, 4, 32, pending_in_stage1=True)),
     "pipe_m": (None, PipeConfig(1, 32, 2, 32, pending_in_stage1=True)),
+    # verify with the window math in the tile loop (treewy_pipe_small.py, W <= 8; no stage
+    # 1 launch, ~40 us of pipe_d's 215 at T = 4): (2, 64, 4, 32) 153 regs, 37 KB -> 3 / SM;
+    # (2, 32, 2, 32) 158 regs, 21 KB -> 6 / SM (96 KB of state in flight per SM)
+    "pipe_n": (PipeConfig(2, 64, 4, 32, fused_window=True), None),
+    "pipe_o": (PipeConfig(2, 32, 2, 32, fused_window=True), None),
 }
 VARIANTS: dict[str, LaunchPolicy] = {
     name: LaunchPolicy(pipe_verify=pv, pipe_deferred=pd) for name, (pv, pd) in _PIPES.items()
