@@ -80,8 +80,8 @@ class PipeConfig:
     cap for the GPU compile (more programs per SM, at the price of spills). pending_gram
     (deferred only): the window products take the pending path as [W, WP] corrections
     (K PK^T, Q PK^T from the hoisted kernel) instead of re-reading the updated tile.
-    fused_window (verify only, W <= 8): the window math in the tile loop
-    (treewy_pipe_small.py), no stage-1 launch.
+    fused_window (W <= 8): the window math in the tile loop (treewy_pipe_small.py), no
+    stage-1 launch (deferred: the hoisted pending kernel, then the one stream).
     """
 
     stages: int = 2

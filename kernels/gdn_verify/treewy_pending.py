@@ -31,7 +31,7 @@ import triton.language as tl
 
 from ._jit import pad_window, path_scale
 
-__all__ = ["launch_pending", "pending_prologue", "treewy_pending_kernel"]
+__all__ = ["launch_pending", "pending_prologue", "pending_tile", "treewy_pending_kernel"]
 
 PENDING_BLOCK_K = 32  # key chunk of the norms and the key copy
 
@@ -92,6 +92,30 @@ def pending_prologue(
         m_wk = m_wr[:, None] & (o_k < K)[None, :]
         tl.store(k_out + o_row + o_k[None, :], tl.load(k + o_row + o_k[None, :], mask=m_wk),
                  mask=m_wk)  # fmt: skip
+
+
+@triton.jit
+def pending_tile(
+    pscale, pgam, pvt, i_b, i_h, o_v, m_v, H: tl.constexpr, HV: tl.constexpr, K: tl.constexpr,
+    V: tl.constexpr, WP: tl.constexpr, BWP: tl.constexpr,
+):  # fmt: skip
+    """What a stream tile needs of the hoisted pending path: (b_pvt [BWP, BV] = the path's
+    pseudo-values times pscale, pgam, m_ppath [BWP], o_prow [BWP, 1] row offsets of the
+    pending keys). Rows off the path are neither read nor applied."""
+    i_hk = i_h // (HV // H)
+    i_bh = i_b * HV + i_h
+    o_p = tl.arange(0, BWP)
+    m_p = o_p < WP
+    b_psc = tl.load(pscale + i_bh.to(tl.int64) * WP + o_p, mask=m_p, other=0.0)
+    b_pgam = tl.load(pgam + i_bh)
+    m_ppath = (b_psc != 0.0) & m_p
+    b_pvt = tl.load(
+        pvt + ((i_b * WP + o_p[:, None]).to(tl.int64) * HV + i_h) * V + o_v[None, :],
+        mask=m_ppath[:, None] & m_v[None, :],
+        other=0.0,
+    )
+    o_prow = ((i_b * WP + o_p[:, None]).to(tl.int64) * H + i_hk) * K
+    return b_pvt * b_psc[:, None], b_pgam, m_ppath, o_prow
 
 
 @triton.jit

@@ -32,7 +32,7 @@ import triton
 import triton.language as tl
 
 from ._jit import xdot
-from .treewy_pending import launch_pending
+from .treewy_pending import launch_pending, pending_tile
 
 __all__ = ["launch_pipe_stream", "occupancy", "resident_programs", "treewy_pipe_kernel"]
 
@@ -105,18 +105,8 @@ def treewy_pipe_kernel(
         if PENDING:
             # the pending path's coefficients, hoisted (treewy_pending.py): one [WP] vector
             # and one scalar per (request, head), 0 off the path and when nothing is pending
-            o_p = tl.arange(0, BWP)
-            m_p = o_p < WP
-            o_prow = ((i_b * WP + o_p[:, None]).to(tl.int64) * H + i_hk) * K
-            b_psc = tl.load(pscale + i_bh.to(tl.int64) * WP + o_p, mask=m_p, other=0.0)
-            b_pgam = tl.load(pgam + i_bh)
-            m_ppath = (b_psc != 0.0) & m_p
-            b_pvt = tl.load(
-                pvt + ((i_b * WP + o_p[:, None]).to(tl.int64) * HV + i_h) * V + o_v[None, :],
-                mask=m_ppath[:, None] & m_v[None, :],
-                other=0.0,
-            )
-            b_pvt = b_pvt * b_psc[:, None]
+            b_pvt, b_pgam, m_ppath, o_prow = pending_tile(pscale, pgam, pvt, i_b, i_h, o_v, m_v,
+                                                          H, HV, K, V, WP, BWP)  # fmt: skip
         b_sk = tl.zeros([BW, BV], dtype=tl.float32)
         b_sq = tl.zeros([BW, BV], dtype=tl.float32)
         for i_kc in tl.static_range(0, BK, BKC):
@@ -139,8 +129,9 @@ def treewy_pipe_kernel(
             b_sk = xdot(b_kraw, tl.trans(b_s), b_sk, STATE_PREC, True, NATIVE)
             b_sq = xdot(b_q, tl.trans(b_s), b_sq, STATE_PREC, True, NATIVE)
         if PENDING and GRAM:
+            o_p = tl.arange(0, BWP)
             o_g = i_bh.to(tl.int64) * 2 * W * WP + o_w[:, None] * WP + o_p[None, :]
-            m_g = m_w[:, None] & m_p[None, :]
+            m_g = m_w[:, None] & (o_p < WP)[None, :]
             b_kp = tl.load(pgram + o_g, mask=m_g, other=0.0)
             b_sk = b_pgam * b_sk + tl.dot(b_kp, b_pvt, input_precision=SMALL_PREC)
             b_qp = tl.load(pgram + W * WP + o_g, mask=m_g, other=0.0)

@@ -10,8 +10,9 @@ tested there at every depth), while the pipeliner's asynchronous copies bring th
 tile's state in: one launch, no [W, W] scratch, no stage 1. The window math is redone per
 dv tile (``NV`` tiles per head; block_v 128 makes it once per head).
 
-Shapes and bytes as treewy_stream.py's verify, without the stage-1 scratch. Verify only
-(no pending path, no commit). Nothing runs at import.
+Shapes and bytes as treewy_stream.py's verify, without the stage-1 scratch. Verify and
+deferred (the hoisted pending path of treewy_pending.py, its small kernel first); no
+commit. Nothing runs at import.
 """
 
 from __future__ import annotations
@@ -20,7 +21,8 @@ import torch
 import triton
 import triton.language as tl
 
-from ._jit import xdot
+from ._jit import pad_window, xdot
+from .treewy_pending import launch_pending, pending_tile
 from .treewy_pipe import resident_programs
 from .treewy_small import SOLVE_PRECISION, small_window_math
 
@@ -31,15 +33,18 @@ PIPE_SMALL_MAX_W = 8  # HALF = 8: [16, 16] window math (HALF = 16 spilled, treew
 
 @triton.jit
 def treewy_pipe_small_kernel(
-    q, k, v, g, beta, state, state_slot, parent, o, vt, scale, NUM_TILES,
+    q, k, v, g, beta, state, state_slot, parent, o, vt, pk, pvt, pscale, pgam, scale, NUM_TILES,
     H: tl.constexpr, HV: tl.constexpr, W: tl.constexpr, K: tl.constexpr, V: tl.constexpr,
     HALF: tl.constexpr, LOG2_HALF: tl.constexpr, P: tl.constexpr, BK: tl.constexpr,
     BKC: tl.constexpr, BV: tl.constexpr, NV: tl.constexpr, STATE_PREC: tl.constexpr,
     SMALL_PREC: tl.constexpr, SOLVE_PREC: tl.constexpr, GRAM_PREC: tl.constexpr,
-    NATIVE: tl.constexpr, NUM_STAGES: tl.constexpr,
+    NATIVE: tl.constexpr, NUM_STAGES: tl.constexpr, WP: tl.constexpr, BWP: tl.constexpr,
+    PENDING: tl.constexpr,
 ):  # fmt: skip
     """Tiles pid, pid + P, ...; tile = (request * HV + head) * NV + dv tile. Per tile: the
-    window math, then X S^T (K S^T over Q S^T) BKC keys at a time, Vt, O, the stores."""
+    window math, then X S^T (K S^T over Q S^T) BKC keys at a time, Vt, O, the stores.
+    PENDING (deferred): the hoisted pending path (treewy_pending.py) applied to each state
+    chunk first and the chunk stored back, as treewy_pipe_kernel."""
     pid = tl.program_id(0)
     nprog = tl.num_programs(0)
     o_p = tl.arange(0, P)
@@ -61,11 +66,22 @@ def treewy_pipe_small_kernel(
             SOLVE_PREC, GRAM_PREC, NATIVE,
         )  # fmt: skip
         o_xrow = ((i_b * W + node).to(tl.int64) * H + i_hk) * K
+        if PENDING:
+            b_pvt, b_pgam, m_ppath, o_prow = pending_tile(pscale, pgam, pvt, i_b, i_h, o_v, m_v,
+                                                          H, HV, K, V, WP, BWP)  # fmt: skip
         b_xs = tl.zeros([P, BV], dtype=tl.float32)
         for i_kc in tl.static_range(0, BK, BKC):
             o_kc = i_kc + tl.arange(0, BKC)
             m_kc = o_kc < K
-            b_s = tl.load(p_s + o_kc[None, :], mask=m_v[:, None] & m_kc[None, :], other=0.0)
+            m_vk = m_v[:, None] & m_kc[None, :]
+            b_s = tl.load(p_s + o_kc[None, :], mask=m_vk, other=0.0)
+            if PENDING:
+                b_pk = tl.load(pk + o_prow + o_kc[None, :],
+                               mask=m_ppath[:, None] & m_kc[None, :], other=0.0)  # fmt: skip
+                b_sn = xdot(tl.trans(b_pvt), b_pk, b_pgam * b_s.to(tl.float32), STATE_PREC,
+                            False, NATIVE)  # fmt: skip
+                b_s = b_sn.to(state.dtype.element_ty)
+                tl.store(p_s + o_kc[None, :], b_s, mask=m_vk)
             o_x = o_xrow[:, None] + o_kc[None, :]
             b_xk = tl.load(k + o_x, mask=m_krow[:, None] & m_kc[None, :], other=0.0)
             b_xq = tl.load(q + o_x, mask=m_qrow[:, None] & m_kc[None, :], other=0.0)
@@ -88,10 +104,12 @@ def treewy_pipe_small_kernel(
 def launch_pipe_small(
     q, k, v, log_gate, beta, state_pool, state_slot, parent, o, vt, *, num_heads, scale: float,
     block_v: int, num_warps: int, ctas_per_sm: int, num_stages: int, prec, bkc: int = 32,
-    maxnreg: int = 0,
+    maxnreg: int = 0, pending=None, k_out=None, g_out=None,
 ) -> None:  # fmt: skip
     """Launch the kernel on min(tiles, ctas_per_sm * SMs) programs (ctas_per_sm 0: as many
-    as the compiled kernel's registers and shared memory let reside; 4 SMs off the GPU)."""
+    as the compiled kernel's registers and shared memory let reside; 4 SMs off the GPU).
+    ``pending`` = (k, vt, log_gate, parent, accepted) of the previous window (deferred,
+    with ``k_out`` / ``g_out``): treewy_pending.launch_pending runs first."""
     hk, hv = num_heads
     bsz, w, _, dk = q.shape
     if w > PIPE_SMALL_MAX_W:
@@ -103,13 +121,21 @@ def launch_pipe_small(
            if q.device.type == "cuda" else 4)  # fmt: skip
     half = 8
     bk = triton.next_power_of_2(dk)
-    args = (q, k, v, log_gate, beta, state_pool, state_slot, parent, o, vt, scale, num_tiles)
+    if pending is not None:
+        pk, pvt, wp = pending[0], pending[1], pending[0].shape[1]
+        pscale, pgam, _ = launch_pending(q, k, log_gate, pending, k_out, g_out,
+                                         num_heads=num_heads)  # fmt: skip
+    else:
+        pk, pvt, pscale, pgam, wp = k, vt, log_gate, log_gate, w
+    args = (q, k, v, log_gate, beta, state_pool, state_slot, parent, o, vt, pk, pvt, pscale,
+            pgam, scale, num_tiles)  # fmt: skip
     consts = {
         "H": hk, "HV": hv, "W": w, "K": dk, "V": dv, "HALF": half,
         "LOG2_HALF": half.bit_length() - 1, "P": 2 * half, "BK": bk, "BKC": min(bk, bkc),
         "BV": block_v, "NV": nv, "STATE_PREC": prec.state, "SMALL_PREC": prec.small,
         "SOLVE_PREC": SOLVE_PRECISION, "GRAM_PREC": prec.gram, "NATIVE": prec.native,
-        "NUM_STAGES": num_stages, "num_warps": num_warps,
+        "NUM_STAGES": num_stages, "WP": wp, "BWP": pad_window(wp)[0],
+        "PENDING": pending is not None, "num_warps": num_warps,
         **({"maxnreg": maxnreg} if maxnreg and prec.native else {}),
     }  # fmt: skip
     if ctas_per_sm == 0:

@@ -259,13 +259,13 @@ def launch_window(
     pipe = policy.pipe_config(pending is not None)
     # BW <= 32 only: at BW = 64 (W = 40) it spills (sm_90: 255 registers + 192 bytes)
     if pipe is not None and bw <= 32 and accepted is None and replay_flush is None and store_vt:
-        if pending is None and pipe.fused_window and w <= PIPE_SMALL_MAX_W:
+        if pipe.fused_window and w <= PIPE_SMALL_MAX_W:
             launch_pipe_small(
                 q, k, v, log_gate, beta, state_pool, state_slot, parent, o, vt,
                 num_heads=(hk, hv), scale=scale, num_warps=pipe.num_warps,
                 block_v=pick_block_v(bsz * hv, dv, widest=pipe.block_v),
                 ctas_per_sm=pipe.ctas_per_sm, num_stages=pipe.stages, prec=prec, bkc=pipe.bkc,
-                maxnreg=pipe.maxnreg,
+                maxnreg=pipe.maxnreg, pending=pending, k_out=k_out, g_out=g_out,
             )  # fmt: skip
             return o, vt
         hoisted = None

@@ -145,15 +145,14 @@ def test_pipe_deferred_pending_in_stage1_contract_at_every_depth(tree):
 
 
 # the pipelined verify with the window math in the tile loop (treewy_pipe_small.py, W <= 8)
-PIPE_FUSED_WINDOW = LaunchPolicy(
-    single_launch=False,
-    pipe_verify=PipeConfig(
-        stages=2, block_v=16, num_warps=2, bkc=16, ctas_per_sm=1, fused_window=True
-    ),
-)
+_FW = PipeConfig(stages=2, block_v=16, num_warps=2, bkc=16, ctas_per_sm=1, fused_window=True)
+PIPE_FUSED_WINDOW = LaunchPolicy(single_launch=False, pipe_verify=_FW, pipe_deferred=_FW)
 
 
 @pytest.mark.parametrize("tree", [TreeSpec.chain(4), TreeSpec((2, 2, 2))], ids=lambda t: t.label)
-def test_pipe_fused_window_verify_contract_at_every_depth(tree):
-    err = per_request_error(tree, "verify+commit", FAST, policy=PIPE_FUSED_WINDOW)
-    assert float(err.max()) <= FP32_CONTRACT, f"fused-window W={tree.num_nodes}: {err.tolist()}"
+@pytest.mark.parametrize("variant", ["verify+commit", "deferred"])
+def test_pipe_fused_window_contract_at_every_depth(tree, variant):
+    err = per_request_error(tree, variant, FAST, policy=PIPE_FUSED_WINDOW)
+    assert float(err.max()) <= FP32_CONTRACT, (
+        f"fused-window {variant} W={tree.num_nodes}: {err.tolist()}"
+    )

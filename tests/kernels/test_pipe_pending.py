@@ -36,6 +36,8 @@ OWN = PipeConfig(stages=2, block_v=16, num_warps=2, bkc=16, ctas_per_sm=1)
 IN_STAGE1 = PipeConfig(stages=2, block_v=16, num_warps=2, bkc=16, ctas_per_sm=1,
                        pending_in_stage1=True)  # fmt: skip
 GRAM_OWN = PipeConfig(stages=2, block_v=16, num_warps=2, bkc=16, ctas_per_sm=1, pending_gram=True)
+FUSED_WINDOW = PipeConfig(stages=2, block_v=16, num_warps=2, bkc=16, ctas_per_sm=1,
+                          fused_window=True)  # fmt: skip
 GRAM_STAGE1 = PipeConfig(stages=2, block_v=16, num_warps=2, bkc=16, ctas_per_sm=1,
                          pending_in_stage1=True, pending_gram=True)  # fmt: skip
 
@@ -86,8 +88,8 @@ def test_hoisted_coefficients_match_float64():
 
 
 @pytest.mark.parametrize(
-    "pipe", [OWN, IN_STAGE1, GRAM_OWN, GRAM_STAGE1],
-    ids=["own-kernel", "in-stage1", "gram-own", "gram-stage1"],
+    "pipe", [OWN, IN_STAGE1, GRAM_OWN, GRAM_STAGE1, FUSED_WINDOW],
+    ids=["own-kernel", "in-stage1", "gram-own", "gram-stage1", "fused-window"],
 )  # fmt: skip
 @pytest.mark.parametrize(
     ("tree1", "tree2"),
