@@ -77,6 +77,10 @@ _PIPES: dict[str, tuple[PipeConfig | None, PipeConfig | None]] = {
     # (2, 32, 2, 32) 158 regs, 21 KB -> 6 / SM (96 KB of state in flight per SM)
     "pipe_n": (PipeConfig(2, 64, 4, 32, fused_window=True), None),
     "pipe_o": (PipeConfig(2, 32, 2, 32, fused_window=True), None),
+    # deferred the same way (hoisted pending kernel, then the one stream): (2, 32, 4, 32)
+    # 255 regs + 8 bytes of spills, 26 KB -> 2 / SM; 1 stage: 191 regs, 7 KB -> 2 / SM
+    "pipe_p": (None, PipeConfig(2, 32, 4, 32, fused_window=True)),
+    "pipe_q": (None, PipeConfig(1, 32, 4, 32, fused_window=True)),
 }
 VARIANTS: dict[str, LaunchPolicy] = {
     name: LaunchPolicy(pipe_verify=pv, pipe_deferred=pd) for name, (pv, pd) in _PIPES.items()
