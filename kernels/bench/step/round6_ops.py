@@ -221,8 +221,11 @@ def _write_point(out: Writer, op: str, key: str, built, impl: str, replays: int,
                    impl=impl, **dims))  # fmt: skip
 
 
-def _fp8_points(shapes, grid, out: Writer, dev, gen, deadline: float, notes: list[str]):
-    done: set = set()
+def fp8_points(shapes, grid, out: Writer, dev, gen, deadline: float, notes: list[str],
+               done: set | None = None) -> None:  # fmt: skip
+    """moe_fp8 and gemm_fp8 rows of ``shapes`` until ``deadline``; ``done`` (shared across
+    calls) holds the points already measured."""
+    done = set() if done is None else done
     for shp in shapes:
         why = fp8_refusal(shp)
         if why:
@@ -286,7 +289,7 @@ def run_step_ops(out_dir: Path, device: str, deadline: float, dry: bool, notes: 
     except Exception as e:
         meta["fp8"]["moe_check_error"] = repr(e)[:300]
         notes.append(f"fp8 MoE check failed: {e!r}"[:300])
-    _fp8_points(fp8_shapes, grid, out, device, gen, deadline, notes)
+    fp8_points(fp8_shapes, grid, out, device, gen, deadline, notes)
     out.close()
     meta["rows"] = out.rows
     return meta
