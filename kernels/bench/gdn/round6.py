@@ -179,13 +179,25 @@ def warm_worker(spec: str, vllm_src: Path) -> int:
     return 0
 
 
+def warm_step_worker(args) -> int:
+    """The step operators' compile warm-up process (plan r7; vLLM's files from
+    CAPSIM_VLLM_SRC, as the step phase's child)."""
+    from ..step.round7_ops import warm_step7
+
+    t0 = time.monotonic()
+    n = warm_step7("cpu" if args.dry_run else "cuda", args.dry_run)
+    print(f"warm step: {n} points visited in {time.monotonic() - t0:.0f}s", flush=True)
+    return 0
+
+
 def warm(workers: int, vllm_src: Path, deadline: float, dry: bool, notes: list[str],
          phases: tuple[str, ...]) -> float:  # fmt: skip
     """Start ``workers`` warm-up processes and wait for them (at most until ``deadline``)."""
     t0 = time.monotonic()
     plan = os.environ.get("R6_PLAN", "r6")
     env = {**os.environ, "R6_DRY": "1" if dry else "0", "PYTHONUNBUFFERED": "1",
-           "R6_WARM_PHASES": ",".join(p for p in phases if p in cell_phases(plan))}  # fmt: skip
+           "R6_WARM_PHASES": ",".join(p for p in phases if p in cell_phases(plan)),
+           "CAPSIM_VLLM_SRC": str(vllm_src)}  # fmt: skip
     procs = [
         subprocess.Popen(
             [
@@ -205,6 +217,10 @@ def warm(workers: int, vllm_src: Path, deadline: float, dry: bool, notes: list[s
         )
         for i in range(workers)
     ]
+    if plan == "r7" and "step_ops" in phases:  # the step operators' Triton kernels, beside
+        procs.append(subprocess.Popen(  # the GDN workers (step/round7_ops.warm_step7)
+            [sys.executable, "-m", __spec__.name, "--warm-step", "--vllm-src", str(vllm_src),
+             "--out", ".", "--plan", plan] + (["--dry-run"] if dry else []), env=env))  # fmt: skip
     for p in procs:
         try:
             p.wait(timeout=max(1.0, deadline - time.monotonic()))
@@ -345,6 +361,7 @@ def _parser() -> argparse.ArgumentParser:
                    help="r6: round 6's phases; r7: round 7's (round7_cells.py)")  # fmt: skip
     p.add_argument("--phases", default=None, help="comma list (default: the plan's)")
     p.add_argument("--warm-worker", default=None, help=argparse.SUPPRESS)
+    p.add_argument("--warm-step", action="store_true", help=argparse.SUPPRESS)
     p.add_argument("--phase", default=None, help=argparse.SUPPRESS)
     p.add_argument("--start", type=int, default=0, help=argparse.SUPPRESS)
     p.add_argument("--copy-gbps", type=float, default=0.0, help=argparse.SUPPRESS)
@@ -408,6 +425,8 @@ def main(argv: list[str] | None = None) -> int:
         args.phases = plan["phases"]
     if args.warm_worker is not None:
         return warm_worker(args.warm_worker, args.vllm_src)
+    if args.warm_step:
+        return warm_step_worker(args)
     WORK.mkdir(parents=True, exist_ok=True)
     if args.phase is None:  # the orchestrator starts from a clean progress folder
         for stale in WORK.glob("*"):

@@ -20,6 +20,7 @@ the GDN prefill grid adds 1024 tokens (``GRID7``). Writes DIR/round7_step_ops.cs
 
 from __future__ import annotations
 
+import os
 import time
 from pathlib import Path
 
@@ -79,6 +80,50 @@ def jobs(dry: bool) -> list[tuple[str, object]]:
     return out
 
 
+# the classes whose kernels Triton compiles (vLLM's MoE, conv, attention, GDN prefill); the
+# GEMMs, norms and sampling are torch/cuBLAS and need no warm-up
+COMPILED_OPS = frozenset({"moe", "conv", "attn_decode", "attn_prefill", "gdn_prefill"})
+
+
+def warm_step7(device: str, dry: bool) -> int:
+    """Compile warm-up of the jobs' Triton kernels, in their order: every compiled point
+    once (no timing, nothing written), FP8 MoE with one weight copy. Runs beside the GDN
+    warm-up workers (round6.warm), which stop it at their deadline; returns the points run."""
+    from .points import measure_shapes
+    from .round6_ops import make_moe_fp8
+
+    gen = torch.Generator(device=device).manual_seed(70)
+    grid = SMOKE_GRID if dry else GRID7
+    skip = frozenset() if dry else skip_classes()
+    done: set = set()
+    n = 0
+    for kind, shp in jobs(dry):
+        t0 = time.monotonic()
+        if kind == "bf16":
+            before = len(done)
+            measure_shapes(shp, grid, None, done, device, gen, 1, float("inf"), OPS,
+                           "torch" if dry else "vllm", skip=skip, warm_ops=COMPILED_OPS)  # fmt: skip
+            n += len(done) - before
+        elif kind == "fp8":
+            for m in grid["m"]:
+                if ("moe_fp8", shp.moe_key, m) in done:
+                    continue
+                done.add(("moe_fp8", shp.moe_key, m))
+                try:
+                    fns = make_moe_fp8(m, shp, device, gen, ncopy=1)[0]
+                    fns[0]()
+                    if device == "cuda":
+                        torch.cuda.synchronize()
+                    n += 1
+                except Exception as e:
+                    print(f"warm FAILED moe_fp8 {shp.key} M={m}: {e!r}"[:300], flush=True)
+                fns = None
+                if device == "cuda":
+                    torch.cuda.empty_cache()
+        print(f"warm step {kind} {shp.key}: {time.monotonic() - t0:.1f} s", flush=True)
+    return n
+
+
 def _resumed(path: Path) -> tuple[set, frozenset[tuple]]:
     """What an earlier attempt of the phase wrote to ``path``: FP8 point tags (fp8_points'
     ``done``) and the bf16 classes (skipped whole: measure_shapes' ``skip``)."""
@@ -127,6 +172,9 @@ def run_step7(out_dir: Path, device: str, deadline: float, dry: bool, notes: lis
             notes.append(f"step_ops: deadline before {kind} {shp.key}")
             break
         save(meta, i)
+        if os.environ.get("R6_FAULT") == f"step_ops:{i}":  # fault injection (CPU tests)
+            out.close()
+            os._exit(3)
         t0, rows0 = time.monotonic(), out.rows
         if kind == "bf16":
             measure_shapes(shp, grid, out, done, device, gen, 15, deadline, OPS,
