@@ -194,6 +194,8 @@ def run_step7(out_dir: Path, device: str, deadline: float, dry: bool, notes: lis
         print(f"step_ops {kind} {shp.key}: {job['rows']} rows in {job['s']} s "
               f"(phase {job['at_s']} s)", flush=True)  # fmt: skip
     out.close()
-    meta["rows"] = out.rows
+    meta["rows"] = out.rows  # this attempt's
+    with path.open() as fh:  # every attempt's (a resumed phase appends)
+        meta["rows_in_file"] = sum(1 for _ in fh) - 1
     save(meta, -1)
     return meta
