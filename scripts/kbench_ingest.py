@@ -99,7 +99,8 @@ def _nvsmi_lines(src: Path) -> list[str]:
     return [ln.rstrip() for ln in path.read_text().splitlines() if "H200" in ln or "Driver" in ln][:4]
 
 
-def ingest_step(run: Path, src: Path, dst: Path, meta: dict, step_run: int) -> Path | None:
+def step_rows(run: Path) -> list[dict] | None:
+    """The call's step-operator rows (None: no such file); refuses a non-positive timing."""
     path = run / f"{PREFIX}_step_ops.csv"
     if not path.is_file():
         return None
@@ -108,6 +109,14 @@ def ingest_step(run: Path, src: Path, dst: Path, meta: dict, step_run: int) -> P
     if bad:
         raise SystemExit(f"{path}: p50_us={bad[0]['p50_us']!r} in row {bad[0]['op']} "
                          f"{bad[0]['key']}: refusing non-positive step timings")  # fmt: skip
+    return rows
+
+
+def ingest_step(run: Path, src: Path, dst: Path, meta: dict, step_run: int) -> Path | None:
+    rows = step_rows(run)
+    if rows is None:
+        return None
+    path = run / f"{PREFIX}_step_ops.csv"
     out = dst / f"model_step_run{step_run}_{PREFIX}.csv"
     _copy(path, out)
     step = meta.get("step_ops", {})
@@ -138,6 +147,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--no-build", action="store_true")
     args = ap.parse_args(argv)
     run = args.src / "r7" if (args.src / "r7").is_dir() else args.src
+    step_rows(run)  # every refusal before anything is written
     meta = ingest_gdn(run, args.src, args.results)
     step = ingest_step(run, args.src, args.results, meta, args.step_run)
     print(f"GDN: {meta['num_timed']} timed rows, checks_ok {meta['checks_ok']}, "
