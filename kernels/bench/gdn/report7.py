@@ -131,6 +131,16 @@ def main(argv: list[str] | None = None) -> int:
             print(variant_table(kc, shape, b))
             print(f"\n### Targets (defaults), {shape}, B = {b}\n")
             print(target_table(kc, shape, b))
+    if kc:
+        from .variants import best_rows
+
+        print("\n### Fastest variant per cell that passes every check (variants.best_rows)\n")
+        print("| shape | T | tree | B | family | best | best us (x floor) | default us | x |")
+        print("|---|---|---|---|---|---|---|---|---|")
+        for b in best_rows(kc):
+            print(f"| {b['model_shape']} | {b['T']} | {b['tree']} | {b['B']} | {b['family']} | "
+                  f"{b['best_kernel']} | {b['best_p50_us']} ({b['best_floor_ratio']}x) | "
+                  f"{b['default_p50_us']} | {b['speedup_vs_default']} |")  # fmt: skip
     for phase, what in (("gdn_kc", "gdn_kc side by side"), ("gdn_cov", "coverage cells"),
                         ("gdn_tp64", "TP head counts, B = 64"), ("gdn_cal", "calibration batches"),
                         ("gdn_tpT", "TP head counts, T = 3, 5..8")):  # fmt: skip
