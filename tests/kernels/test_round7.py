@@ -105,3 +105,11 @@ def test_writer_appends_on_resume(tmp_path):
     w.write({"a": 3, "b": 4})
     w.close()
     assert path.read_text().splitlines() == ["a,b", "1,2", "3,4"]
+
+
+def test_phase_end_overrides_are_checked():
+    got = round6.parse_shares("warm=0.2,gdn_kc=0.8", round6.PHASE_END_R7)
+    assert got == {"warm": 0.2, "gdn_kc": 0.8}
+    for bad in ("gdn_main=0.5", "warm=0", "warm=1.5", "warm=x"):
+        with pytest.raises(SystemExit, match="--phase-end"):
+            round6.parse_shares(bad, round6.PHASE_END_R7)

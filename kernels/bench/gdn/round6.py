@@ -71,7 +71,7 @@ DEFAULT_PHASES = "warm,gdn_kc,gdn_main,step_ops,gdn_tp,gdn_cal"
 # keeps capsim simulate refusing deployments), then the GDN coverage cells, kcode's variants
 # and the interpolation points; files round7_<phase>.csv, round7_meta.json
 PHASE_END_R7 = {
-    "warm": 0.17, "step_ops": 0.60, "gdn_cov": 0.65, "gdn_kc": 0.75, "gdn_tp64": 0.82,
+    "warm": 0.17, "step_ops": 0.60, "gdn_cov": 0.65, "gdn_kc": 0.78, "gdn_tp64": 0.84,
     "gdn_cal": 0.92, "gdn_tpT": 0.98,
 }  # fmt: skip
 PHASE_ORDER_R7 = ("step_ops", "gdn_cov", "gdn_kc", "gdn_tp64", "gdn_cal", "gdn_tpT")
@@ -360,6 +360,8 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--plan", choices=tuple(PLANS), default="r6",
                    help="r6: round 6's phases; r7: round 7's (round7_cells.py)")  # fmt: skip
     p.add_argument("--phases", default=None, help="comma list (default: the plan's)")
+    p.add_argument("--phase-end", default="",
+                   help="override shares of the budget, e.g. warm=0.2,gdn_kc=0.8")  # fmt: skip
     p.add_argument("--warm-worker", default=None, help=argparse.SUPPRESS)
     p.add_argument("--warm-step", action="store_true", help=argparse.SUPPRESS)
     p.add_argument("--phase", default=None, help=argparse.SUPPRESS)
@@ -367,6 +369,22 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--copy-gbps", type=float, default=0.0, help=argparse.SUPPRESS)
     p.add_argument("--deadline-epoch", type=float, default=0.0, help=argparse.SUPPRESS)
     return p
+
+
+def parse_shares(text: str, known: dict[str, float]) -> dict[str, float]:
+    """``--phase-end`` ("phase=share,..."): shares of the budget in (0, 1], known phases."""
+    out: dict[str, float] = {}
+    for item in filter(None, (x.strip() for x in text.split(","))):
+        name, _, value = item.partition("=")
+        try:
+            share = float(value)
+        except ValueError:
+            share = -1.0
+        if name not in known or not 0.0 < share <= 1.0:
+            raise SystemExit(f"--phase-end: {item!r} must be phase=share with phase in "
+                             f"{sorted(known)} and 0 < share <= 1")  # fmt: skip
+        out[name] = share
+    return out
 
 
 def _meta(args, device: str) -> dict:
@@ -446,7 +464,9 @@ def main(argv: list[str] | None = None) -> int:
     phases = args.phases.split(",")
     meta = _meta(args, device)
     meta["plan"] = args.plan
-    end = {k: t0 + f * args.budget_s for k, f in plan["end"].items()}
+    shares = {**plan["end"], **parse_shares(args.phase_end, plan["end"])}
+    meta["phase_end"] = shares
+    end = {k: t0 + f * args.budget_s for k, f in shares.items()}
 
     def save() -> None:
         # the checks summary after every phase: a run killed later still returns a meta
