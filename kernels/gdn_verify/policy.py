@@ -74,7 +74,14 @@ class PipeConfig:
     _jit.pick_block_v); num_warps; bkc: key chunk (32: ~100-130 registers at T = 4 on
     sm_90, so ~7 two-warp programs per SM); ctas_per_sm: programs per SM (0: as many as the
     compiled kernel's registers and shared memory let reside, read from the compiled
-    kernel at launch).
+    kernel at launch). pending_in_stage1 (deferred only): the hoisted pending
+    coefficients (treewy_pending.py) come from stage 1's program instead of their own
+    small kernel (one launch fewer, a longer stage-1 program). maxnreg > 0: a register
+    cap for the GPU compile (more programs per SM, at the price of spills). pending_gram
+    (deferred only): the window products take the pending path as [W, WP] corrections
+    (K PK^T, Q PK^T from the hoisted kernel) instead of re-reading the updated tile.
+    fused_window (W <= 8): the window math in the tile loop (treewy_pipe_small.py), no
+    stage-1 launch (deferred: the hoisted pending kernel, then the one stream).
     """
 
     stages: int = 2
@@ -82,17 +89,26 @@ class PipeConfig:
     num_warps: int = 2
     bkc: int = 32
     ctas_per_sm: int = 0
+    pending_in_stage1: bool = False
+    maxnreg: int = 0
+    pending_gram: bool = False
+    fused_window: bool = False
 
     def __post_init__(self) -> None:
         for name in ("stages", "block_v", "num_warps", "bkc"):
             if getattr(self, name) < 1:
                 raise ValueError(f"PipeConfig.{name} must be >= 1, got {getattr(self, name)}")
-        if self.ctas_per_sm < 0:
-            raise ValueError(f"PipeConfig.ctas_per_sm must be >= 0, got {self.ctas_per_sm}")
+        for name in ("ctas_per_sm", "maxnreg"):
+            if getattr(self, name) < 0:
+                raise ValueError(f"PipeConfig.{name} must be >= 0, got {getattr(self, name)}")
 
     def label(self) -> str:
         return (f"pipe s{self.stages} bv{self.block_v} w{self.num_warps} kc{self.bkc} "
-                f"c{self.ctas_per_sm or 'auto'}")  # fmt: skip
+                f"c{self.ctas_per_sm or 'auto'}"
+                + (" pending-in-stage1" if self.pending_in_stage1 else "")
+                + (f" maxnreg{self.maxnreg}" if self.maxnreg else "")
+                + (" gram" if self.pending_gram else "")
+                + (" fused-window" if self.fused_window else ""))  # fmt: skip
 
 
 @dataclass(frozen=True)

@@ -16,11 +16,13 @@ ahead (cp.async on sm_90, checked in the sm_90 SASS: ``LDGSTS``), so the bytes i
 live in shared memory instead of registers. Same arithmetic per tile as
 ``treewy_stream_kernel`` (whole key dimension per tile, bf16x3 / tf32x3 products), so
 the same accuracy contract. Modes: verify (STORE_VT) and deferred (PENDING: the previous
-window's accepted path applied first, the state written back; its path taken from the
-ancestor mask instead of a parent walk, so the loop body has no inner loop).
+window's accepted path applied first, the state written back). Deferred takes the pending
+path's coefficients hoisted out of the tile loop (treewy_pending.py: one [WP] vector and
+one scalar per (request, head), from a small kernel or from stage 1): round 7 measured the
+per-tile recomputation at 889-1394 us vs 468-590 for the round-6 deferred kernel.
 
-Chosen by ``LaunchPolicy.pipe_stages`` > 0 (default 0: off). Shapes and bytes as
-treewy_stream.py. Nothing runs at import.
+Chosen by ``LaunchPolicy.pipe_verify`` / ``pipe_deferred`` (default None: off). Shapes
+and bytes as treewy_stream.py. Nothing runs at import.
 """
 
 from __future__ import annotations
@@ -29,27 +31,10 @@ import torch
 import triton
 import triton.language as tl
 
-from ._jit import ancestor_mask, xdot
+from ._jit import xdot
+from .treewy_pending import launch_pending, pending_tile
 
 __all__ = ["launch_pipe_stream", "occupancy", "resident_programs", "treewy_pipe_kernel"]
-
-
-@triton.jit
-def _pending_scale(pparent, p_g, i_a, WP: tl.constexpr, BWP: tl.constexpr,
-                   LOG2_BWP: tl.constexpr, STRIDE_G, NATIVE: tl.constexpr):  # fmt: skip
-    """(coef [BWP], log gamma_a) of the pending accepted node ``i_a`` (as _jit.path_scale)
-    from the ancestor mask's row i_a: no data-dependent loop. coef_i = exp(L_a - L_i) from
-    the segment sums of the path's gates after i; i_a outside [0, WP): coef = 0, L_a = 0."""
-    o_p = tl.arange(0, BWP)
-    b_anc = ancestor_mask(pparent, WP, BWP, LOG2_BWP)  # [BWP, BWP]: A[t, i]
-    ok = (i_a >= 0) & (i_a < WP)
-    m_row = (o_p[:, None] == i_a) & ok
-    m_path = tl.sum(tl.where(m_row & b_anc, 1, 0), 0) > 0  # [BWP] over i
-    b_g = tl.load(p_g + o_p * STRIDE_G, mask=m_path & (o_p < WP), other=0.0).to(tl.float32)
-    b_la = tl.sum(b_g, 0)
-    b_seg = tl.sum(tl.where(o_p[None, :] > o_p[:, None], b_g[None, :], 0.0), 1)
-    b_coef = tl.where(m_path, tl.exp(b_seg), 0.0)
-    return b_coef, b_la
 
 
 @triton.jit
@@ -68,11 +53,9 @@ def treewy_pipe_kernel(
     vt,
     pk,
     pvt,
-    pg,
-    pparent,
-    paccepted,
-    k_out,
-    g_out,
+    pscale,
+    pgam,
+    pgram,
     NUM_TILES,
     H: tl.constexpr,
     HV: tl.constexpr,
@@ -86,9 +69,9 @@ def treewy_pipe_kernel(
     NV: tl.constexpr,
     WP: tl.constexpr,
     BWP: tl.constexpr,
-    LOG2_BWP: tl.constexpr,
     STORE_VT: tl.constexpr,
     PENDING: tl.constexpr,
+    GRAM: tl.constexpr,
     STATE_PREC: tl.constexpr,
     SMALL_PREC: tl.constexpr,
     NATIVE: tl.constexpr,
@@ -98,7 +81,10 @@ def treewy_pipe_kernel(
 
     Per tile, as treewy_stream_kernel: Vt = m1 (v - ck * (K S^T)), O = cq * (Q S^T) +
     pm Vt on raw (bf16) q and k; with PENDING the pending path is applied to S first and
-    the result stored back (deferred commit).
+    the result stored back (deferred commit). GRAM: K S^T and Q S^T come from the loaded
+    S_c, then K S'^T = gamma_a K S_c^T + (K PK^T) PVt (the [W, WP] products from
+    treewy_pending.py), so the updated tile only goes to memory, never back into the
+    window products (no accumulator-to-operand layout change per key chunk).
     """
     pid = tl.program_id(0)
     nprog = tl.num_programs(0)
@@ -117,34 +103,10 @@ def treewy_pipe_kernel(
         p_s = state + ((i_slot * HV + i_h) * V + o_v[:, None]) * K
         o_row = ((i_b * W + o_w[:, None]).to(tl.int64) * H + i_hk) * K
         if PENDING:
-            o_p = tl.arange(0, BWP)
-            m_p = o_p < WP
-            o_prow = ((i_b * WP + o_p[:, None]).to(tl.int64) * H + i_hk) * K
-            i_pa = tl.load(paccepted + i_b)  # -1: nothing pending
-            b_pcoef, b_pla = _pending_scale(pparent, pg + i_b * WP * HV + i_h, i_pa, WP, BWP,
-                                            LOG2_BWP, HV, NATIVE)  # fmt: skip
-            m_ppath = (b_pcoef != 0.0) & m_p
-            b_pvt = tl.load(
-                pvt + ((i_b * WP + o_p[:, None]).to(tl.int64) * HV + i_h) * V + o_v[None, :],
-                mask=m_ppath[:, None] & m_v[None, :],
-                other=0.0,
-            )
-            b_pk2 = tl.zeros([BWP], dtype=tl.float32)
-            for i_kc in tl.static_range(0, BK, BKC):
-                o_kc = i_kc + tl.arange(0, BKC)
-                b_pk = tl.load(
-                    pk + o_prow + o_kc[None, :],
-                    mask=m_ppath[:, None] & (o_kc < K)[None, :],
-                    other=0.0,
-                )
-                b_pkf = b_pk.to(tl.float32)
-                b_pk2 += tl.sum(b_pkf * b_pkf, 1)
-            b_pvt = b_pvt * (b_pcoef * tl.rsqrt(b_pk2 + 1e-6))[:, None]
-            # hand this window's gates to the next step (dv tile 0 writes them)
-            o_wh = (i_b * W + o_w).to(tl.int64) * HV + i_h
-            b_g = tl.load(g + o_wh, mask=m_w, other=0.0)
-            tl.store(g_out + o_wh, b_g, mask=(o_w + i_v * BW) < W)
-            i_writer = i_v + i_h % (HV // H)  # dv tile 0 of a group's first head writes k
+            # the pending path's coefficients, hoisted (treewy_pending.py): one [WP] vector
+            # and one scalar per (request, head), 0 off the path and when nothing is pending
+            b_pvt, b_pgam, m_ppath, o_prow = pending_tile(pscale, pgam, pvt, i_b, i_h, o_v, m_v,
+                                                          H, HV, K, V, WP, BWP)  # fmt: skip
         b_sk = tl.zeros([BW, BV], dtype=tl.float32)
         b_sq = tl.zeros([BW, BV], dtype=tl.float32)
         for i_kc in tl.static_range(0, BK, BKC):
@@ -157,17 +119,23 @@ def treewy_pipe_kernel(
             if PENDING:
                 b_pk = tl.load(pk + o_prow + o_kc[None, :],
                                mask=m_ppath[:, None] & m_kc[None, :], other=0.0)  # fmt: skip
-                b_s = xdot(tl.trans(b_pvt), b_pk, tl.exp(b_pla) * b_s, STATE_PREC, False,
-                           NATIVE)  # fmt: skip
-                b_s_st = b_s.to(state.dtype.element_ty)
+                b_sn = xdot(tl.trans(b_pvt), b_pk, b_pgam * b_s, STATE_PREC, False, NATIVE)
+                b_s_st = b_sn.to(state.dtype.element_ty)
                 tl.store(p_s + o_kc[None, :], b_s_st, mask=m_vk)
-                b_s = b_s_st.to(tl.float32)
-                m_kout = ((o_w + i_writer * BW) < W)[:, None] & m_kc[None, :]
-                tl.store(k_out + o_row + o_kc[None, :], b_kraw, mask=m_kout)
+                if not GRAM:
+                    b_s = b_s_st.to(tl.float32)
             b_q = tl.load(q + o_row + o_kc[None, :], mask=m_w[:, None] & m_kc[None, :],
                           other=0.0)  # fmt: skip
             b_sk = xdot(b_kraw, tl.trans(b_s), b_sk, STATE_PREC, True, NATIVE)
             b_sq = xdot(b_q, tl.trans(b_s), b_sq, STATE_PREC, True, NATIVE)
+        if PENDING and GRAM:
+            o_p = tl.arange(0, BWP)
+            o_g = i_bh.to(tl.int64) * 2 * W * WP + o_w[:, None] * WP + o_p[None, :]
+            m_g = m_w[:, None] & (o_p < WP)[None, :]
+            b_kp = tl.load(pgram + o_g, mask=m_g, other=0.0)
+            b_sk = b_pgam * b_sk + tl.dot(b_kp, b_pvt, input_precision=SMALL_PREC)
+            b_qp = tl.load(pgram + W * WP + o_g, mask=m_g, other=0.0)
+            b_sq = b_pgam * b_sq + tl.dot(b_qp, b_pvt, input_precision=SMALL_PREC)
         o_ww = i_bh.to(tl.int64) * W * W + o_w[:, None] * W + o_w[None, :]
         o_bw = i_bh.to(tl.int64) * W + o_w
         o_wv = ((i_b * W + o_w[:, None]).to(tl.int64) * HV + i_h) * V + o_v[None, :]
@@ -186,12 +154,15 @@ def treewy_pipe_kernel(
 def launch_pipe_stream(
     q, k, v, log_gate, state_pool, state_slot, mats, cols, o, vt, *, num_heads, block_v: int,
     num_warps: int, ctas_per_sm: int, num_stages: int, prec, bkc: int = 128, pending=None,
-    k_out=None, g_out=None,
+    k_out=None, g_out=None, hoisted=None, maxnreg: int = 0, gram: bool = False,
 ) -> None:  # fmt: skip
     """Launch the pipelined verify / deferred stream after stage 1 (``mats``, ``cols`` of
     treewy_prep.launch_prep); grid = min(tiles, ctas_per_sm * SMs) (4 SMs off the GPU, so
     the interpreter walks several tiles per program). ``pending`` = (k, vt, log_gate,
-    parent, accepted) of the previous window (deferred), with ``k_out`` / ``g_out``."""
+    parent, accepted) of the previous window (deferred), with ``k_out`` / ``g_out``;
+    ``hoisted`` = (pscale, pgam, pgram) when stage 1 computed them (treewy_prep PENDING),
+    else treewy_pending.launch_pending runs first. ``maxnreg`` > 0 caps the registers (GPU
+    compile only); ``gram``: the deferred GRAM mode (``hoisted`` must then hold pgram)."""
     hk, hv = num_heads
     bsz, w, _, dk = q.shape
     dv = v.shape[3]
@@ -204,23 +175,28 @@ def launch_pipe_stream(
         else 4
     )
     if pending is not None:
-        pk, pvt, pg, pparent, paccepted = pending
+        pk, pvt = pending[0], pending[1]
         wp = pk.shape[1]
+        if hoisted is None:
+            hoisted = launch_pending(q, k, log_gate, pending, k_out, g_out, num_heads=num_heads,
+                                     gram=gram, gram_prec=prec.gram)  # fmt: skip
+        pscale, pgam, pgram = hoisted
     else:
-        pk, pvt, pg, pparent, paccepted = k, o, log_gate, state_slot, state_slot
+        pk, pvt, pscale, pgam, pgram = k, o, log_gate, log_gate, log_gate
         wp = w
     bwp = max(16, triton.next_power_of_2(wp))
     args = (
         q, k, v, log_gate, state_pool, state_slot, mats[0], mats[1], cols[0], cols[1], o,
-        vt if vt is not None else o, pk, pvt, pg, pparent, paccepted,
-        k_out if k_out is not None else k, g_out if g_out is not None else log_gate, num_tiles,
+        vt if vt is not None else o, pk, pvt, pscale, pgam, pgram, num_tiles,
     )  # fmt: skip
     consts = {
         "H": hk, "HV": hv, "W": w, "K": dk, "V": dv, "BW": bw, "BK": triton.next_power_of_2(dk),
         "BKC": min(bkc, triton.next_power_of_2(dk)), "BV": block_v, "NV": nv, "WP": wp,
-        "BWP": bwp, "LOG2_BWP": bwp.bit_length() - 1, "STORE_VT": vt is not None,
-        "PENDING": pending is not None, "STATE_PREC": prec.state, "SMALL_PREC": prec.small,
-        "NATIVE": prec.native, "NUM_STAGES": num_stages, "num_warps": num_warps,
+        "BWP": bwp, "STORE_VT": vt is not None, "PENDING": pending is not None,
+        "GRAM": gram and pending is not None, "STATE_PREC": prec.state,
+        "SMALL_PREC": prec.small, "NATIVE": prec.native,
+        "NUM_STAGES": num_stages, "num_warps": num_warps,
+        **({"maxnreg": maxnreg} if maxnreg and prec.native else {}),
     }  # fmt: skip
     if ctas_per_sm == 0:
         ctas_per_sm = resident_programs(args, consts, num_warps, q.device)
@@ -255,14 +231,16 @@ def occupancy(
     return max(1, min(by_regs, by_smem, max_warps // num_warps, max_ctas))
 
 
-def resident_programs(args, consts: dict, num_warps: int, device) -> int:
-    """Programs per SM of this launch, from the compiled kernel's registers and shared
-    memory (4 off the GPU, where the interpreter has no compiled kernel)."""
+def resident_programs(args, consts: dict, num_warps: int, device, kernel=None) -> int:
+    """Programs per SM of this launch of ``kernel`` (default treewy_pipe_kernel), from the
+    compiled kernel's registers and shared memory (4 off the GPU, where the interpreter
+    has no compiled kernel)."""
     if device.type != "cuda":
         return 4
     from triton.runtime import driver
 
-    kernel = treewy_pipe_kernel.warmup(*args, grid=(1,), **consts)
+    kernel = (treewy_pipe_kernel if kernel is None else kernel).warmup(*args, grid=(1,),
+                                                                      **consts)  # fmt: skip
     kernel._init_handles()
     index = device.index if device.index is not None else torch.cuda.current_device()
     props = driver.active.utils.get_device_properties(index)

@@ -27,6 +27,7 @@ from ._jit import (
     unit_lower_inverse_t,
 )
 from .policy import DEFAULT_POLICY, LaunchPolicy
+from .treewy_pending import pending_buffers, pending_prologue
 
 __all__ = ["PREP_BLOCK_K", "launch_prep", "treewy_prep_kernel"]
 
@@ -48,6 +49,15 @@ def treewy_prep_kernel(
     ck,
     cq,
     scale,
+    pk,
+    pg,
+    pparent,
+    paccepted,
+    pscale,
+    pgam,
+    pgram,
+    k_out,
+    g_out,
     H: tl.constexpr,
     HV: tl.constexpr,
     W: tl.constexpr,
@@ -59,16 +69,25 @@ def treewy_prep_kernel(
     PREC: tl.constexpr,
     BLOCKED: tl.constexpr,
     NATIVE: tl.constexpr,
+    WP: tl.constexpr,
+    BWP: tl.constexpr,
+    PENDING: tl.constexpr,
+    GRAM: tl.constexpr,
 ):
     """The window's [W, W] quantities of one (request, value head), once per head.
 
     m1 = (I + N)^-1 diag(beta), pm = decay-masked Q_n K_n^T (scale included), ck =
     gamma / |k| and cq = gamma * scale / |q| (the l2-norm as a per-row scale of the raw
     products K S^T and Q S^T that the streaming kernel computes). The raw q, k are bf16,
-    exact in tf32, so K K^T and Q K^T are fp32-accurate on tensor cores.
+    exact in tf32, so K K^T and Q K^T are fp32-accurate on tensor cores. PENDING: also
+    the deferred commit's hoisted pending coefficients (treewy_pending.pending_prologue).
     """
     i_bh = tl.program_id(0)
     i_b, i_h = i_bh // HV, i_bh % HV
+    if PENDING:
+        pending_prologue(i_b, i_h, q, k, g, pk, pg, pparent, paccepted, pscale, pgam, pgram,
+                         k_out, g_out, H, HV, W, K, BW, BK, BKC, WP, BWP, GRAM,
+                         PREC)  # fmt: skip
     i_hk = i_h // (HV // H)
     o_w = tl.arange(0, BW)
     m_w = o_w < W
@@ -139,11 +158,19 @@ def launch_prep(
     blocked=None,
     gram_precision: str = "tf32",
     policy: LaunchPolicy | None = None,
-) -> tuple[torch.Tensor, torch.Tensor]:
+    pending=None,
+    k_out=None,
+    g_out=None,
+    pending_gram: bool = False,
+):
     """Launch the per-head window kernel alone (also timed alone by ``bench/run.py``).
 
     Returns (mats [2, B*Hv, W, W] = m1, pm; cols [2, B*Hv, W] = ck, cq), fp32 scratch.
     ``num_warps`` / ``blocked`` override the policy's ``prep_warps`` / ``prep_blocked``.
+    ``pending`` = (k, vt, log_gate, parent, accepted) of the previous window (with
+    ``k_out`` / ``g_out``): the same program also computes the deferred commit's hoisted
+    coefficients (``pending_gram``: also K PK^T, Q PK^T) and hands this window's keys and
+    gates on; returns (mats, cols, (pscale, pgam, pgram)) then.
     """
     policy = DEFAULT_POLICY if policy is None else policy
     hk, hv = num_heads
@@ -153,6 +180,14 @@ def launch_prep(
     # per (request, value head) window matrices: tiny next to the state
     mats = torch.empty((2, bsz * hv, w, w), dtype=torch.float32, device=q.device)
     cols = torch.empty((2, bsz * hv, w), dtype=torch.float32, device=q.device)
+    if pending is not None:
+        pk, _, pg, pparent, paccepted = pending
+        wp = pk.shape[1]
+        hoisted = pending_buffers(bsz, hv, w, wp, pending_gram, q.device)
+        extra = (pk, pg, pparent, paccepted, *hoisted, k_out, g_out)
+    else:
+        wp, hoisted = w, None
+        extra = (k, log_gate, parent, parent, cols[0], cols[0], cols[0], k, log_gate)
     treewy_prep_kernel[(bsz * hv,)](
         q,
         k,
@@ -164,6 +199,7 @@ def launch_prep(
         cols[0],
         cols[1],
         scale,
+        *extra,
         H=hk,
         HV=hv,
         W=w,
@@ -175,6 +211,10 @@ def launch_prep(
         PREC=gram_precision,
         BLOCKED=policy.prep_blocked if blocked is None else blocked,
         NATIVE=q.device.type == "cuda",
+        WP=wp,
+        BWP=pad_window(wp)[0],
+        PENDING=pending is not None,
+        GRAM=pending is not None and pending_gram,
         num_warps=policy.prep_warps(bw, bsz * hv) if num_warps is None else num_warps,
     )
-    return mats, cols
+    return (mats, cols) if hoisted is None else (mats, cols, hoisted)

@@ -62,7 +62,7 @@ from ._jit import (
 )
 from .policy import DEFAULT_POLICY, LaunchPolicy
 
-__all__ = ["KERNEL_MAX_W", "launch_small"]
+__all__ = ["KERNEL_MAX_W", "launch_small", "small_window_math"]
 
 # the kernel takes windows up to HALF = 16 (tested); which windows use it is the launch
 # policy's (LaunchPolicy.small_max_w = 8: at W = 15 it was 0.35-0.69x the two-launch path
@@ -74,6 +74,71 @@ SOLVE_PRECISION = "tf32x3"
 # K S^T / Q S^T, the commit and the small [P, P] x [P, BV] products: the caller's
 # _jit.DotPrecision (treewy.launch_window), as in the two-launch kernels
 # launch configurations by (HALF, variant): policy.py (LaunchPolicy.small)
+
+
+@triton.jit
+def small_window_math(
+    q, k, g, beta, parent, scale, i_b, i_h,
+    H: tl.constexpr, HV: tl.constexpr, W: tl.constexpr, K: tl.constexpr, HALF: tl.constexpr,
+    LOG2_HALF: tl.constexpr, P: tl.constexpr, BK: tl.constexpr, SOLVE_PREC: tl.constexpr,
+    GRAM_PREC: tl.constexpr, NATIVE_DOT: tl.constexpr,
+):  # fmt: skip
+    """Steps 2-3 of ``treewy_small_kernel`` for (request i_b, value head i_h), all in
+    registers: (b_x [P, BK] packed raw keys over queries, b_xk its key rows, b_g, b_beta,
+    b_rn = 1/|x_r|, m_anc, b_lg, b_seg, b_pm, b_t = (I + N)^-1). Also called per tile by
+    the pipelined persistent verify (treewy_pipe.treewy_pipe_small_kernel)."""
+    i_hk = i_h // (HV // H)
+    o_k = tl.arange(0, BK)
+    m_k = o_k < K
+    # 2. packed keys / queries and the window's scalars
+    o_p = tl.arange(0, P)
+    is_k = o_p < HALF
+    node = tl.where(is_k, o_p, o_p - HALF)
+    m_node = node < W
+    o_xrow = ((i_b * W + node).to(tl.int64) * H + i_hk) * K
+    p_xk = k + o_xrow[:, None] + o_k[None, :]
+    p_xq = q + o_xrow[:, None] + o_k[None, :]
+    b_xk = tl.load(p_xk, mask=(is_k & m_node)[:, None] & m_k[None, :], other=0.0)
+    b_xq = tl.load(p_xq, mask=((o_p >= HALF) & m_node)[:, None] & m_k[None, :], other=0.0)
+    b_x = tl.where(is_k[:, None], b_xk, b_xq)  # [P, BK] raw (bf16) keys over queries
+    o_gr = (i_b * W + node).to(tl.int64) * HV + i_h
+    b_g = tl.load(g + o_gr, mask=m_node, other=0.0).to(tl.float32)  # node's gate, both halves
+    b_beta = tl.load(beta + o_gr, mask=is_k & m_node, other=0.0).to(tl.float32)
+    b_par = tl.load(parent + node, mask=m_node, other=-1)
+    # 3. the window's [P, P] quantities (recomputed per dv tile: tiny next to the state)
+    if NATIVE_DOT and b_x.dtype == tl.bfloat16:  # bf16 q/k: exact products, fp32 sums
+        b_gram = tl.dot(b_x, tl.trans(b_x))
+    else:
+        b_gram = tl.dot(b_x.to(tl.float32), tl.trans(b_x.to(tl.float32)), input_precision=GRAM_PREC)
+    eye = o_p[:, None] == o_p[None, :]
+    b_rn = tl.rsqrt(tl.sum(tl.where(eye, b_gram, 0.0), 1) + 1e-6)  # 1/|x_r|
+    colk = is_k[None, :]
+    b_pp = ((b_par[:, None] == o_p[None, :]) & colk).to(tl.float16)  # parent, packed
+    b_anc = b_pp + ((node[:, None] == o_p[None, :]) & colk).to(tl.float16)
+    b_pw = b_pp
+    for _ in tl.static_range(LOG2_HALF - 1):
+        b_pw = tl.dot(b_pw, b_pw).to(tl.float16)
+        b_anc = (b_anc.to(tl.float32) + tl.dot(b_pw, b_anc)).to(tl.float16)
+    m_anc = b_anc > 0.5  # [r, c]: k node c is an ancestor of (or is) node(r)
+    b_lg = tl.sum(tl.where(m_anc, tl.where(is_k, b_g, 0.0)[None, :], 0.0), 1)  # L of node(r)
+    # exp(L_t - L_i) from the segment sums (i, t] (_jit.segment_log_decay), not L_t - L_i
+    b_seg = segment_log_decay(m_anc, tl.where(is_k, b_g, 0.0), NATIVE_DOT)
+    b_dec = tl.where(m_anc, tl.exp(tl.where(m_anc, b_seg, 0.0)), 0.0)
+    b_c = b_dec * b_gram * b_rn[:, None] * b_rn[None, :]
+    m_strict = m_anc & (node[:, None] != o_p[None, :])
+    b_n = tl.where(is_k[:, None] & m_strict, b_beta[:, None] * b_c, 0.0)
+    b_pm = tl.where(is_k[:, None], 0.0, b_c * scale)
+    # (I + N)^-1 = (I - N)(I + N^2)(I + N^4)...: N^HALF = 0
+    b_t = eye.to(tl.float32) - b_n
+    b_np = b_n
+    for _ in tl.static_range(LOG2_HALF - 1):
+        b_np = tl.dot(b_np, b_np, input_precision=SOLVE_PREC)
+        b_t = b_t + tl.dot(b_t, b_np, input_precision=SOLVE_PREC)
+    # one refinement step T += T (I - (I + N) T): the product form's cancellation (up to
+    # ~1e-4 relative at W = 16 in the worst case) drops to a serial solve's ~1e-7
+    b_res = eye.to(tl.float32) - b_t - tl.dot(b_n, b_t, input_precision=SOLVE_PREC)
+    b_t = b_t + tl.dot(b_t, b_res, input_precision=SOLVE_PREC)
+    return b_x, b_xk, b_g, b_beta, b_rn, m_anc, b_lg, b_seg, b_pm, b_t
 
 
 @triton.jit
@@ -138,54 +203,18 @@ def treewy_small_kernel(
     if EARLY_S:
         b_s = tl.load(p_s, mask=m_vk, other=0.0)  # [BV, BK], state dtype
 
-    # 2. packed keys / queries and the window's scalars
+    # 2-3. packed keys / queries, the window's scalars and [P, P] quantities
+    b_x, b_xk, b_g, b_beta, b_rn, m_anc, b_lg, b_seg, b_pm, b_t = small_window_math(
+        q, k, g, beta, parent, scale, i_b, i_h, H, HV, W, K, HALF, LOG2_HALF, P, BK,
+        SOLVE_PREC, GRAM_PREC, NATIVE_DOT,
+    )  # fmt: skip
     o_p = tl.arange(0, P)
     is_k = o_p < HALF
     node = tl.where(is_k, o_p, o_p - HALF)
     m_node = node < W
     o_xrow = ((i_b * W + node).to(tl.int64) * H + i_hk) * K
     p_xk = k + o_xrow[:, None] + o_k[None, :]
-    p_xq = q + o_xrow[:, None] + o_k[None, :]
-    b_xk = tl.load(p_xk, mask=(is_k & m_node)[:, None] & m_k[None, :], other=0.0)
-    b_xq = tl.load(p_xq, mask=((o_p >= HALF) & m_node)[:, None] & m_k[None, :], other=0.0)
-    b_x = tl.where(is_k[:, None], b_xk, b_xq)  # [P, BK] raw (bf16) keys over queries
     o_gr = (i_b * W + node).to(tl.int64) * HV + i_h
-    b_g = tl.load(g + o_gr, mask=m_node, other=0.0).to(tl.float32)  # node's gate, both halves
-    b_beta = tl.load(beta + o_gr, mask=is_k & m_node, other=0.0).to(tl.float32)
-    b_par = tl.load(parent + node, mask=m_node, other=-1)
-    # 3. the window's [P, P] quantities (recomputed per dv tile: tiny next to the state)
-    if NATIVE_DOT and b_x.dtype == tl.bfloat16:  # bf16 q/k: exact products, fp32 sums
-        b_gram = tl.dot(b_x, tl.trans(b_x))
-    else:
-        b_gram = tl.dot(b_x.to(tl.float32), tl.trans(b_x.to(tl.float32)), input_precision=GRAM_PREC)
-    eye = o_p[:, None] == o_p[None, :]
-    b_rn = tl.rsqrt(tl.sum(tl.where(eye, b_gram, 0.0), 1) + 1e-6)  # 1/|x_r|
-    colk = is_k[None, :]
-    b_pp = ((b_par[:, None] == o_p[None, :]) & colk).to(tl.float16)  # parent, packed
-    b_anc = b_pp + ((node[:, None] == o_p[None, :]) & colk).to(tl.float16)
-    b_pw = b_pp
-    for _ in tl.static_range(LOG2_HALF - 1):
-        b_pw = tl.dot(b_pw, b_pw).to(tl.float16)
-        b_anc = (b_anc.to(tl.float32) + tl.dot(b_pw, b_anc)).to(tl.float16)
-    m_anc = b_anc > 0.5  # [r, c]: k node c is an ancestor of (or is) node(r)
-    b_lg = tl.sum(tl.where(m_anc, tl.where(is_k, b_g, 0.0)[None, :], 0.0), 1)  # L of node(r)
-    # exp(L_t - L_i) from the segment sums (i, t] (_jit.segment_log_decay), not L_t - L_i
-    b_seg = segment_log_decay(m_anc, tl.where(is_k, b_g, 0.0), NATIVE_DOT)
-    b_dec = tl.where(m_anc, tl.exp(tl.where(m_anc, b_seg, 0.0)), 0.0)
-    b_c = b_dec * b_gram * b_rn[:, None] * b_rn[None, :]
-    m_strict = m_anc & (node[:, None] != o_p[None, :])
-    b_n = tl.where(is_k[:, None] & m_strict, b_beta[:, None] * b_c, 0.0)
-    b_pm = tl.where(is_k[:, None], 0.0, b_c * scale)
-    # (I + N)^-1 = (I - N)(I + N^2)(I + N^4)...: N^HALF = 0
-    b_t = eye.to(tl.float32) - b_n
-    b_np = b_n
-    for _ in tl.static_range(LOG2_HALF - 1):
-        b_np = tl.dot(b_np, b_np, input_precision=SOLVE_PREC)
-        b_t = b_t + tl.dot(b_t, b_np, input_precision=SOLVE_PREC)
-    # one refinement step T += T (I - (I + N) T): the product form's cancellation (up to
-    # ~1e-4 relative at W = 16 in the worst case) drops to a serial solve's ~1e-7
-    b_res = eye.to(tl.float32) - b_t - tl.dot(b_n, b_t, input_precision=SOLVE_PREC)
-    b_t = b_t + tl.dot(b_t, b_res, input_precision=SOLVE_PREC)
 
     if not EARLY_S:
         b_s = tl.load(p_s, mask=m_vk, other=0.0)

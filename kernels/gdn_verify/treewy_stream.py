@@ -29,6 +29,7 @@ from .policy import DEFAULT_POLICY, LaunchPolicy
 from .treewy_inputs import check_inputs, check_parent, launch_split
 from .treewy_persistent import PERSISTENT_BLOCK_V, PERSISTENT_WARPS, launch_persistent_stream
 from .treewy_pipe import launch_pipe_stream
+from .treewy_pipe_small import PIPE_SMALL_MAX_W, launch_pipe_small
 from .treewy_prep import launch_prep
 from .treewy_small import launch_small
 
@@ -255,20 +256,39 @@ def launch_window(
     else:
         pk, pvt, pg, pparent, paccepted = k, o, log_gate, parent, state_slot
         wp, bwp = w, bw
-    mats, cols = launch_prep(
-        q, k, log_gate, beta, parent, scale=scale, num_heads=(hk, hv),
-        gram_precision=prec.gram, policy=policy,
-    )  # fmt: skip
     pipe = policy.pipe_config(pending is not None)
     # BW <= 32 only: at BW = 64 (W = 40) it spills (sm_90: 255 registers + 192 bytes)
     if pipe is not None and bw <= 32 and accepted is None and replay_flush is None and store_vt:
+        if pipe.fused_window and w <= PIPE_SMALL_MAX_W:
+            launch_pipe_small(
+                q, k, v, log_gate, beta, state_pool, state_slot, parent, o, vt,
+                num_heads=(hk, hv), scale=scale, num_warps=pipe.num_warps,
+                block_v=pick_block_v(bsz * hv, dv, widest=pipe.block_v),
+                ctas_per_sm=pipe.ctas_per_sm, num_stages=pipe.stages, prec=prec, bkc=pipe.bkc,
+                maxnreg=pipe.maxnreg, pending=pending, k_out=k_out, g_out=g_out,
+            )  # fmt: skip
+            return o, vt
+        hoisted = None
+        stage1 = {"scale": scale, "num_heads": (hk, hv), "gram_precision": prec.gram,
+                  "policy": policy}  # fmt: skip
+        if pending is not None and pipe.pending_in_stage1:
+            stage1 |= {"pending": pending, "k_out": k_out, "g_out": g_out,
+                       "pending_gram": pipe.pending_gram}  # fmt: skip
+            mats, cols, hoisted = launch_prep(q, k, log_gate, beta, parent, **stage1)
+        else:
+            mats, cols = launch_prep(q, k, log_gate, beta, parent, **stage1)
         launch_pipe_stream(
             q, k, v, log_gate, state_pool, state_slot, mats, cols, o, vt, num_heads=(hk, hv),
             block_v=pick_block_v(bsz * hv, dv, widest=pipe.block_v), num_warps=pipe.num_warps,
             ctas_per_sm=pipe.ctas_per_sm, num_stages=pipe.stages, prec=prec, bkc=pipe.bkc,
-            pending=pending, k_out=k_out, g_out=g_out,
+            pending=pending, k_out=k_out, g_out=g_out, hoisted=hoisted, maxnreg=pipe.maxnreg,
+            gram=pipe.pending_gram,
         )  # fmt: skip
         return o, vt
+    mats, cols = launch_prep(
+        q, k, log_gate, beta, parent, scale=scale, num_heads=(hk, hv),
+        gram_precision=prec.gram, policy=policy,
+    )  # fmt: skip
     if policy.use_persistent(bw) and pending is None and accepted is None and store_vt:
         launch_persistent_stream(
             q, k, v, state_pool, state_slot, mats, cols, o, vt, num_heads=(hk, hv),

@@ -117,6 +117,13 @@ def test_persistent_stream_contract_at_every_depth(tree):
 # "SM" (4 off the GPU) so each program walks several tiles; 16-key chunks (2 per tile)
 PIPE = PipeConfig(stages=2, block_v=16, num_warps=2, bkc=16, ctas_per_sm=1)
 PIPE_POLICY = LaunchPolicy(single_launch=False, pipe_verify=PIPE, pipe_deferred=PIPE)
+# the hoisted pending coefficients computed inside stage 1 (treewy_pending.py)
+PIPE_STAGE1 = LaunchPolicy(
+    single_launch=False,
+    pipe_deferred=PipeConfig(
+        stages=2, block_v=16, num_warps=2, bkc=16, ctas_per_sm=1, pending_in_stage1=True
+    ),
+)
 
 
 @pytest.mark.parametrize(
@@ -129,3 +136,23 @@ PIPE_POLICY = LaunchPolicy(single_launch=False, pipe_verify=PIPE, pipe_deferred=
 def test_pipe_stream_contract_at_every_depth(tree, variant):
     err = per_request_error(tree, variant, FAST, policy=PIPE_POLICY)
     assert float(err.max()) <= FP32_CONTRACT, f"pipe {variant} W={tree.num_nodes}: {err.tolist()}"
+
+
+@pytest.mark.parametrize("tree", [TreeSpec.chain(15), TreeSpec((2, 2, 2))], ids=lambda t: t.label)
+def test_pipe_deferred_pending_in_stage1_contract_at_every_depth(tree):
+    err = per_request_error(tree, "deferred", FAST, policy=PIPE_STAGE1)
+    assert float(err.max()) <= FP32_CONTRACT, f"pipe stage-1 W={tree.num_nodes}: {err.tolist()}"
+
+
+# the pipelined verify with the window math in the tile loop (treewy_pipe_small.py, W <= 8)
+_FW = PipeConfig(stages=2, block_v=16, num_warps=2, bkc=16, ctas_per_sm=1, fused_window=True)
+PIPE_FUSED_WINDOW = LaunchPolicy(single_launch=False, pipe_verify=_FW, pipe_deferred=_FW)
+
+
+@pytest.mark.parametrize("tree", [TreeSpec.chain(4), TreeSpec((2, 2, 2))], ids=lambda t: t.label)
+@pytest.mark.parametrize("variant", ["verify+commit", "deferred"])
+def test_pipe_fused_window_contract_at_every_depth(tree, variant):
+    err = per_request_error(tree, variant, FAST, policy=PIPE_FUSED_WINDOW)
+    assert float(err.max()) <= FP32_CONTRACT, (
+        f"fused-window {variant} W={tree.num_nodes}: {err.tolist()}"
+    )

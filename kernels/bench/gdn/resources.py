@@ -79,9 +79,13 @@ def kernel_configs(w: int, state: str, block_v: int | None = None, state_math=No
     sig, _ = _signature(tw.treewy_prep_kernel, state)
     consts = heads | {
         "LOG2_BW": log2_bw, "BKC": tw.PREP_BLOCK_K, "PREC": prec.gram,
-        "BLOCKED": pol.prep_blocked,
+        "BLOCKED": pol.prep_blocked, "WP": w, "BWP": bw, "PENDING": False, "GRAM": False,
     }  # fmt: skip
     out.append(("prep", tw.treewy_prep_kernel, sig, consts, pol.prep_warps(bw)))
+    out.append(("prep+pend", tw.treewy_prep_kernel, sig, consts | {"PENDING": True},
+                pol.prep_warps(bw)))  # fmt: skip
+    out.append(("prep+gram", tw.treewy_prep_kernel, sig,
+                consts | {"PENDING": True, "GRAM": True}, pol.prep_warps(bw)))  # fmt: skip
     sig, _ = _signature(tw.treewy_stream_kernel, state)
     for name, flags in (
         ("verify", {"STORE_VT": True, "COMMIT": False, "PENDING": False}),
@@ -118,6 +122,38 @@ def kernel_configs(w: int, state: str, block_v: int | None = None, state_math=No
                 "GRAM_PREC": prec.gram, "NATIVE_DOT": True, "EARLY_S": cfg["early_s"],
             }  # fmt: skip
             out.append((name, ts.treewy_small_kernel, sig, consts, cfg["num_warps"]))
+    return out
+
+
+def pipe_configs(w: int, state: str, pipe, deferred: bool, state_math=None):
+    """(name, kernel, signature, constexprs, num_warps) of the pipelined stream
+    (treewy_pipe.py) and, for deferred, the hoisted-pending kernel, at 35B TP1, B = 256."""
+    import torch
+
+    from ...gdn_verify._jit import dot_precision, pad_window, pick_block_v
+    from ...gdn_verify.treewy_pending import PENDING_BLOCK_K, treewy_pending_kernel
+    from ...gdn_verify.treewy_pipe import treewy_pipe_kernel
+
+    prec = dot_precision(getattr(torch, state), torch.bfloat16, state_math, "cuda")
+    bw, _ = pad_window(w)
+    bv = pick_block_v(256 * 32, 128, widest=pipe.block_v)
+    sig, _ = _signature(treewy_pipe_kernel, state)
+    sig["NUM_TILES"] = "i32"
+    consts = {
+        "H": 16, "HV": 32, "W": w, "K": 128, "V": 128, "BW": bw, "BK": 128,
+        "BKC": min(128, pipe.bkc), "BV": bv, "NV": 128 // bv, "WP": w, "BWP": bw,
+        "STORE_VT": True, "PENDING": deferred, "GRAM": deferred and pipe.pending_gram,
+        "STATE_PREC": prec.state,
+        "SMALL_PREC": prec.small, "NATIVE": True, "NUM_STAGES": pipe.stages,
+    }  # fmt: skip
+    out = [("pipe-defer" if deferred else "pipe-verify", treewy_pipe_kernel, sig, consts,
+            pipe.num_warps)]  # fmt: skip
+    if deferred:
+        sig, _ = _signature(treewy_pending_kernel, state)
+        consts = {"H": 16, "HV": 32, "W": w, "K": 128, "BW": bw, "BK": 128,
+                  "BKC": PENDING_BLOCK_K, "WP": w, "BWP": bw, "GRAM": pipe.pending_gram,
+                  "GRAM_PREC": prec.gram}  # fmt: skip
+        out.append(("pending", treewy_pending_kernel, sig, consts, 1))
     return out
 
 

@@ -33,7 +33,8 @@ from .shapes import bytes_moved
 
 __all__ = ["FAMILIES", "VARIANTS", "VARIANT_KERNELS", "best_rows", "family", "variant_cells"]
 
-# name -> (verify pipe, deferred pipe); None leaves that stream on the round-6 kernel.
+# name -> (verify pipe, deferred pipe); None leaves that stream on the round-6 kernel (and,
+# for verify, adds no verify / verify+commit rows: they would time the default again).
 # Registers / shared bytes per program, sm_90 compile here (Triton 3.9), T = 4, fp32 state:
 # programs per SM from the H200's 64 K registers and 228 KB shared memory.
 _PIPES: dict[str, tuple[PipeConfig | None, PipeConfig | None]] = {
@@ -47,6 +48,39 @@ _PIPES: dict[str, tuple[PipeConfig | None, PipeConfig | None]] = {
     "pipe_c": (PipeConfig(3, 32, 4, 32), None),
     # verify 64-row tile, 4 warps: 101 regs, 49 KB -> 4 / SM, 32 KB of state per program
     "pipe_d": (PipeConfig(2, 64, 4, 32), None),
+    # session 3: the deferred stream with the pending coefficients hoisted out of the tile
+    # loop (treewy_pending.py; pipe_a / pipe_b's deferred rows run it too now). sm_90
+    # compile here (Triton 3.9), T = 4, fp32: (2, 64, 4, 32) 254 regs, 53 KB -> 2 / SM,
+    # 32 KB of state per tile; (2, 32, 4, 32) 188 regs, 29 KB -> 2 / SM; capped at 168:
+    # 128 bytes of spills, 3 / SM. Own kernel (e) vs inside stage 1 (f, g, h).
+    "pipe_e": (None, PipeConfig(2, 64, 4, 32)),
+    "pipe_f": (None, PipeConfig(2, 64, 4, 32, pending_in_stage1=True)),
+    "pipe_g": (None, PipeConfig(2, 32, 4, 32, pending_in_stage1=True, maxnreg=168)),
+    "pipe_h": (None, PipeConfig(2, 32, 4, 32, pending_in_stage1=True)),
+    # verify on whole 128-row dv tiles, 8 warps: one tile per head (stage 1's scratch read
+    # once, not per dv tile); 108 regs, 76 KB -> 2 / SM, 64 KB of state per tile (128 KB
+    # in flight per SM vs pipe_d's ~96 KB). Not for deferred: 254 regs x 8 warps, 1 / SM
+    "pipe_i": (PipeConfig(2, 128, 8, 32), None),
+    # pipe_d with 3 stages (134 regs, 39 KB: 3 / SM)
+    "pipe_j": (PipeConfig(3, 64, 4, 32), None),
+    # pipe_f with the window products corrected by [W, WP] grams (K PK^T, Q PK^T) instead
+    # of re-reading the updated tile: 255 regs + 56 bytes of spills, 45 KB -> 2 / SM
+    "pipe_k": (None, PipeConfig(2, 64, 4, 32, pending_in_stage1=True, pending_gram=True)),
+    # no software pipelining (1 stage): the deferred tile loop doubles its registers when
+    # pipelined (sm_90 here: (1, 32, 4, 32) 135 regs, 8 KB -> 3 / SM; 2 stages 188); the
+    # overlap then comes from the resident programs only, as in the round-6 kernel, but
+    # with the coefficients hoisted and a persistent grid
+    "pipe_l": (None, PipeConfig(1, 32, 4, 32, pending_in_stage1=True)),
+    "pipe_m": (None, PipeConfig(1, 32, 2, 32, pending_in_stage1=True)),
+    # verify with the window math in the tile loop (treewy_pipe_small.py, W <= 8; no stage
+    # 1 launch, ~40 us of pipe_d's 215 at T = 4): (2, 64, 4, 32) 153 regs, 37 KB -> 3 / SM;
+    # (2, 32, 2, 32) 158 regs, 21 KB -> 6 / SM (96 KB of state in flight per SM)
+    "pipe_n": (PipeConfig(2, 64, 4, 32, fused_window=True), None),
+    "pipe_o": (PipeConfig(2, 32, 2, 32, fused_window=True), None),
+    # deferred the same way (hoisted pending kernel, then the one stream): (2, 32, 4, 32)
+    # 255 regs + 8 bytes of spills, 26 KB -> 2 / SM; 1 stage: 191 regs, 7 KB -> 2 / SM
+    "pipe_p": (None, PipeConfig(2, 32, 4, 32, fused_window=True)),
+    "pipe_q": (None, PipeConfig(1, 32, 4, 32, fused_window=True)),
 }
 VARIANTS: dict[str, LaunchPolicy] = {
     name: LaunchPolicy(pipe_verify=pv, pipe_deferred=pd) for name, (pv, pd) in _PIPES.items()
@@ -68,32 +102,36 @@ def _label(name: str) -> str:
     if name in _LABELS:
         return _LABELS[name]
     pv, pd = _PIPES[name]
-    return f"{name}: verify {pv.label()}" + (f"; deferred {pd.label()}" if pd else "")
+    parts = ([f"verify {pv.label()}"] if pv else []) + ([f"deferred {pd.label()}"] if pd else [])
+    return f"{name}: " + "; ".join(parts)
+
+
+_TITLES = {"treewy_verify": "TreeWY verify", "treewy_verify_commit": "TreeWY v+c",
+           "deferred": "TreeWY deferred"}  # fmt: skip
+_BUILDERS = {"treewy_verify": build_verify, "treewy_verify_commit": build_verify_commit,
+             "deferred": build_deferred}  # fmt: skip
+
+
+def _entry(fam: str, name: str, policy: LaunchPolicy) -> Kernel:
+    """Registry entry ``<fam>@<name>``: the family's builder with this policy (verify
+    commits no state: no state check of its own)."""
+    cfg, build = _label(name), _BUILDERS[fam]
+    return Kernel(
+        f"{fam}@{name}", f"{_TITLES[fam]}, {name}",
+        lambda c, x, p=policy, s=cfg, f=build: _with_config(f(c, x, p), s),
+        bytes_fn=lambda s, d, w, b, t=None, f=fam: bytes_moved(f, s, d, w, b),
+        state_check=fam != "treewy_verify",
+    )  # fmt: skip
 
 
 def _entries() -> tuple[Kernel, ...]:
     out = [Kernel("treewy_prep", "TreeWY stage 1 alone", build_prep, bytes_fn=_prep_bytes,
                   state_check=False)]  # fmt: skip
     for name, policy in VARIANTS.items():
-        pd = _PIPES.get(name, (None, None))[1]
-        cfg = _label(name)
-        out.append(Kernel(
-            f"treewy_verify@{name}", f"TreeWY verify, {name}",
-            lambda c, x, p=policy, s=cfg: _with_config(build_verify(c, x, p), s),
-            bytes_fn=lambda s, d, w, b, t=None: bytes_moved("treewy_verify", s, d, w, b),
-            state_check=False,
-        ))  # fmt: skip
-        out.append(Kernel(
-            f"treewy_verify_commit@{name}", f"TreeWY v+c, {name}",
-            lambda c, x, p=policy, s=cfg: _with_config(build_verify_commit(c, x, p), s),
-            bytes_fn=lambda s, d, w, b, t=None: bytes_moved("treewy_verify_commit", s, d, w, b),
-        ))  # fmt: skip
-        if pd is not None:
-            out.append(Kernel(
-                f"deferred@{name}", f"TreeWY deferred, {name}",
-                lambda c, x, p=policy, s=cfg: _with_config(build_deferred(c, x, p), s),
-                bytes_fn=lambda s, d, w, b, t=None: bytes_moved("deferred", s, d, w, b),
-            ))  # fmt: skip
+        pv, pd = _PIPES.get(name, (True, None))  # reg168: a verify variant, no deferred
+        fams = (("treewy_verify", "treewy_verify_commit") if pv is not None else ()) + (
+            ("deferred",) if pd is not None else ())  # fmt: skip
+        out += [_entry(f, name, policy) for f in fams]
     return tuple(out)
 
 
