@@ -120,12 +120,28 @@ def cov_cells(dry: bool) -> list[Cell]:
     return unmeasured(cells)
 
 
+# kcode's pick for this call (/work/notes/s3/kcode_ready.md, 2026-12-02 02:40 UTC, s3-kcode
+# 3dbc5a8): the three defaults, stage 1 alone, the incumbent pipe_d and the session-3
+# variants; R6_KC_KERNELS (a comma list) overrides it
+KC_KERNELS = (
+    "treewy_verify", "treewy_verify_commit", "deferred", "treewy_prep", "treewy_verify@pipe_d",
+    "treewy_verify_commit@pipe_d", "treewy_verify@pipe_i", "treewy_verify@pipe_j",
+    "treewy_verify@pipe_n", "treewy_verify_commit@pipe_n", "treewy_verify@pipe_o",
+    "treewy_verify_commit@pipe_o", "deferred@pipe_a", "deferred@pipe_b", "deferred@pipe_e",
+    "deferred@pipe_f", "deferred@pipe_g", "deferred@pipe_h", "deferred@pipe_k",
+    "deferred@pipe_l", "deferred@pipe_m", "deferred@pipe_p", "deferred@pipe_q",
+)  # fmt: skip
+
+
 def kc7_cells(dry: bool) -> list[Cell]:
-    """Phase gdn_kc: variants.variant_cells with vLLM's store-all timed in every cell."""
+    """Phase gdn_kc: variants.variant_cells with KC_KERNELS (or R6_KC_KERNELS) and vLLM's
+    store-all timed in every cell."""
+    import os
+
     from .variants import variant_cells
 
     out = []
-    for c in variant_cells(dry):
+    for c in variant_cells(dry, only=os.environ.get("R6_KC_KERNELS") or ",".join(KC_KERNELS)):
         names = (*c.kernels, *(k for k in ("vllm_storeall",) if k not in c.kernels))
         out.append(Cell(c.shape, c.state_dtype, c.tree, c.batch, names, c.phase, c.gate_floor))
     return out
