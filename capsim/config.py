@@ -189,12 +189,16 @@ class EngineConfig:
             return model
         return replace(model, quantization=QUANT_METHOD_FORMATS[self.quantization])
 
-    def resolved_batch_defaults(self, gpu: GpuSpec) -> tuple[int, int]:
+    def resolved_batch_defaults(
+        self, gpu: GpuSpec, model_max_len: int | None = None
+    ) -> tuple[int, int]:
         """(max_num_seqs, max_num_batched_tokens): given values, else vLLM's online-serving
-        tier for ``gpu`` under ``vllm_version`` (``VllmRules.batch_defaults``)."""
+        tier for ``gpu`` under ``vllm_version`` (``VllmRules.batch_defaults``; the V0
+        engine's defaults follow max_model_len, ``model_max_len`` when none is set)."""
         from capsim.vllm_rules import rules_for
 
-        seqs, tokens = rules_for(self.vllm_version).batch_defaults(gpu)
+        max_len = self.max_model_len if self.max_model_len is not None else model_max_len
+        seqs, tokens = rules_for(self.vllm_version).batch_defaults(gpu, max_len)
         seqs = self.max_num_seqs if self.max_num_seqs is not None else seqs
         tokens = self.max_num_batched_tokens if self.max_num_batched_tokens is not None else tokens
         return seqs, tokens
@@ -206,7 +210,7 @@ class EngineConfig:
         ``max_num_seqs``; without chunked prefill it must cover ``max_model_len``; a
         ``max_model_len`` above the model's ``max_position_embeddings`` is refused.
         """
-        seqs, tokens = self.resolved_batch_defaults(gpu)
+        seqs, tokens = self.resolved_batch_defaults(gpu, model_max_len)
         max_len = self.max_model_len if self.max_model_len is not None else model_max_len
         if self.max_model_len is not None and self.max_model_len > model_max_len:
             _fail(

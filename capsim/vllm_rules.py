@@ -111,19 +111,38 @@ class VllmRules:
         """Largest default CUDA-graph capture size on ``gpu``."""
         return self.sm100_capture_ceiling if gpu.is_sm100_family else 512
 
-    def batch_defaults(self, gpu: GpuSpec) -> tuple[int, int]:
+    def batch_defaults(self, gpu: GpuSpec, max_model_len: int | None = None) -> tuple[int, int]:
         """(max_num_seqs, max_num_batched_tokens) vLLM's OpenAI server picks on ``gpu``.
 
         ``EngineArgs.get_batch_defaults``: >= 160 GiB -> 1024 / 16384 (since the
         ``large_gpu_batch_tier`` release); >= 70 GiB and not an A100 -> 1024 / 8192;
-        otherwise 256 / 2048.
+        otherwise 256 / 2048. The V0 engine (before ``v1_engine``) has no GPU tiers:
+        ``v0_batch_defaults``.
         """
+        if not self.v1_engine and max_model_len is not None:
+            return v0_batch_defaults(max_model_len)
         mem = gpu.total_memory_bytes
         if mem >= 160 * GiB and self.large_gpu_batch_tier:
             return 1024, 16384
         if mem >= 70 * GiB and "a100" not in gpu.device_name.lower():
             return 1024, 8192
         return 256, 2048
+
+
+# V0's long-context switch: chunked prefill is turned on by default above this max_model_len.
+V0_LONG_CONTEXT_TOK: int = 32768
+
+
+def v0_batch_defaults(max_model_len: int) -> tuple[int, int]:
+    """The V0 engine's defaults, read in the vLLM 0.6.4.post1 wheel: ``EngineArgs.
+    max_num_seqs = 256``; ``engine/arg_utils.py:create_engine_config`` turns chunked prefill
+    on when ``max_model_len > 32768`` (text models on CUDA, no sliding window, no spec
+    decode, no LoRA); ``config.py:SchedulerConfig`` then sets ``max_num_batched_tokens`` to
+    512 with chunked prefill and to ``max(max_model_len, 2048)`` without it (the profile
+    run covers the longest prompt)."""
+    if max_model_len > V0_LONG_CONTEXT_TOK:
+        return 256, 512
+    return 256, max(max_model_len, 2048)
 
 
 def parse_version(text: str) -> tuple[int, int]:

@@ -2,6 +2,14 @@
 # Run a job list against a real vLLM 0.26.0 on the lent H200 (one device call).
 #
 #   bash .devstage/engine/engine_device.sh JOBS.json DEADLINE_S
+#   bash .devstage/engine_p1/engine_device.sh --stage     (first of two calls, see below)
+#
+# A payload over the device call's carry limit (64 MiB with the checkout) travels in pieces:
+# `split -b` the archive into NAME.tar.xz.part1, .part2, ...; a short first call with
+# `--stage` leaves the pieces it carries in /tmp/capsim_stage, the next call (same machine,
+# back to back) carries the rest and the pieces are joined in name order and checked against
+# MANIFEST.json. Once a part is unpacked (its sha256 recorded under /tmp/capsim_engine) later
+# calls on that machine need not carry it at all.
 #
 # The folder this script lies in (.devstage/engine/, carried with the call) holds the
 # payload built by scripts/engine_payload.py (site.tar.xz, model.tar.xz, MANIFEST.json),
@@ -12,6 +20,11 @@
 # Results: $OUT/engine_results.tar.xz (re-packed after every job) and $OUT/device.log.
 set -u
 HERE=$(cd "$(dirname "$0")" && pwd)
+STAGE=${CAPSIM_ENGINE_STAGE:-/tmp/capsim_stage}
+if [ "${1:-}" = "--stage" ]; then
+    mkdir -p "$STAGE" && cp "$HERE"/*.part* "$STAGE"/ && ls -l "$STAGE" && exit 0
+    echo "engine_device: --stage found no *.part* file in $HERE"; exit 3
+fi
 JOBS=${1:?job list}
 DEADLINE_S=${2:?deadline seconds}
 T0=$(date +%s)
@@ -22,17 +35,23 @@ exec > >(tee -a "$OUT/device.log") 2>&1
 echo "engine_device: $(date -u +%FT%TZ) boot_id $(cat /proc/sys/kernel/random/boot_id)"
 nvidia-smi --query-gpu=name,memory.total,memory.used,driver_version --format=csv,noheader || true
 for part in site model; do
-    have=$(sha256sum "$HERE/$part.tar.xz" | cut -d' ' -f1)
     want=$(python3 -c "import json,sys;print(json.load(open(sys.argv[1]))['files'][sys.argv[2]]['sha256'])" \
         "$HERE/MANIFEST.json" "$part.tar.xz")
-    if [ "$have" != "$want" ]; then
-        echo "engine_device: $part.tar.xz sha256 $have != manifest $want"; exit 3
-    fi
     if [ "$(cat "$ROOT/$part.sha256" 2>/dev/null)" = "$want" ]; then
         echo "engine_device: $part already unpacked (sha256 matches)"; continue
     fi
+    src="$HERE/$part.tar.xz"
+    if [ ! -f "$src" ]; then  # pieces: the staged ones and the carried ones, in name order
+        src="$STAGE/$part.tar.xz"
+        ls "$STAGE/$part.tar.xz.part"* "$HERE/$part.tar.xz.part"* 2>/dev/null \
+            | awk -F/ '{print $NF "\t" $0}' | sort | cut -f2 | xargs cat > "$src"
+    fi
+    have=$(sha256sum "$src" | cut -d' ' -f1)
+    if [ "$have" != "$want" ]; then
+        echo "engine_device: $part.tar.xz sha256 $have != manifest $want (pieces missing?)"; exit 3
+    fi
     rm -rf "${ROOT:?}/$part" && mkdir -p "$ROOT/$part"
-    xz -d -T0 -c "$HERE/$part.tar.xz" | tar -x -C "$ROOT/$part" || { echo "unpack $part failed"; exit 3; }
+    xz -d -T0 -c "$src" | tar -x -C "$ROOT/$part" || { echo "unpack $part failed"; exit 3; }
     echo "$want" > "$ROOT/$part.sha256"
     echo "engine_device: unpacked $part in $(( $(date +%s) - T0 )) s"
 done

@@ -23,9 +23,10 @@ for ``is_hybrid`` models):
    per request. Per mode ``first + (n - 1) * max(second, 1 MiB)``; FULL and PIECEWISE share
    a pool, so the estimate is ``max(first over modes) + sum over modes of
    (n - 1) * max(second, 1 MiB)`` (plus encoder graphs, off by default).
-4. Since 0.26.0 the first FULL capture on GDN hybrids carries a transient that grows with
-   ``max_num_batched_tokens`` (vllm #50780); capsim sizes it from the H200 start-ups
-   (``GDN_TRANSIENT_FIT``) and scales it to other shapes.
+4. Since 0.26.0 the first FULL capture on GDN hybrids carries a transient (vllm #50780 says it
+   grows with ``max_num_batched_tokens``; the H200 start-ups at k=3 log the same estimate at
+   mnbt 8192 and 16384); capsim sizes it from the H200 start-up (``GDN_TRANSIENT_FIT_BYTES``)
+   and scales it by the per-rank GDN width.
 
 The first and second samples are the measurement vLLM takes on the GPU; capsim models them
 (``modelled_samples``) unless they are given (a log's DEBUG lines or a measured table).
@@ -180,49 +181,53 @@ PER_GRAPH_BYTES_PER_ATTN_LAYER: float = 6 * MiB / 32
 FIRST_CAPTURE_OVERHEAD_BYTES: int = 88 * MiB
 PER_GRAPH_FIT_SOURCE: str = "fit: llama31-8b-h100-tp1-llmdplanner DEBUG line (6 MiB per graph)"
 
-# The GDN transient of the first FULL capture (vllm #50780), per (capture token x
-# profile_seq_lens) unit: the first FULL capture runs ``size`` tokens each with
-# ``min(max_model_len, mnbt // size)`` tokens of context (``profile_cudagraph_memory``, 0.26.0
-# v1/worker/gpu_model_runner.py), so the unit count is about max_num_batched_tokens whatever
-# k is ("an mnbt-linear profiling transient", #50780's title). Session 1 divided it by 1 + k
-# (context per request), which predicted 1.62 GiB for the k=0 start-up; vLLM logged 0.55
-# (row h200-35b-g090-k0-s2call4, which therefore decided this rule and is labelled fit).
-# Per-GPU shape of Qwen3.5-35B-A3B at TP1, H200, vLLM 0.26.0. FIT (decided before comparing
-# anything, session 1): the real start-up gmu 0.9, k=3, mnbt 8192 ("Estimated CUDA graph
-# memory: 0.74 GiB total", 49 PIECEWISE + 49 FULL sizes up to 512) minus what the rest of the
-# estimator gives for it (FA split buffers 257 MiB at 512 tokens, 16 heads of 256, above the
-# PIECEWISE first capture; 2 x 48 graphs x 11 attention layers x 0.1875 MiB), over 512 x 16
-# units. Every other start-up only predicts with it.
-GDN_TRANSIENT_FIT_BYTES_PER_UNIT: float = (
+# The GDN transient of the first FULL capture (vllm #50780): what the H200 estimate holds beyond
+# the FA split buffers and the per-graph slices. Per-GPU shape of Qwen3.5-35B-A3B at TP1, H200,
+# vLLM 0.26.0. FIT (decided before comparing anything, session 1): the real start-up gmu 0.9,
+# k=3, mnbt 8192 ("Estimated CUDA graph memory: 0.74 GiB total", 49 PIECEWISE + 49 FULL sizes up
+# to 512) minus what the rest of the estimator gives for it (FA split buffers 257 MiB at 512
+# tokens, 16 heads of 256, above the PIECEWISE first capture; 2 x 48 graphs x 11 attention layers
+# x 0.1875 MiB): about 303 MiB.
+# History of its scaling, each falsified by an H200 start-up:
+# - session 1: by context per request (mnbt // size x 1 / (1 + k)) -> k=0 mnbt 8192 predicted
+#   1.62 GiB, vLLM logged 0.55 (row h200-35b-g090-k0-s2call4, fit);
+# - session 2: by capture tokens x profile_seq_lens (about mnbt, any k) -> k=3 mnbt 16384
+#   predicted 1.04 GiB, vLLM logged 0.74, the same as at mnbt 8192 (row
+#   h200-35b-g090-k3-m16k-s3call7, which therefore decided the rule below and is labelled fit);
+# - session 3 (this rule): not scaled by max_num_batched_tokens; only by the per-rank GDN width.
+#   Open: k=0 logs 0.55 GiB where this gives 0.73 (k=1 and k=3 log 0.74-0.75: the ~0.2 GiB looks
+#   like the drafter's dummy runs inside the captures, gpu_model_runner.py _dummy_run ->
+#   drafter.dummy_run; the per-mode DEBUG lines that would say so are owed), and the TP4 row
+#   qwen35-35b-tp4-gh50722 (mnbt 40000, drafter unknown) logs 1.32 GiB.
+GDN_TRANSIENT_FIT_BYTES: float = (
     0.74 * 1024 * MiB - 32 * 512 * 16 * 257 * 4 - 96 * 11 * PER_GRAPH_BYTES_PER_ATTN_LAYER
-) / (512 * 16)
+)
 GDN_TRANSIENT_FIT_SOURCE: str = (
     "fit: H200 vLLM 0.26.0 start-up, Qwen3.5-35B-A3B TP1, gmu 0.9, k=3, mnbt 8192 "
-    "(REAL_VLLM_H200.md, estimate 0.74 GiB); scaled by capture tokens x profile_seq_lens"
+    "(REAL_VLLM_H200.md, estimate 0.74 GiB); not scaled by mnbt (k=3 mnbt 16384 logs 0.74 too)"
 )
-# Open: the 1/TP width scaling is not checked; the TP4 row qwen35-35b-tp4-gh50722 (mnbt 40000,
-# drafts unknown) logs 1.32 GiB where this rule gives 0.65 (experiments/memory_plan/h200/
-# predictions_s2.md).
 # Width the fit is scaled by to other per-GPU shapes: the GDN q/k/v channels per rank
-# (conv_dim / tp) of the fitted shape (Qwen3.5-35B-A3B: 2*16*128 + 32*128 = 8192).
+# (conv_dim / tp) of the fitted shape (Qwen3.5-35B-A3B: 2*16*128 + 32*128 = 8192). The 1/TP
+# scaling is not checked by any start-up.
 GDN_TRANSIENT_FIT_CONV_DIM: int = 8192
 
 
 def first_full_capture_units(
     descs: CaptureDescs, max_num_batched_tokens: int, max_model_len: int
 ) -> int:
-    """Capture tokens x profile_seq_lens of the first FULL capture (about mnbt, any k)."""
+    """Capture tokens x profile_seq_lens of the first FULL capture (about mnbt, any k): what
+    vLLM's first FULL capture runs; kept for the doctor's wording, the transient no longer
+    scales with it."""
     if not descs.full_tok:
         return 0
     size = descs.full_tok[0]
     return size * min(max_model_len, max_num_batched_tokens // size)
 
 
-def gdn_transient_bytes(conv_dim_per_rank: int, units: int) -> int:
-    """The #50780 transient for a GDN shape: the H200 fit scaled by the per-rank width and
-    by ``first_full_capture_units``."""
+def gdn_transient_bytes(conv_dim_per_rank: int) -> int:
+    """The #50780 transient for a GDN shape: the H200 fit scaled by the per-rank width."""
     scale = conv_dim_per_rank / GDN_TRANSIENT_FIT_CONV_DIM
-    return round(GDN_TRANSIENT_FIT_BYTES_PER_UNIT * scale * units)
+    return round(GDN_TRANSIENT_FIT_BYTES * scale)
 
 
 def modelled_samples(

@@ -172,10 +172,7 @@ def _transient_bytes(plan: MemoryPlan, plan_args: tuple) -> int:
         return 0
     if not rule("gdn_first_full_capture_transient", engine.vllm_version):
         return 0
-    units = cg.first_full_capture_units(
-        plan.capture, plan.max_num_batched_tokens, plan.max_model_len
-    )
-    return cg.gdn_transient_bytes(model.conv_dim // engine.tp, units)
+    return cg.gdn_transient_bytes(model.conv_dim // engine.tp)
 
 
 def diagnose(

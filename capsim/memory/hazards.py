@@ -26,13 +26,14 @@ HAZARDS: tuple[Hazard, ...] = (
     Hazard(
         "cudagraph_gdn_transient",
         "the CUDA-graph estimate charges the GDN transient of the first FULL capture "
-        "(growing with max_num_batched_tokens) as graph memory; the real graphs are far "
-        "smaller, so the KV pool is cut by the difference",
+        "as graph memory (vllm #50780 reports it growing with max_num_batched_tokens; the "
+        "H200 start-ups at k=3 log the same estimate at 8192 and 16384), so the KV pool is "
+        "cut by it",
         (0, 26, 0),
         None,
         "hybrid+full_graphs",
-        "a smaller --max-num-batched-tokens (the transient scales with it), or "
-        "--kv-cache-memory sized from a previous start-up's actual graph pool",
+        "--kv-cache-memory sized from a previous start-up's actual graph pool (#50780 "
+        "also suggests a smaller --max-num-batched-tokens)",
         "vllm issue #50780; v1/worker/gpu_model_runner.py:profile_cudagraph_memory "
         "(profile_seq_lens = mnbt // size on the first FULL capture)",
     ),

@@ -332,6 +332,16 @@ def _term_rows(log: VllmLog, plan: MemoryPlan | None, pinned: MemoryPlan | None)
             0.10,
             src.get("non_torch", ""),
         ),
+        _row(
+            "consumed: weights + non-torch + runner buffers (GiB)",
+            log.consumed_gib,
+            g(plan.weights_bytes + plan.non_torch_bytes + plan.runner_buffers_bytes)
+            if plan
+            else None,
+            "GiB",
+            0.10,
+            "0.27+ 'X GiB for consumed memory (weights + non-torch)' (mem_utils total_consumed)",
+        ),
         _graph_row(log, plan, g, src),
         _row(
             "CUDA graphs captured (PIECEWISE)",

@@ -129,8 +129,11 @@ def log_from_row(row: dict[str, str]) -> VllmLog:
 
 # Figures an excerpt states more exactly than the CSV (the CSV's cudagraph_gib is the actual
 # pool on some rows, the estimate on others; the excerpt's "Estimated CUDA graph memory" line
-# is the estimate).
-_EXCERPT_WINS: tuple[str, ...] = ("cudagraph_estimate_gib",)
+# is the estimate). From 0.27.0 the accounting line's "GiB for peak activation" is the
+# transient peak PLUS the charged graph estimate (v1/worker/gpu_worker.py:
+# determine_available_memory, peak_activation_memory); the CSV keeps the printed figure and
+# the excerpt's parse takes the estimate out, so the excerpt's value is the torch peak.
+_EXCERPT_WINS: tuple[str, ...] = ("cudagraph_estimate_gib", "peak_activation_gib")
 _EXCERPT_FILLS: tuple[str, ...] = (
     "full_graphs",
     "cudagraph_piecewise",
@@ -140,6 +143,7 @@ _EXCERPT_FILLS: tuple[str, ...] = (
     "mamba_page_padding_pct",
     "num_speculative_tokens",
     "architecture",
+    "consumed_gib",
 )
 
 

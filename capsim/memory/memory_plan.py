@@ -47,6 +47,7 @@ alike under TP, so one rank is planned)::
     budget_bytes    = ceil(gmu * total_memory_bytes)                      (s1.2)
     kv_budget_bytes = budget - weights - activation_peak - runner_buffers
                       - non_torch - cudagraph_bytes (vLLM >= 0.20.0)        (s1.5)
+                      (runner_buffers only since 0.27.0: release_rules)
     num_blocks      = kv_budget_bytes // bytes_per_block                  (s1.6)
     usable_blocks   = num_blocks - 1   (block 0 is the null block)
 
@@ -314,7 +315,7 @@ def plan_inputs(
     lookup: TermLookup | None = None,
 ) -> PlanInputs:
     """The settings every term reads, with vLLM's defaults for the GPU and release."""
-    max_num_seqs, max_batched = engine.resolved_batch_defaults(gpu)
+    max_num_seqs, max_batched = engine.resolved_batch_defaults(gpu, model.max_position_embeddings)
     return PlanInputs(
         model=model,
         gpu=gpu,

@@ -1,12 +1,12 @@
 """vLLM's memory rules that changed between releases, read from each release's wheel.
 
-Every rule names the first release that carries the new behaviour and where it was read:
-the wheels of 0.20.0, 0.20.1, 0.21.0, 0.26.0, 0.27.0, 0.28.0, 0.29.0, 0.30.0, 0.31.0, 0.32.0
-and 0.33.0 were fetched with ``pip download vllm==X --no-deps`` and their Python sources read
-(not run, nothing copied); paths are relative to the ``vllm/`` package. A release is compared
-as (major, minor, patch), so a rule that changed inside a minor series (the "GPU KV cache
-size" line between 0.20.0 and 0.20.1) resolves exactly. Releases older than the oldest wheel
-read take the "before" value, with the source saying which older evidence supports it.
+Every rule names the first release that carries the new behaviour and where it was read: the
+wheels of 0.20.0, 0.20.1, 0.21.0, 0.24.0, 0.26.0, 0.27.0, 0.27.1, 0.28.0, 0.29.0, 0.30.0,
+0.31.0, 0.32.0 and 0.33.0 were fetched with ``pip download vllm==X --no-deps`` and their Python
+sources read (not run, nothing copied); paths are relative to the ``vllm/`` package. A release
+is compared as (major, minor, patch), so a rule that changed inside a minor series (the "GPU KV
+cache size" line between 0.20.0 and 0.20.1) resolves exactly. Releases older than the oldest
+wheel read take the "before" value, with the source saying which older evidence supports it.
 """
 
 from __future__ import annotations
@@ -127,6 +127,20 @@ RELEASE_RULES: tuple[ReleaseRule, ...] = (
         "config/model.py returns False for hybrids in 0.19.0-0.21.0; 0.26.0 and 0.27.0 return "
         "True but keep hybrids opt-in ('and not model_config.is_hybrid'); 0.28.0-0.33.0 drop "
         "the opt-in. The vllm#40691 row (0.19.0, no flag) logs 45 blocks per request: mode none",
+    ),
+    ReleaseRule(
+        "runner_buffers_charged",
+        "the model runner's persistent buffers (allocated after the worker's init snapshot, "
+        "before the profile) are charged to the KV budget, inside 'consumed memory'",
+        False,
+        True,
+        (0, 27, 0),
+        "utils/mem_utils.py:memory_profiling: 0.27.0 sets total_consumed = init-snapshot free "
+        "memory - free memory after the profile and non_kv_cache_memory = total_consumed + "
+        "(torch peak - torch allocated after the profile); 0.26.0 used weights_memory + "
+        "non_torch_increase + torch_peak_increase, which misses torch tensors allocated "
+        "between the snapshot and the profile. v1/worker/gpu_worker.py:init_device builds "
+        "GPUModelRunner after init_snapshot in both (0.27.1, 0.28.0, 0.31.0, 0.33.0 as 0.27.0)",
     ),
     ReleaseRule(
         "mamba_blocks_refusal",

@@ -164,17 +164,25 @@ def runner_buffer_bytes(p: PlanInputs) -> int:
 
 
 def runner_buffers_term(p: PlanInputs) -> Term:
-    """Not charged to the KV budget: ``GPUModelRunner.__init__`` allocates these buffers
-    after the worker's ``init_snapshot`` and before ``memory_profiling`` resets the torch
-    peak, so they are in neither ``weights_memory`` (measured around ``load_model``), the
-    torch peak increase nor the non-torch increase (0.19.0-0.33.0
-    ``v1/worker/gpu_worker.py:determine_available_memory``, ``utils/mem_utils.py``). The
-    logged parts add up to gmu x total without them (e.g. llama31-8b-h100-tp1-llmdplanner:
-    14.99 + 1.89 + 0.25 + 58.11 = 75.24 GiB = 0.95 x 79.19); they live in the 1 - gmu share."""
+    """``GPUModelRunner.__init__`` allocates these buffers after the worker's
+    ``init_snapshot`` and before ``memory_profiling`` resets the torch peak. Before 0.27.0
+    they are in neither ``weights_memory`` (measured around ``load_model``), the torch peak
+    increase nor the non-torch increase (0.19.0-0.26.0 ``v1/worker/gpu_worker.py:
+    determine_available_memory``, ``utils/mem_utils.py``): the logged parts add up to gmu x
+    total without them (e.g. llama31-8b-h100-tp1-llmdplanner: 14.99 + 1.89 + 0.25 + 58.11 =
+    75.24 GiB = 0.95 x 79.19), they live in the 1 - gmu share. Since 0.27.0 vLLM charges
+    the free-memory drop from the snapshot ("consumed memory"), which holds them
+    (release rule ``runner_buffers_charged``)."""
     n = runner_buffer_bytes(p)
+    if rule("runner_buffers_charged", p.vllm_version):
+        why = (
+            f"{n / GiB:.2f} GiB of GPUModelRunner buffers, inside 'consumed memory' since "
+            "0.27.0 (utils/mem_utils.py total_consumed)"
+        )
+        return Term(n, Source.MODELLED, why)
     why = (
         f"{n / GiB:.2f} GiB of GPUModelRunner buffers allocated before the profile: "
-        "vLLM charges them to no term (gpu_worker.py determine_available_memory)"
+        "vLLM < 0.27 charges them to no term (gpu_worker.py determine_available_memory)"
     )
     return Term(0, Source.NOT_CHARGED, why)
 
@@ -244,8 +252,7 @@ def cudagraph_term(p: PlanInputs) -> tuple[Term, cg.CaptureDescs, int]:
     m, tp = p.model, p.engine.tp
     transient = 0
     if m.is_hybrid and descs.full_tok and rule("gdn_first_full_capture_transient", p.vllm_version):
-        units = cg.first_full_capture_units(descs, p.max_num_batched_tokens, p.max_model_len)
-        transient = cg.gdn_transient_bytes(m.conv_dim // tp, units)
+        transient = cg.gdn_transient_bytes(m.conv_dim // tp)
     heads = m.num_attention_heads // tp
     samples = cg.modelled_samples(
         descs,

@@ -133,6 +133,27 @@ def ancestor_mask(p_parent, W: tl.constexpr, BW: tl.constexpr, LOG2_BW: tl.const
     return b_s > 0.5
 
 
+@triton.jit
+def tile_coords(tile, NV: tl.constexpr, HV: tl.constexpr, H: tl.constexpr, BV: tl.constexpr,
+                V: tl.constexpr):  # fmt: skip
+    """(i_v, i_bh, i_b, i_h, i_hk, o_v, m_v) of a persistent kernel's tile =
+    (request * HV + value head) * NV + dv tile (``tile`` a tensor, also in the interpreter)."""
+    i_v, i_bh = tile % NV, tile // NV
+    i_b, i_h = i_bh // HV, i_bh % HV
+    o_v = i_v * BV + tl.arange(0, BV)
+    return i_v, i_bh, i_b, i_h, i_h // (HV // H), o_v, o_v < V
+
+
+@triton.jit
+def packed_rows(P: tl.constexpr, HALF: tl.constexpr, W: tl.constexpr):
+    """(o_p, is_k, node, m_node) of the single-launch kernels' packed [P = 2 * HALF] rows:
+    rows < HALF hold the keys of nodes 0.., rows >= HALF the queries of the same nodes."""
+    o_p = tl.arange(0, P)
+    is_k = o_p < HALF
+    node = tl.where(is_k, o_p, o_p - HALF)
+    return o_p, is_k, node, node < W
+
+
 def pick_block_v(num_heads_total: int, dv: int, widest: int = 32) -> int:
     """dv tile of the streaming, commit and single-launch kernels: ``widest`` rows, halved
     (down to 16) while B * Hv heads times the dv tiles leave fewer than ~512 programs."""

@@ -31,7 +31,7 @@ import torch
 import triton
 import triton.language as tl
 
-from ._jit import xdot
+from ._jit import tile_coords, xdot
 from .treewy_pending import launch_pending, pending_tile
 
 __all__ = ["launch_pipe_stream", "occupancy", "resident_programs", "treewy_pipe_kernel"]
@@ -92,12 +92,8 @@ def treewy_pipe_kernel(
     m_w = o_w < W
     m_ww = m_w[:, None] & m_w[None, :]
     for tile in tl.range(pid, NUM_TILES, nprog, num_stages=NUM_STAGES):
-        i_t = pid * 0 + tile  # a tensor also in the interpreter (whose range gives ints)
-        i_v, i_bh = i_t % NV, i_t // NV
-        i_b, i_h = i_bh // HV, i_bh % HV
-        i_hk = i_h // (HV // H)
-        o_v = i_v * BV + tl.arange(0, BV)
-        m_v = o_v < V
+        # pid * 0 + tile: a tensor also in the interpreter (whose range gives ints)
+        _, i_bh, i_b, i_h, i_hk, o_v, m_v = tile_coords(pid * 0 + tile, NV, HV, H, BV, V)
         m_wv = m_w[:, None] & m_v[None, :]
         i_slot = tl.load(state_slot + i_b).to(tl.int64)
         p_s = state + ((i_slot * HV + i_h) * V + o_v[:, None]) * K

@@ -21,7 +21,7 @@ import torch
 import triton
 import triton.language as tl
 
-from ._jit import pad_window, xdot
+from ._jit import packed_rows, pad_window, tile_coords, xdot
 from .treewy_pending import launch_pending, pending_tile
 from .treewy_pipe import resident_programs
 from .treewy_small import SOLVE_PRECISION, small_window_math
@@ -47,18 +47,11 @@ def treewy_pipe_small_kernel(
     chunk first and the chunk stored back, as treewy_pipe_kernel."""
     pid = tl.program_id(0)
     nprog = tl.num_programs(0)
-    o_p = tl.arange(0, P)
-    is_k = o_p < HALF
-    node = tl.where(is_k, o_p, o_p - HALF)
-    m_node = node < W
+    o_p, is_k, node, m_node = packed_rows(P, HALF, W)
     m_krow, m_qrow = is_k & m_node, (o_p >= HALF) & m_node
     for tile in tl.range(pid, NUM_TILES, nprog, num_stages=NUM_STAGES):
-        i_t = pid * 0 + tile  # a tensor also in the interpreter (whose range gives ints)
-        i_v, i_bh = i_t % NV, i_t // NV
-        i_b, i_h = i_bh // HV, i_bh % HV
-        i_hk = i_h // (HV // H)
-        o_v = i_v * BV + tl.arange(0, BV)
-        m_v = o_v < V
+        # pid * 0 + tile: a tensor also in the interpreter (whose range gives ints)
+        _, _, i_b, i_h, i_hk, o_v, m_v = tile_coords(pid * 0 + tile, NV, HV, H, BV, V)
         i_slot = tl.load(state_slot + i_b).to(tl.int64)
         p_s = state + ((i_slot * HV + i_h) * V + o_v[:, None]) * K
         _, _, _, b_beta, b_rn, _, b_lg, _, b_pm, b_t = small_window_math(

@@ -54,6 +54,7 @@ from ._jit import (
     DotPrecision,
     chain_scale,
     grid_chunks,
+    packed_rows,
     pad_window,
     path_scale,
     pick_block_v,
@@ -91,10 +92,7 @@ def small_window_math(
     o_k = tl.arange(0, BK)
     m_k = o_k < K
     # 2. packed keys / queries and the window's scalars
-    o_p = tl.arange(0, P)
-    is_k = o_p < HALF
-    node = tl.where(is_k, o_p, o_p - HALF)
-    m_node = node < W
+    o_p, is_k, node, m_node = packed_rows(P, HALF, W)
     o_xrow = ((i_b * W + node).to(tl.int64) * H + i_hk) * K
     p_xk = k + o_xrow[:, None] + o_k[None, :]
     p_xq = q + o_xrow[:, None] + o_k[None, :]
@@ -208,10 +206,7 @@ def treewy_small_kernel(
         q, k, g, beta, parent, scale, i_b, i_h, H, HV, W, K, HALF, LOG2_HALF, P, BK,
         SOLVE_PREC, GRAM_PREC, NATIVE_DOT,
     )  # fmt: skip
-    o_p = tl.arange(0, P)
-    is_k = o_p < HALF
-    node = tl.where(is_k, o_p, o_p - HALF)
-    m_node = node < W
+    o_p, is_k, node, m_node = packed_rows(P, HALF, W)
     o_xrow = ((i_b * W + node).to(tl.int64) * H + i_hk) * K
     p_xk = k + o_xrow[:, None] + o_k[None, :]
     o_gr = (i_b * W + node).to(tl.int64) * HV + i_h

@@ -79,7 +79,8 @@ def kernel_configs(w: int, state: str, block_v: int | None = None, state_math=No
     sig, _ = _signature(tw.treewy_prep_kernel, state)
     consts = heads | {
         "LOG2_BW": log2_bw, "BKC": tw.PREP_BLOCK_K, "PREC": prec.gram,
-        "BLOCKED": pol.prep_blocked, "WP": w, "BWP": bw, "PENDING": False, "GRAM": False,
+        "BLOCKED": pol.prep_blocked, "NATIVE": True, "WP": w, "BWP": bw, "PENDING": False,
+        "GRAM": False,
     }  # fmt: skip
     out.append(("prep", tw.treewy_prep_kernel, sig, consts, pol.prep_warps(bw)))
     out.append(("prep+pend", tw.treewy_prep_kernel, sig, consts | {"PENDING": True},
@@ -88,9 +89,9 @@ def kernel_configs(w: int, state: str, block_v: int | None = None, state_math=No
                 consts | {"PENDING": True, "GRAM": True}, pol.prep_warps(bw)))  # fmt: skip
     sig, _ = _signature(tw.treewy_stream_kernel, state)
     for name, flags in (
-        ("verify", {"STORE_VT": True, "COMMIT": False, "PENDING": False}),
-        ("fused", {"STORE_VT": False, "COMMIT": True, "PENDING": False}),
-        ("deferred", {"STORE_VT": True, "COMMIT": False, "PENDING": True}),
+        ("verify", {"STORE_VT": True, "COMMIT": False, "PENDING": False, "REPLAY": False}),
+        ("fused", {"STORE_VT": False, "COMMIT": True, "PENDING": False, "REPLAY": False}),
+        ("deferred", {"STORE_VT": True, "COMMIT": False, "PENDING": True, "REPLAY": False}),
     ):
         scfg = pol.stream_config(bw, "deferred" if flags["PENDING"] else "verify")
         bv = block_v or tw.pick_block_v(256 * 32, 128, widest=scfg["block_v"])
@@ -111,9 +112,9 @@ def kernel_configs(w: int, state: str, block_v: int | None = None, state_math=No
         cfg = pol.small_config(half, "verify")
         bv = block_v or tw.pick_block_v(256 * 32, 128, widest=cfg["block_v"])
         for name, flags in (
-            ("1l-verify", {"STORE_VT": True, "COMMIT": False, "PENDING": False}),
-            ("1l-fused", {"STORE_VT": False, "COMMIT": True, "PENDING": False}),
-            ("1l-defer", {"STORE_VT": True, "COMMIT": False, "PENDING": True}),
+            ("1l-verify", {"STORE_VT": True, "COMMIT": False, "PENDING": False, "REPLAY": False}),
+            ("1l-fused", {"STORE_VT": False, "COMMIT": True, "PENDING": False, "REPLAY": False}),
+            ("1l-defer", {"STORE_VT": True, "COMMIT": False, "PENDING": True, "REPLAY": False}),
         ):
             consts = {k: heads[k] for k in ("H", "HV", "W", "K", "BK")} | flags | {
                 "V": 128, "HALF": half, "LOG2_HALF": half.bit_length() - 1, "P": 2 * half,
