@@ -11,6 +11,8 @@ round7_step_ops.csv, round7_meta.json), ``round7_log.txt`` and ``nvsmi.txt``. St
    from the CSVs with round6._collect's rule and the metadata says so;
 2. the step operators go to ``model_step_run<N>_round7.csv`` (N = --step-run) and a run
    entry is appended to ``model_step_meta.json`` (command, date, versions, jobs);
+   ``--step-src DIR`` takes them (round7_step_ops.csv, round7_meta.json) from another run
+   of the step phase than the GDN files' (``--step-note`` says why, in the entry);
 3. ``capsim.calibration.build`` rebuilds ``capsim/calibration/data`` (the round-7 GDN rows
    take precedence per point: build.ROUND6_RUNS; the step run replaces the classes it
    measured) unless ``--no-build``.
@@ -112,7 +114,8 @@ def step_rows(run: Path) -> list[dict] | None:
     return rows
 
 
-def ingest_step(run: Path, src: Path, dst: Path, meta: dict, step_run: int) -> Path | None:
+def ingest_step(run: Path, src: Path, dst: Path, meta: dict, step_run: int,
+                note: str = "") -> Path | None:  # fmt: skip
     rows = step_rows(run)
     if rows is None:
         return None
@@ -129,8 +132,8 @@ def ingest_step(run: Path, src: Path, dst: Path, meta: dict, step_run: int) -> P
         "fp8": step.get("fp8"), "op_rows": len(rows), "phase_s": meta.get("phase_s", {}).get(
             "step_ops"), "nvidia_smi": _nvsmi_lines(src),
         "files": {"ops": out.name},
-        "note": "round 7's step operators (kernels/bench/step/round7_ops.py), one kernels "
-                "device call with the GDN phases (round7_meta.json)",
+        "note": note or ("round 7's step operators (kernels/bench/step/round7_ops.py), one "
+                         "kernels device call with the GDN phases (round7_meta.json)"),
     }  # fmt: skip
     meta_path = dst / "model_step_meta.json"
     all_meta = json.loads(meta_path.read_text())
@@ -145,11 +148,22 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--results", type=Path, default=REPO / "kernels/results/h200")
     ap.add_argument("--step-run", type=int, default=11)
     ap.add_argument("--no-build", action="store_true")
+    ap.add_argument("--step-src", type=Path, default=None,
+                    help="folder of round7_step_ops.csv + round7_meta.json (default: --src's)")
+    ap.add_argument("--step-note", default="")
     args = ap.parse_args(argv)
     run = args.src / "r7" if (args.src / "r7").is_dir() else args.src
-    step_rows(run)  # every refusal before anything is written
+    step_run = args.step_src or run
+    step_rows(step_run)  # every refusal before anything is written
+    step_meta = None
+    if args.step_src is not None:
+        path = args.step_src / f"{PREFIX}_meta.json"
+        if not path.is_file():
+            raise SystemExit(f"--step-src={args.step_src}: no {PREFIX}_meta.json")
+        step_meta = json.loads(path.read_text())
     meta = ingest_gdn(run, args.src, args.results)
-    step = ingest_step(run, args.src, args.results, meta, args.step_run)
+    step = ingest_step(step_run, args.src, args.results, step_meta or meta, args.step_run,
+                       args.step_note)  # fmt: skip
     print(f"GDN: {meta['num_timed']} timed rows, checks_ok {meta['checks_ok']}, "
           f"contract misses {len(meta.get('contract_misses', []))}; step rows -> {step}")  # fmt: skip
     if not args.no_build:

@@ -62,7 +62,9 @@ ENGINE_VERDICTS: dict[str, dict[str, str]] = {
     # data, nothing fitted to these runs): c64 throughput -7% -> -12% (now a miss), c256 mean
     # TPOT +11% -> +10.0% (now inside the 10% threshold)
     "g090_k0_rand_c64": {THR: "-", TTFT: "-", P99: "ok", TPOT: "+", PEAK: "ok"},
-    "g090_k0_rand_c256": {THR: "ok", TTFT: "ok", P99: "ok", TPOT: "ok", PEAK: "ok"},
+    # c256 mean TPOT +10.0% -> +10.7% (a miss again) with the round-7 tables (2026-12-02 03:20
+    # UTC: kernels call 8's rows, holdout split redrawn; nothing fitted to these runs)
+    "g090_k0_rand_c256": {THR: "ok", TTFT: "ok", P99: "ok", TPOT: "+", PEAK: "ok"},
 }
 
 
