@@ -69,7 +69,11 @@ class EngineConfig:
     )
     enable_chunked_prefill: bool = field(default=True, metadata={"help": "vLLM default on"})
     enable_prefix_caching: bool = field(
-        default=False, metadata={"help": "off in the published runs (mamba mode 'none')"}
+        default=None,  # type: ignore[assignment]  # resolved in __post_init__
+        metadata={
+            "help": "None: the vllm_version's default for hybrids (on since 0.28, mamba mode "
+            "'align'); the published runs had it off (mode 'none')"
+        },
     )
     kv_cache_dtype: str = field(default="bfloat16", metadata={"help": "attention KV dtype"})
     quantization: str | None = field(
@@ -119,6 +123,14 @@ class EngineConfig:
             "(capsim.cost.engine_overhead: 'measured-h200-vllm0.26'); None: kernels only"
         },
     )
+    async_scheduling: bool | None = field(
+        default=None,
+        metadata={
+            "help": "vLLM --async-scheduling: two batches in flight (a finished request's slot "
+            "and a new arrival reach the batch one step later); None: the vllm_version's "
+            "default (on since 0.14; the CPU backend runs without)"
+        },
+    )
     cudagraph_full_graphs: bool = field(
         default=True,
         metadata={
@@ -131,8 +143,17 @@ class EngineConfig:
         o = "engine"
         from capsim.vllm_rules import parse_version, rules_for
 
+        rules = rules_for(parse_version(self.vllm_version))
         if self.gmu is None:  # vLLM's default for the release, as the CLI resolves it
-            object.__setattr__(self, "gmu", rules_for(parse_version(self.vllm_version)).default_gmu)
+            object.__setattr__(self, "gmu", rules.default_gmu)
+        if self.async_scheduling is None:
+            object.__setattr__(self, "async_scheduling", rules.async_scheduling)
+        if not isinstance(self.async_scheduling, bool):
+            _fail(o, "async_scheduling", self.async_scheduling, "must be a bool or None")
+        if self.enable_prefix_caching is None:  # EngineArgs' default for a hybrid model
+            object.__setattr__(self, "enable_prefix_caching", rules.hybrid_prefix_caching_default)
+        if not isinstance(self.enable_prefix_caching, bool):
+            _fail(o, "enable_prefix_caching", self.enable_prefix_caching, "must be a bool")
         if not _is_int(self.tp) or self.tp < 1:
             _fail(o, "tp", self.tp, "must be an int >= 1")
         if not (_is_num(self.gmu) and 0.0 < self.gmu <= 1.0):
@@ -400,6 +421,9 @@ ENGINE_FIELDS_OMITTED_AT_DEFAULT: dict[str, Any] = {
     "quantization": None,
     "max_cudagraph_capture_size": None,
     "engine_overhead": None,
+    # resolved from vllm_version (True since 0.14): omitted only when off, the behaviour the
+    # stored point ids were computed with, so an async point never reuses a sync result
+    "async_scheduling": False,
 }
 """``EngineConfig`` fields newer than the sweep store's point ids -> their default: left
 out of ``SimConfig.to_dict`` at that default (a new field with a default belongs here)."""

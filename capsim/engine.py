@@ -10,6 +10,12 @@ Once the client has released every request (only finishes send more), a run of
 decode-only steps can be planned at once (``Scheduler.plan_decode_run``); the engine still
 prices each of its steps and yields one timeout per step, so times and step rows are the
 ones step-by-step scheduling gives (``decode_runs=False`` switches it off).
+
+Async scheduling (the scheduler's ``async_scheduling``, vLLM's default since 0.14 on GPUs):
+after a step's ``update`` the engine marks the moment (``Scheduler.mark_arrivals``) before
+the client hears of the finishes, so what the client sends then, and what arrives during
+the next step, is admitted one step later; finished requests' rows are recycled only once
+the scheduler has returned their blocks (``Scheduler.take_released``).
 """
 
 from __future__ import annotations
@@ -85,6 +91,9 @@ class EngineSim:
             keep_steps=keep_steps, exact_itl=exact_itl, phase_columns=not compact
         )
         self.recycle_slots = recycle_slots
+        self._async = scheduler.config.async_scheduling
+        self._async_recycle = recycle_slots and self._async
+        scheduler.keep_released = self._async_recycle
         """Hand a finished request's store row back (its memos are dropped when it
         finishes; block hashes of unshared content are keyed by add order, not slot)."""
         self._pending: deque[Request] = deque()
@@ -100,12 +109,16 @@ class EngineSim:
         self.decode_runs = True
         """Plan runs of decode-only steps at once when nothing can change the schedule
         (``capsim.core.decode_run``); False steps one at a time (the reference path)."""
+        self._init_request_arrays(len(self.requests), compact)
+
+    def _init_request_arrays(self, num_requests: int, compact: bool) -> None:
+        """The per-request stamps and counters (compact: ``RequestResults`` instead)."""
         # per workload index (compact: per store slot, reset when a request is sent): first
         # and latest token times (NaN until they happen)
-        n = len(self.requests)
+        n = num_requests
         self.results = RequestResults(n) if compact else None
         if compact:
-            n = scheduler.store.cols.capacity
+            n = self.scheduler.store.cols.capacity
         self.first_token_s = np.full(n, np.nan)
         self.last_emit_s = np.full(n, np.nan)
         # per workload index, stamped as they happen (the handles need not be kept)
@@ -224,7 +237,7 @@ class EngineSim:
                     yield from self._decode_run(run)
                     continue
             q0, h0 = stats.queries_tok, stats.hits_tok
-            out = sched.schedule()
+            out = self._schedule()
             if out.is_empty:
                 head = sched.waiting[0] if sched.waiting else None
                 raise RuntimeError(
@@ -246,7 +259,7 @@ class EngineSim:
                     req.first_scheduled_s = t0
                     self.first_scheduled_s[req.slot if compact else req.index] = t0
             yield env.timeout(step_s)
-            finished = sched.update(out, self.acceptance)
+            finished = self._update(out)
             now = env.now
             # (re-read: a send may have grown the compact stamp arrays)
             first_token, last_emit = self.first_token_s, self.last_emit_s
@@ -262,6 +275,8 @@ class EngineSim:
             last_emit[idx] = now
             self._finish(finished, now)
             self._settle(finished)
+            if self._async_recycle:
+                self._recycle(sched.take_released())
             rec.record_row(  # STEP_COLUMNS order
                 (
                     t0,
@@ -284,6 +299,20 @@ class EngineSim:
             )
             if finished:
                 self._send_ready()
+
+    def _schedule(self) -> SchedulerOutput:
+        out = self.scheduler.schedule()
+        if self._async_recycle:
+            self._recycle(self.scheduler.take_released())
+        return out
+
+    def _update(self, out: SchedulerOutput) -> list[Request]:
+        """Apply a step's results; async: mark the moment vLLM plans the step after next
+        (before the client hears of the finishes)."""
+        finished = self.scheduler.update(out, self.acceptance)
+        if self._async:
+            self.scheduler.mark_arrivals()
+        return finished
 
     def _decode_run(self, run: DecodeRun):  # type: ignore[no-untyped-def]
         """The steps of a planned decode-only run, one timeout each: the same times, step
@@ -314,6 +343,8 @@ class EngineSim:
                 raise ValueError(f"step-time model returned {step_s!r} s for {shape}")
             t0 = env.now
             yield env.timeout(step_s)
+            if self._async:
+                sched.mark_arrivals()
             now = env.now
             last_emit = self.last_emit_s  # (a send may have grown the compact arrays)
             rec.add_itl(now - last_emit[emit_idx])
@@ -380,9 +411,13 @@ class EngineSim:
             self.num_cached_tok[idx] = cols.num_cached_tok[slots]
         if isinstance(self.acceptance, StreamingAcceptanceDraws):
             self.acceptance.finished(idx, used)
-        if self.recycle_slots:
-            for s in slots.tolist():
-                store.release(s)
+        if self.recycle_slots and not self._async:
+            self._recycle(slots)
+
+    def _recycle(self, slots: np.ndarray) -> None:
+        store = self.scheduler.store
+        for s in slots.tolist():
+            store.release(s)
 
     def _finish(self, finished: list[Request], now: float) -> None:
         """Finish times, conversation children to the head of the send queue, counts."""

@@ -213,6 +213,66 @@ def phases(requests: RequestCols, steps: StepCols) -> dict[str, float]:
     return out
 
 
+def _totals(n: int, duration_s: float, out_tok: int, in_tok: int) -> dict[str, float]:
+    """The first block of a summary: counts and throughputs over the run's duration."""
+    nan = float("nan")
+    return {
+        "num_requests": n,
+        "duration_s": duration_s,
+        "total_output_tok": out_tok,
+        "output_throughput_tok_per_s": out_tok / duration_s if duration_s > 0 else nan,
+        "total_token_throughput_tok_per_s": (out_tok + in_tok) / duration_s
+        if duration_s > 0
+        else nan,
+        "request_throughput_req_per_s": n / duration_s if duration_s > 0 else nan,
+    }
+
+
+def _latencies(
+    ttft_s: np.ndarray,
+    tpot_s: np.ndarray,
+    itl_s: np.ndarray | ItlRuns,
+    e2el_s: np.ndarray,
+    queue_s: np.ndarray,
+) -> dict[str, float]:
+    """Mean / median / p99 of each latency (TPOT of requests with more than one token)."""
+    from capsim.streaming_metrics import ItlRuns
+
+    out = _stats("ttft", ttft_s)
+    out |= _stats("tpot", tpot_s[~np.isnan(tpot_s)])
+    out |= itl_s.stats("itl") if isinstance(itl_s, ItlRuns) else _stats("itl", itl_s)
+    out |= _stats("e2el", e2el_s)
+    out |= _stats("queue", queue_s)
+    return out
+
+
+def _step_figures(steps: StepCols, num_steps: int) -> dict[str, float]:
+    """KV usage (peak, step-time weighted mean), the step gauges and the step count."""
+    if not num_steps:
+        return {}
+    kv = _col(steps, "kv_usage")
+    out: dict[str, float] = {
+        "peak_kv_usage": float(kv.max()),
+        "mean_kv_usage": float(np.average(kv, weights=np.maximum(_col(steps, "step_s"), 1e-12))),
+    }
+    out |= _step_gauges(steps)
+    out["num_steps"] = num_steps
+    return out
+
+
+def _prefix_figures(steps: StepCols, num_steps: int) -> dict[str, float]:
+    """Prefix-cache queries, hits, hit rate and evictions (steps that record them)."""
+    if not (num_steps and _has(steps, "num_prefix_query_tok")):
+        return {}
+    q, h, ev = _prefix_counts(steps)
+    return {
+        "prefix_cache_queries_tok": q,
+        "prefix_cache_hits_tok": h,
+        "prefix_cache_hit_rate": h / q if q else float("nan"),
+        "num_cached_block_evictions": ev,
+    }
+
+
 def summarize(
     requests: RequestCols, steps: StepCols, itl_s: np.ndarray | ItlRuns
 ) -> dict[str, float]:
@@ -221,45 +281,21 @@ def summarize(
     ``requests``/``steps``: tables or mappings of numpy columns (``StepColumns`` when the
     step table was not kept); ``itl_s``: every inter-token latency, or their runs.
     """
-    from capsim.streaming_metrics import ItlRuns
 
     n = _num_rows(requests, "finish_s")
     finish_s = _col(requests, "finish_s")
     duration = float(finish_s.max()) if n else 0.0
     out_tok = int(_col(requests, "output_tok").sum())
     in_tok = int(_col(requests, "prompt_tok").sum())
-    summary: dict[str, float] = {
-        "num_requests": n,
-        "duration_s": duration,
-        "total_output_tok": out_tok,
-        "output_throughput_tok_per_s": out_tok / duration if duration > 0 else float("nan"),
-        "total_token_throughput_tok_per_s": (out_tok + in_tok) / duration
-        if duration > 0
-        else float("nan"),
-        "request_throughput_req_per_s": n / duration if duration > 0 else float("nan"),
-    }
-    summary |= _stats("ttft", _col(requests, "ttft_s"))
-    tpot = _col(requests, "tpot_s")
-    summary |= _stats("tpot", tpot[~np.isnan(tpot)])
-    summary |= itl_s.stats("itl") if isinstance(itl_s, ItlRuns) else _stats("itl", itl_s)
-    summary |= _stats("e2el", _col(requests, "e2el_s"))
-    summary |= _stats("queue", _col(requests, "first_scheduled_s") - _col(requests, "send_s"))
+    summary = _totals(n, duration, out_tok, in_tok)
+    queue_s = _col(requests, "first_scheduled_s") - _col(requests, "send_s")
+    summary |= _latencies(
+        _col(requests, "ttft_s"), _col(requests, "tpot_s"), itl_s, _col(requests, "e2el_s"), queue_s
+    )
     num_steps = _num_rows(steps, "step_s")
-    if num_steps:
-        kv = _col(steps, "kv_usage")
-        summary["peak_kv_usage"] = float(kv.max())
-        summary["mean_kv_usage"] = float(
-            np.average(kv, weights=np.maximum(_col(steps, "step_s"), 1e-12))
-        )
-        summary |= _step_gauges(steps)
-        summary["num_steps"] = num_steps
+    summary |= _step_figures(steps, num_steps)
     summary["num_preemptions"] = int(_col(requests, "num_preemptions").sum())
-    if num_steps and _has(steps, "num_prefix_query_tok"):
-        q, h, ev = _prefix_counts(steps)
-        summary["prefix_cache_queries_tok"] = q
-        summary["prefix_cache_hits_tok"] = h
-        summary["prefix_cache_hit_rate"] = h / q if q else float("nan")
-        summary["num_cached_block_evictions"] = ev
+    summary |= _prefix_figures(steps, num_steps)
     if _has(requests, "cached_tok"):
         summary["mean_cached_tok_per_request"] = float(np.mean(_col(requests, "cached_tok")))
     summary |= phases(requests, steps)
@@ -277,43 +313,15 @@ def summarize_results(
     """``summarize`` for a streaming run whose requests are ``RequestResults`` (their
     latencies by workload index, counters summed): the same figures, key order and
     arithmetic, bit for bit (integer sums are exact below 2**53)."""
-    from capsim.streaming_metrics import ItlRuns
 
     n = results.num_finished
     duration = float(results.last_finish_s) if n else 0.0
-    out_tok, in_tok = int(total_output_tok), int(total_input_tok)
-    summary: dict[str, float] = {
-        "num_requests": n,
-        "duration_s": duration,
-        "total_output_tok": out_tok,
-        "output_throughput_tok_per_s": out_tok / duration if duration > 0 else float("nan"),
-        "total_token_throughput_tok_per_s": (out_tok + in_tok) / duration
-        if duration > 0
-        else float("nan"),
-        "request_throughput_req_per_s": n / duration if duration > 0 else float("nan"),
-    }
-    summary |= _stats("ttft", results.ttft_s)
-    tpot = results.tpot_s
-    summary |= _stats("tpot", tpot[~np.isnan(tpot)])
-    summary |= itl_s.stats("itl") if isinstance(itl_s, ItlRuns) else _stats("itl", itl_s)
-    summary |= _stats("e2el", results.e2el_s)
-    summary |= _stats("queue", results.queue_s)
+    summary = _totals(n, duration, int(total_output_tok), int(total_input_tok))
+    summary |= _latencies(results.ttft_s, results.tpot_s, itl_s, results.e2el_s, results.queue_s)
     num_steps = _num_rows(steps, "step_s")
-    if num_steps:
-        kv = _col(steps, "kv_usage")
-        summary["peak_kv_usage"] = float(kv.max())
-        summary["mean_kv_usage"] = float(
-            np.average(kv, weights=np.maximum(_col(steps, "step_s"), 1e-12))
-        )
-        summary |= _step_gauges(steps)
-        summary["num_steps"] = num_steps
+    summary |= _step_figures(steps, num_steps)
     summary["num_preemptions"] = results.num_preemptions
-    if num_steps and _has(steps, "num_prefix_query_tok"):
-        q, h, ev = _prefix_counts(steps)
-        summary["prefix_cache_queries_tok"] = q
-        summary["prefix_cache_hits_tok"] = h
-        summary["prefix_cache_hit_rate"] = h / q if q else float("nan")
-        summary["num_cached_block_evictions"] = ev
+    summary |= _prefix_figures(steps, num_steps)
     summary["mean_cached_tok_per_request"] = results.cached_tok / n if n else float("nan")
     if n:
         summary |= _results_phases(results, steps)

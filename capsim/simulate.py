@@ -8,7 +8,7 @@ requests, arrivals and per-request acceptance (common random numbers).
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, fields
 from typing import Any
 
@@ -264,6 +264,7 @@ def make_scheduler(cfg: SimConfig, plan: MemoryPlan) -> Scheduler:
             num_spec_tok=cfg.spec.num_draft_nodes,
             enable_chunked_prefill=cfg.engine.enable_chunked_prefill,
             max_model_len=plan.max_model_len,
+            async_scheduling=bool(cfg.engine.async_scheduling),
         ),
         KVCacheManager(pool_layout(plan, cfg.engine.watermark, cfg.engine.enable_prefix_caching)),
     )
@@ -277,33 +278,14 @@ def request_frame(
     """One row per request (``stamps``: send_s, first_scheduled_s, first_token_s,
     finish_s; ``counters``: max_output_tok, num_preemptions, num_cached_tok; per request,
     in request order)."""
-    n = len(p.requests)
-    send = stamps["send_s"]
-    finish = stamps["finish_s"]
-    first_token_s = stamps["first_token_s"]
-    out_tok = counters["max_output_tok"]
-    ttft = first_token_s - send
-    e2el = finish - send
-    with np.errstate(divide="ignore", invalid="ignore"):
-        tpot = np.where(out_tok > 1, (e2el - ttft) / (out_tok - 1), np.nan)
-    return pd.DataFrame(
-        {
-            "req_id": [f"r{i}" for i in range(n)],
-            "source_id": list(p.table.source_id[:n]),
-            "prompt_tok": p.prompt.astype(np.int64),
-            "output_tok": out_tok,
-            "release_s": p.release,
-            "send_s": send,
-            "first_scheduled_s": stamps["first_scheduled_s"],
-            "first_token_s": first_token_s,
-            "finish_s": finish,
-            "ttft_s": ttft,
-            "tpot_s": tpot,
-            "e2el_s": e2el,
-            "num_preemptions": counters["num_preemptions"],
-            "cached_tok": counters["num_cached_tok"],
-        }
+    m = request_metrics(
+        p.prompt,
+        counters["max_output_tok"],
+        stamps,
+        num_preemptions=counters["num_preemptions"],
+        cached_tok=counters["num_cached_tok"],
     )
+    return _request_frame(m, p.table, p.release, len(p.requests))  # type: ignore[arg-type]
 
 
 def point_summary(
@@ -445,8 +427,17 @@ class RequestMetrics:
         return {f.name: getattr(self, f.name) for f in fields(self)}
 
 
-def _request_columns(sim: EngineSim, prompt: np.ndarray, output: np.ndarray) -> RequestMetrics:
-    send, first, finish = sim.send_s, sim.first_token_s, sim.finish_s
+def request_metrics(
+    prompt: np.ndarray,
+    output: np.ndarray,
+    stamps: Mapping[str, np.ndarray],
+    *,
+    num_preemptions: np.ndarray,
+    cached_tok: np.ndarray,
+) -> RequestMetrics:
+    """The per-request metrics from the stamps (send_s, first_scheduled_s, first_token_s,
+    finish_s) and counters: TTFT, E2EL and TPOT as ``vllm bench serve`` defines them."""
+    send, first, finish = stamps["send_s"], stamps["first_token_s"], stamps["finish_s"]
     ttft = first - send
     e2el = finish - send
     with np.errstate(divide="ignore", invalid="ignore"):
@@ -455,12 +446,25 @@ def _request_columns(sim: EngineSim, prompt: np.ndarray, output: np.ndarray) -> 
         prompt_tok=prompt.astype(np.int64),
         output_tok=output,
         send_s=send,
-        first_scheduled_s=sim.first_scheduled_s,
+        first_scheduled_s=stamps["first_scheduled_s"],
         first_token_s=first,
         finish_s=finish,
         ttft_s=ttft,
         tpot_s=tpot,
         e2el_s=e2el,
+        num_preemptions=num_preemptions,
+        cached_tok=cached_tok,
+    )
+
+
+def _request_columns(sim: EngineSim, prompt: np.ndarray, output: np.ndarray) -> RequestMetrics:
+    stamps = {
+        k: getattr(sim, k) for k in ("send_s", "first_scheduled_s", "first_token_s", "finish_s")
+    }
+    return request_metrics(
+        prompt,
+        output,
+        stamps,
         num_preemptions=sim.num_preemptions.astype(np.int64),
         cached_tok=sim.num_cached_tok.astype(np.int64),
     )

@@ -79,6 +79,35 @@ RULES: tuple[VersionRule, ...] = (
         "issue #11 / VLLM.md s4.2",
     ),
     VersionRule(
+        "async_scheduling",
+        "async scheduling (two batches in flight: a finished request's slot and a new "
+        "arrival reach the batch one step later) when --async-scheduling is not given",
+        False,
+        True,
+        (0, 14),
+        "vLLM 0.14.0 release notes ('Async scheduling is now enabled by default', PR #27614; "
+        "with EAGLE/MTP speculation PR #31998); 0.26.0 config/vllm.py resolves None to True "
+        "unless pooling, a drafter other than EAGLE/MTP/ngram_gpu/dspark, "
+        "disable_padded_drafter_batch or an executor without it; platforms/cpu.py sets False",
+    ),
+    VersionRule(
+        "hybrid_prefix_caching_default",
+        "prefix caching is on by default for hybrid (GDN/mamba) generative models when the "
+        "user does not decide (mamba_cache_mode 'align')",
+        False,
+        True,
+        (0, 28),
+        "engine/arg_utils.py default_prefix_caching = model_config.is_prefix_caching_supported: "
+        "config/model.py returns False for hybrids in 0.19.0-0.21.0; 0.26.0 and 0.27.0 return "
+        "True but keep hybrids opt-in ('and not model_config.is_hybrid'); 0.28.0-0.33.0 drop "
+        "the opt-in. The vllm#40691 row (0.19.0, no flag) logs 45 blocks per request: mode none. "
+        "Read again 2026-12-02 in the 0.27.0 and 0.28.0 wheels: 0.27.0 arg_utils.py:2604-2605 "
+        "keeps 'and not model_config.is_hybrid', 0.28.0 arg_utils.py:2650 does not, and 0.28.0 "
+        "model_executor/models/config.py:602-604 turns mamba_cache_mode 'none' into 'align' when "
+        "prefix caching is on. The same rule as capsim/memory/release_rules.py's (a test keeps "
+        "them equal)",
+    ),
+    VersionRule(
         "sm100_capture_ceiling",
         "default max_cudagraph_capture_size ceiling on SM100 (B200/B300); 512 elsewhere",
         512,
@@ -101,6 +130,8 @@ class VllmRules:
     charge_cudagraph_memory: bool
     gdn_capture_transient: bool
     large_gpu_batch_tier: bool
+    async_scheduling: bool
+    hybrid_prefix_caching_default: bool
     sm100_capture_ceiling: int
 
     @property

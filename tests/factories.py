@@ -36,6 +36,7 @@ def create_scheduler(
     max_num_seqs: int = 8,
     max_num_batched_tokens: int = 64,
     num_spec_tok: int = 0,
+    async_scheduling: bool = False,
 ) -> Scheduler:
     kv = KVCacheManager(
         PoolLayout(
@@ -51,6 +52,7 @@ def create_scheduler(
             max_num_seqs=max_num_seqs,
             max_num_batched_tokens=max_num_batched_tokens,
             num_spec_tok=num_spec_tok,
+            async_scheduling=async_scheduling,
         ),
         kv,
     )
@@ -70,3 +72,24 @@ def synthetic_table(n: int, seed: int = 0, prompt=(50, 1000), output=(20, 400)) 
         prompt_tok=rng.integers(prompt[0], prompt[1], n),
         output_tok=rng.integers(output[0], output[1], n),
     )
+
+
+def reference_paths(monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    """Every scheduler and engine built from now on takes the reference paths: the
+    sequential running loop (``Scheduler.vectorized = False``) and one step per engine
+    iteration (``EngineSim.decode_runs = False``)."""
+    from capsim.core.scheduler import Scheduler
+    from capsim.engine import EngineSim
+
+    sched_init, engine_init = Scheduler.__init__, EngineSim.__init__
+
+    def sequential(self, *a, **kw):  # type: ignore[no-untyped-def]
+        sched_init(self, *a, **kw)
+        self.vectorized = False
+
+    def step_by_step(self, *a, **kw):  # type: ignore[no-untyped-def]
+        engine_init(self, *a, **kw)
+        self.decode_runs = False
+
+    monkeypatch.setattr(Scheduler, "__init__", sequential)
+    monkeypatch.setattr(EngineSim, "__init__", step_by_step)

@@ -27,7 +27,8 @@ def _cfg(n: int, **load) -> SimConfig:  # type: ignore[no-untyped-def]
     return SimConfig(
         model="qwen3.5-35b-a3b",
         gpu="h200",
-        engine=load.pop("engine", EngineConfig()),
+        # prefix caching off (the published setup; vLLM 0.33's default turns it on)
+        engine=load.pop("engine", EngineConfig(enable_prefix_caching=False)),
         spec=SpecDecodeConfig(),
         workload="sharegpt",
         load=LoadConfig(num_requests=n, **load),
@@ -88,7 +89,7 @@ def test_run_quantiles_are_numpys(seed: int) -> None:
         {
             "mode": "concurrency",
             "concurrency": 300,
-            "engine": EngineConfig(gmu=0.62, max_num_seqs=256),
+            "engine": EngineConfig(gmu=0.62, max_num_seqs=256, enable_prefix_caching=False),
         },
         {
             "mode": "rate",

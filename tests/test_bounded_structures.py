@@ -124,6 +124,41 @@ def test_prefix_caching_store_is_bounded_by_the_requests_in_flight(
         assert res.summary["prefix_cache_hits_tok"] == 0
 
 
+def _coordinator_sizes(coord) -> dict[str, int]:  # type: ignore[no-untyped-def]
+    """Per-request memos of the prefix-caching coordinator and its managers."""
+    mgrs = (*coord._gdn_mgrs, *coord._attn_mgrs)
+    return {
+        "memos": len(coord._hashes) + len(coord._junction) + len(coord._pending),
+        "block_tables": sum(len(m.req_blocks) + len(m.num_cached) for m in mgrs),
+        "gdn_memos": sum(
+            len(g.allocated) + len(g.last_state_idx) + len(g.retired) for g in coord._gdn_mgrs
+        ),
+        "steady_rows": coord._steady.shape[1],
+        "cached_keys": len(coord.pool._cached),
+    }
+
+
+def test_compact_prefix_caching_run_is_bounded(monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    """Caching on, compact streaming path: the same counts as caching off, and every
+    per-request memo of the coordinator and its managers freed at finish."""
+    eng = EngineConfig(enable_prefix_caching=True)
+    _, sim_s = _run_and_keep(monkeypatch, _cfg(800, eng), streaming=True)
+    large, sim_l = _run_and_keep(monkeypatch, _cfg(2400, eng), streaming=True)
+    b = _sizes(sim_l)
+    in_flight = int(large.summary["peak_running"]) + int(large.summary["peak_waiting"])
+    for key in ("store_rows", "handles", "stamps"):
+        assert b[key] <= 2 * in_flight + 64, (key, b[key])
+        assert b[key] < 2400 // 2, (key, b[key])
+    assert b["per_index_counters"] == b["done_flags"] == b["acceptance_rows"] == 0
+    assert sim_l.results.nbytes == 33 * 2400
+    assert sim_l.recorder.columns.nbytes == 16 * large.summary["num_steps"]
+    cs, cl = (_coordinator_sizes(s.scheduler.kv.coordinator) for s in (sim_s, sim_l))
+    assert cs["memos"] == cl["memos"] == cs["block_tables"] == cl["block_tables"] == 0
+    assert cs["gdn_memos"] == cl["gdn_memos"] == 0
+    assert cl["steady_rows"] <= max(2 * b["store_rows"], 64)
+    assert cl["cached_keys"] <= sim_l.scheduler.kv.pool.num_blocks  # one key per block at most
+
+
 def test_fleet_reuses_store_rows(monkeypatch) -> None:  # type: ignore[no-untyped-def]
     import capsim.fleet.sim as fleet_mod
 

@@ -30,7 +30,10 @@ def test_three_request_timeline() -> None:
     while r0 takes its last token at 30 ms; r2 finishes at 40 ms."""
     table = RequestTable(name="t", prompt_tok=[5, 5, 5], output_tok=[3, 2, 2])
     res = simulate(
-        _cfg(load=LoadConfig(concurrency=2, num_requests=3)),
+        _cfg(
+            engine=EngineConfig(gmu=0.9, async_scheduling=False),
+            load=LoadConfig(concurrency=2, num_requests=3),
+        ),
         workload=table,
         cost=ConstantStepTime(0.01),
     )
@@ -60,10 +63,56 @@ def test_three_request_timeline() -> None:
     assert res.summary["output_throughput_tok_per_s"] == pytest.approx(7 / 0.04)
 
 
+def test_three_request_timeline_async() -> None:
+    """The same three requests with vLLM's async scheduling (two batches in flight):
+    step 3 was scheduled (at 10 ms, after step 1's output) before r1's finish in step 2 was
+    seen, and step 4 (at 20 ms, right after step 2's output) before r2, sent at 20 ms,
+    reached the engine; r0 certainly finishes in step 3, so step 4 has nothing; r2 is
+    scheduled once step 3's output is back (30 ms): first token at 40 ms, finish at 50 ms."""
+    table = RequestTable(name="t", prompt_tok=[5, 5, 5], output_tok=[3, 2, 2])
+    res = simulate(
+        _cfg(
+            engine=EngineConfig(gmu=0.9, async_scheduling=True),
+            load=LoadConfig(concurrency=2, num_requests=3),
+        ),
+        workload=table,
+        cost=ConstantStepTime(0.01),
+    )
+    r = res.requests.set_index("req_id")
+    got = {
+        rid: tuple(round(float(r.loc[rid, c]), 6) for c in ("send_s", "first_token_s", "finish_s"))
+        for rid in ("r0", "r1", "r2")
+    }
+    assert got == {"r0": (0.0, 0.01, 0.03), "r1": (0.0, 0.01, 0.02), "r2": (0.02, 0.04, 0.05)}
+
+
+def test_async_replacement_waits_two_steps() -> None:
+    """Closed loop of 16 on a pool that holds them all, 5 ms steps: sync admits a
+    replacement in the step after its predecessor's finish (no queueing); async in the step
+    after next (vLLM has scheduled the next step before the finish is processed, and the
+    one after before the client's new request arrives): 2 steps (10 ms) of queue."""
+    table = synthetic_table(200, seed=1)
+    for async_on, want in ((False, 0.0), (True, 0.01)):
+        res = simulate(
+            _cfg(
+                engine=EngineConfig(gmu=0.9, async_scheduling=async_on),
+                spec=SpecDecodeConfig(),
+                load=LoadConfig(concurrency=16, num_requests=200),
+            ),
+            workload=table,
+            cost=ConstantStepTime(0.005),
+        )
+        queue = (res.requests["first_scheduled_s"] - res.requests["send_s"]).round(9)
+        assert float(queue.max()) == want
+        assert float(queue.iloc[:16].max()) == 0.0  # the first 16 meet an idle engine
+        assert res.summary["peak_running"] == 16
+
+
 def test_huge_pool_closed_loop_has_no_queueing() -> None:
     table = synthetic_table(200, seed=1)
     res = simulate(
         _cfg(
+            engine=EngineConfig(gmu=0.9, async_scheduling=False),
             spec=SpecDecodeConfig(),
             load=LoadConfig(concurrency=16, num_requests=200),
             gpu="B200",  # the 178 GiB GPU: the pool holds all 16 requests

@@ -79,3 +79,16 @@ def test_b200_tier_changes_the_pool_at_0_28() -> None:
 
 def test_v0_engine_before_0_8() -> None:
     assert rules_for("0.7").v1_engine is False and rules_for("0.8").v1_engine is True
+
+
+def test_prefix_caching_defaults_from_the_release_as_vllm_does_for_hybrids() -> None:
+    from capsim.memory.release_rules import rule
+
+    for version, on in (("0.19", False), ("0.27", False), ("0.28", True), ("0.33", True)):
+        assert EngineConfig(vllm_version=version).enable_prefix_caching is on
+        assert rules_for(version).hybrid_prefix_caching_default is on
+        assert rule("hybrid_prefix_caching_default", f"{version}.0") is on  # one fact
+    assert EngineConfig(enable_prefix_caching=False).enable_prefix_caching is False
+    assert EngineConfig(vllm_version="0.19", enable_prefix_caching=True).enable_prefix_caching
+    with pytest.raises(ValueError, match=r"engine\.enable_prefix_caching='yes'"):
+        EngineConfig(enable_prefix_caching="yes")  # type: ignore[arg-type]

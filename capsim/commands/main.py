@@ -100,6 +100,7 @@ ENGINE_OPTIONS = (
     "limit_mm_per_prompt",
     "enforce_eager",
     "prefix_caching",
+    "async_scheduling",
 )
 SPEC_OPTIONS = ("speculative_config", "spec_tokens", "tree", "commit", "acceptance")
 ACCEPTANCE_OPTIONS = ("tree_model", "temperature")  # how drafts are accepted: simulate only

@@ -201,11 +201,19 @@ SHARED_OPTIONS: dict[str, Opt] = {
         help="vLLM --enforce-eager: no CUDA graphs",
         target="engine",
     ),
+    "async_scheduling": Opt(
+        ("--async-scheduling/--no-async-scheduling",),
+        default=None,
+        help="vLLM --async-scheduling: two batches in flight, so a finished request's slot "
+        "and a new arrival reach the batch one step later (default: the --vllm-version's, "
+        "on since 0.14)",
+        target="engine",
+    ),
     "prefix_caching": Opt(
         ("--enable-prefix-caching/--no-enable-prefix-caching",),
         source=(_ENG, "enable_prefix_caching"),
-        help="vLLM prefix caching (GDN state in 'align' mode); vLLM 0.33 turns it on by "
-        "default, the published runs had it off",
+        help="vLLM prefix caching (GDN state in 'align' mode); default: the --vllm-version's "
+        "for hybrids (on since 0.28, off before); the published runs had it off",
         target="engine",
     ),
     # speculation

@@ -20,7 +20,7 @@ from capsim.commit_modes import COMMIT_MODES
 from capsim.sweep.executors import make_executor
 from capsim.sweep.grid import PUBLISHED_GRID, SweepSpec, restrict, with_pool
 from capsim.sweep.grid_toml import load_spec
-from capsim.vllm_rules import resolve_gmu
+from capsim.vllm_rules import resolve_gmu, rules_for
 
 MODES = ListOf(click.Choice(COMMIT_MODES))
 
@@ -277,7 +277,7 @@ def whatif_cmd(
     seed: int,
     jobs: int | None,
     progress: bool,
-    enable_prefix_caching: bool,
+    enable_prefix_caching: bool | None,
     ks: tuple[int, ...],
     step_time: str,
     max_model_len: int | None,
@@ -295,6 +295,8 @@ def whatif_cmd(
     pins = pool_pins(pool)
     if gmu is None:
         gmu = (resolve_gmu(None, pins["vllm_version"]),)
+    if enable_prefix_caching is None:  # the release's default for hybrids, as EngineConfig
+        enable_prefix_caching = rules_for(pins["vllm_version"]).hybrid_prefix_caching_default
     if max_model_len is None and max_num_seqs is None and ks == (3,) and step_time == "calibrated":
         _validate_whatif(
             model,

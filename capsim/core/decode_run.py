@@ -16,7 +16,10 @@ the schedule between them. The planner checks, on the running batch (R requests)
   request finishes in the step its output reaches ``max_output`` (that step's emission
   clipped to it), leaves the batch after the step and returns its blocks to the pool;
 - it stops before the first step whose block growth would not fit in the blocks free
-  after the earlier steps (step by step, that step would preempt).
+  after the earlier steps (step by step, that step would preempt);
+- prefix caching on (named blocks): it stops before the first finish and before the
+  first step that would take, free, move or hash a block (``RunLimits.max_context_tok``),
+  so the run takes no block at all.
 
 Inside such a run step j (0-based) is fixed by the pre-drawn acceptance::
 
@@ -85,6 +88,10 @@ class RunLimits:
     """The KV manager's block rule (attention blocks for a number of token slots)."""
     gdn_blocks_per_request: int
     free_blocks: int
+    max_context_tok: np.ndarray | None = None
+    """Prefix caching on: per running request, the largest context at which a step changes
+    no named block (``KVCacheManager.steady_context_tok``); the run stops before the first
+    step past it. None: caching off (blocks are counted)."""
 
 
 def _qualifies(cols: RequestColumns, slots: np.ndarray, lim: RunLimits) -> bool:
@@ -169,6 +176,9 @@ def plan_decode_run(
     short = np.flatnonzero(taken > lim.free_blocks + returned)
     n = int(short[0]) if short.size else max_run
     n = min(n, int(finish.max()) + 1)  # the last request's finish ends a drain
+    if lim.max_context_tok is not None:
+        past = np.flatnonzero((context > lim.max_context_tok).any(axis=1))
+        n = min(n, int(past[0]) if past.size else n)
     if not drain:
         n = min(n, int(finish.min()))
     if n < 2:

@@ -17,16 +17,32 @@ group has its manager (``single_type``). Per request:
 
 Requests are keyed by their store slot (``Request.slot``); every per-slot memo is dropped
 when the request finishes, so a finished request's row can be reused.
+
+Steady requests (the fast paths): after each ``allocate`` and ``free`` the coordinator
+notes, per slot, the largest token counts at which the next ``allocate`` of a running
+request changes nothing (no block freed, taken, moved or hashed)::
+
+    num_computed                        <= skip_cap   (remove_skipped frees nothing)
+    min(computed + new + lookahead, L)  <= attn_cap   (= attention blocks held * bs)
+    min(computed + new, L)              <= main_cap   (= (GDN table length - k) * bs)
+    min(computed + new, num_tokens)     <= cache_cap  (no block becomes full)
+
+(-1: not allocated yet, or freed). ``steady_mask`` reads them for a running batch, so
+the scheduler calls ``allocate`` only for the requests it would change; a decode run
+stays below ``steady_context_tok``. A decode request crosses a cap about once per block
+of tokens (``block_size_tok``, 1,088 on the default H200 plan).
 """
 
 from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+import numpy as np
+
 from capsim.core.block_hash import block_hashes, unique_segments
-from capsim.core.block_pool import BlockPool
+from capsim.core.block_pool import NULL_BLOCK, BlockPool
 from capsim.core.kv_blocks import NO_HIT, CacheHit, KVCacheBlocks
-from capsim.core.request import Request
+from capsim.core.request import Request, RequestColumns
 from capsim.core.single_type import FullAttentionManager, MambaManager
 
 if TYPE_CHECKING:
@@ -46,6 +62,7 @@ class HybridKVCacheCoordinator:
         "_max_len",
         "_pending",
         "_pending_n",
+        "_steady",
         "_use_eagle",
         "layout",
         "pool",
@@ -73,6 +90,8 @@ class HybridKVCacheCoordinator:
         self._attn_mgrs = [
             FullAttentionManager(pool, g + i, self._bs) for i in range(layout.num_attn_groups)
         ]
+        # per slot: skip_cap, attn_cap, main_cap, cache_cap (module docstring); -1 = none
+        self._steady = np.full((4, 64), -1, dtype=np.int64)
 
     # -- prefix cache ---------------------------------------------------------------------
     def _request_hashes(self, req: Request) -> list[int]:
@@ -180,6 +199,7 @@ class HybridKVCacheCoordinator:
         for g in self._gdn_mgrs:
             g.remove_skipped(slot, req.num_computed_tok)
         if self._blocks_to_allocate(req, num_tok, num_main, hit) > self.pool.num_free_blocks:
+            self._note_steady(slot)  # (remove_skipped may have freed blocks)
             return None
         hashes = self._request_hashes(req)
         to_cache = min(computed + num_new_tok, req.num_tokens)
@@ -198,7 +218,81 @@ class HybridKVCacheCoordinator:
         added = KVCacheBlocks(held_attn - req.num_attn_blocks, held_gdn - req.num_gdn_blocks)
         req.num_attn_blocks = held_attn
         req.num_gdn_blocks = held_gdn
+        self._note_steady(slot)
         return added
+
+    # -- steady requests (module docstring) -------------------------------------------------
+    def _note_steady(self, slot: int) -> None:
+        """Record ``slot``'s caps from its block tables as they are now."""
+        steady = self._steady
+        if slot >= steady.shape[1]:
+            grown = np.full((4, max(2 * steady.shape[1], slot + 1)), -1, dtype=np.int64)
+            grown[:, : steady.shape[1]] = steady
+            self._steady = steady = grown
+        bs, none = self._bs, 1 << 62
+        k = self._gdn_mgrs[0].num_spec_blocks if self._gdn_mgrs else 0
+        mgrs = (*self._gdn_mgrs, *self._attn_mgrs)
+        if any(slot not in m.num_cached for m in mgrs) or (
+            self._pending_n and slot not in self._pending
+        ):
+            steady[:, slot] = -1  # the first allocation (hit, GDN slots, pending) is to come
+            return
+        skip_cap = attn_cap = main_cap = none
+        for g in self._gdn_mgrs:
+            blocks = g.req_blocks[slot]
+            main_cap = min(main_cap, (len(blocks) - k) * bs)
+            if not blocks:
+                continue
+            first = g.retired.get(slot, 0)
+            if first < len(blocks):  # the generic pass frees below (num_computed - 1) // bs
+                skip_cap = min(skip_cap, (first + 1) * bs)
+            last = g.last_state_idx.get(slot)
+            if last is not None and blocks[last] != NULL_BLOCK:  # the align pass frees it
+                skip_cap = min(skip_cap, (last + 1) * bs)
+        for m in self._attn_mgrs:
+            attn_cap = min(attn_cap, len(m.req_blocks[slot]) * bs)
+        cache_cap = min((m.num_cached[slot] + 1) * bs - 1 for m in mgrs)
+        steady[0, slot] = skip_cap
+        steady[1, slot] = attn_cap
+        steady[2, slot] = main_cap
+        steady[3, slot] = cache_cap
+
+    def _caps(self, slots: np.ndarray) -> np.ndarray:
+        steady = self._steady
+        if slots.size and int(slots.max()) >= steady.shape[1]:
+            return np.full((4, slots.size), -1, dtype=np.int64)
+        return steady[:, slots]
+
+    def steady_mask(
+        self, cols: RequestColumns, slots: np.ndarray, new_tok: np.ndarray, lookahead_tok: int
+    ) -> np.ndarray:
+        """Running requests (store ``slots``) whose ``align_split`` and ``allocate`` would
+        change nothing for any ``num_new <= new_tok``: not prefilling (GDN groups), every
+        cap respected (module docstring)."""
+        caps = self._caps(slots)
+        comp = cols.num_computed_tok[slots]
+        num_tok = cols.prompt_tok[slots] + cols.num_output_tok[slots]
+        end = comp + new_tok
+        max_len = self._max_len
+        ok = comp <= caps[0]
+        ok &= np.minimum(end + lookahead_tok, max_len) <= caps[1]
+        ok &= np.minimum(end, max_len) <= caps[2]
+        ok &= np.minimum(end, num_tok) <= caps[3]
+        if self._gdn_mgrs:  # align_split passes a chunk through once the prefill is done
+            ok &= comp >= np.maximum(cols.prompt_tok[slots], num_tok - 1)
+        return ok
+
+    def steady_context_tok(
+        self, slots: np.ndarray, window_tok: int, lookahead_tok: int
+    ) -> np.ndarray:
+        """Per decoding request (computed = num_tokens - 1, ``window_tok`` new, no
+        ``max_model_len`` clip): the largest computed count at which a decode step
+        changes no block (``steady_mask`` with the decode's numbers)."""
+        caps = self._caps(slots)
+        out = np.minimum(caps[0], caps[1] - window_tok - lookahead_tok)
+        np.minimum(out, caps[2] - window_tok, out=out)
+        np.minimum(out, caps[3] - 1, out=out)  # min(computed + window, num_tokens) = computed + 1
+        return out
 
     def free(self, req: Request) -> None:
         slot = req.slot
@@ -209,6 +303,8 @@ class HybridKVCacheCoordinator:
             self.pool.free_blocks(reversed(pending))
         req.num_attn_blocks = 0
         req.num_gdn_blocks = 0
+        if slot < self._steady.shape[1]:
+            self._steady[:, slot] = -1
 
     def block_ids(self, req: Request) -> dict[int, list[int]]:
         """Block table per group id, null blocks as 0 (for tests)."""
@@ -222,7 +318,15 @@ class HybridKVCacheCoordinator:
         self._hashes.pop(req.slot, None)
         self._junction.pop(req.slot, None)
 
+    def commit_growth(
+        self, cols: RequestColumns, slots: np.ndarray, attn_blocks: np.ndarray, taken: int
+    ) -> None:
+        """A planned decode run's end state: with named blocks a run is planned only over
+        steady steps (``steady_context_tok``), which take no block."""
+        if taken or not np.array_equal(attn_blocks, cols.num_attn_blocks[slots]):
+            raise RuntimeError(f"a decode run with prefix caching on took {taken} blocks")
+
     def _batch_unsupported(self, *_: object) -> None:
         raise NotImplementedError("batch allocation needs prefix caching off (named blocks)")
 
-    allocate_batch = commit_growth = free_batch = _batch_unsupported
+    allocate_batch = free_batch = _batch_unsupported

@@ -64,6 +64,16 @@ class KVCacheCoordinatorNoPrefixCache:
     def block_ids(self, req: Request) -> dict[int, list[int]]:
         return {}
 
+    def steady_mask(
+        self, cols: RequestColumns, slots: np.ndarray, new_tok: np.ndarray, lookahead_tok: int
+    ) -> np.ndarray:
+        raise NotImplementedError("steady requests are a prefix-caching notion (named blocks)")
+
+    def steady_context_tok(
+        self, slots: np.ndarray, window_tok: int, lookahead_tok: int
+    ) -> np.ndarray:
+        raise NotImplementedError("steady requests are a prefix-caching notion (named blocks)")
+
     # -- one request ----------------------------------------------------------------------
     def full_sequence_fits(self, req: Request, hit: CacheHit = NO_HIT) -> bool:
         need = self.rule.attn_blocks(req.num_tokens) + self.gdn_blocks_per_request

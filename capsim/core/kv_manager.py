@@ -137,6 +137,20 @@ class KVCacheManager:
         """The GDN "align"-mode chunk cut (caching on; unchanged otherwise)."""
         return self.coordinator.align_split(req, num_new_tok, hit_tok)
 
+    def steady_mask(
+        self, cols: RequestColumns, slots: np.ndarray, new_tok: np.ndarray, lookahead_tok: int
+    ) -> np.ndarray:
+        """Caching on: the running requests whose ``align_split`` and ``allocate_slots``
+        would change nothing for up to ``new_tok`` new tokens (``hybrid_coordinator``)."""
+        return self.coordinator.steady_mask(cols, slots, new_tok, lookahead_tok)
+
+    def steady_context_tok(
+        self, slots: np.ndarray, window_tok: int, lookahead_tok: int
+    ) -> np.ndarray:
+        """Caching on: per decoding request, the largest computed count at which a decode
+        step changes no block."""
+        return self.coordinator.steady_context_tok(slots, window_tok, lookahead_tok)
+
     # -- admission gate and allocation --------------------------------------------------------
     def full_sequence_fits(self, req: Request, hit: CacheHit = NO_HIT) -> bool:
         """Admission gate (``scheduler_reserve_full_isl``): the whole current sequence
@@ -171,7 +185,7 @@ class KVCacheManager:
     def commit_growth(
         self, cols: RequestColumns, slots: np.ndarray, attn_blocks: np.ndarray, taken: int
     ) -> None:
-        """Caching off: a planned decode run's allocations (``taken`` blocks in all)."""
+        """A planned decode run's allocations (``taken`` blocks in all; caching on: none)."""
         self.coordinator.commit_growth(cols, slots, attn_blocks, taken)
 
     def free(self, req: Request) -> None:

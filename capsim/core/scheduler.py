@@ -30,17 +30,39 @@ Speed: with caching off the running loop is evaluated for the whole batch at onc
 (numpy over the request store, ``kv.allocate_slots_batch``) whenever every running
 request's growth fits in the free blocks, which is exactly when the sequential loop
 would preempt nobody; otherwise the sequential loop runs. Both give identical results
-(tested). With caching on (named blocks) the sequential loop always runs. When nobody
-waits and every running request is decoding, ``plan_decode_run`` computes the next steps
-up to the first finish or pool shortfall at once (``capsim.core.decode_run``), and
-``apply_decode_run`` commits them; identical results again (tests/core/test_fast_paths.py).
+(tested). With caching on (named blocks) the sequential loop runs, but the KV manager is
+called only for the requests whose blocks would change (``kv.steady_mask``: a steady
+request's ``align_split`` and ``allocate_slots`` change nothing); when every running
+request is steady the step is pure numpy. When nobody waits and every running request is
+decoding, ``plan_decode_run`` computes the next steps up to the first finish or pool
+shortfall (caching on: the first step that would change a block) at once
+(``capsim.core.decode_run``), and ``apply_decode_run`` commits them; identical results
+again (tests/core/test_fast_paths.py, tests/core/test_steady_requests.py).
 
 NOTE(lookahead): every allocation, a newly admitted request's first chunk included,
 reserves the drafter's lookahead slots (vLLM 0.32 ``effective_lookahead_tokens`` is the
 full ``num_lookahead_tokens`` unless KV is loaded asynchronously; checked step by step
 against a live engine, experiments/live).
-NOTE(async): vLLM's async scheduling (output placeholders) is not modelled: each step
-sees the previous step's outputs, as with ``--no-async-scheduling``.
+Async scheduling (``SchedulerConfig.async_scheduling``, vLLM ``--async-scheduling``): vLLM
+0.14+ keeps two batches in flight (``EngineCore.step_with_batch_queue``, batch queue of 2,
+``AsyncScheduler``'s output placeholders): step n+1 is scheduled right after step n-1's
+output was processed, while step n runs. Two things a user sees change, both modelled here
+(the engine calls ``schedule`` for step n+1 after ``update`` of step n, so the running
+requests' counters are the ones the GPU runs with):
+- a request that finished in step n still holds its ``max_num_seqs`` slot and its blocks
+  while step n+1 is scheduled (``update`` defers the free; the end of the next ``schedule``
+  returns them);
+- a request that reached the engine after step n-1's output was processed (while step n
+  ran, or sent because of step n-1's or n's output) is not admitted before step n+2
+  (``mark_arrivals``, called by the engine after each ``update``, before the client reacts).
+When nothing is running the real engine schedules afresh (no step in flight): held blocks
+are returned first and every waiting request is eligible.
+Not modelled: the placeholders' optimistic KV reservation (``num_computed_tokens`` counts
+step n's drafts as accepted until its output arrives: up to k tokens more reserved), and the
+extra verify step a request gets when step n may or may not finish it (vLLM skips it only
+when even an all-rejected step n reaches ``max_tokens``); each is at most one request-step
+per finish. With async off each step sees the previous step's outputs
+(``--no-async-scheduling``; the CPU backend always runs this way).
 """
 
 from __future__ import annotations
@@ -67,6 +89,7 @@ class SchedulerConfig:
     num_spec_tok: int = 0
     enable_chunked_prefill: bool = True
     max_model_len: int = 1 << 30
+    async_scheduling: bool = False
 
     def __post_init__(self) -> None:
         for name in ("max_num_seqs", "max_num_batched_tokens", "max_model_len"):
@@ -139,12 +162,60 @@ class Scheduler:
         # batch path and admit with a cache hit
         self._caching = kv.enable_caching
         self._admit = self._admit_cached if self._caching else self._admit_uncached
+        # async scheduling: finished requests whose blocks and slots are held until the next
+        # schedule, and how many requests at the tail of `waiting` arrived too late for it
+        self._async = config.async_scheduling
+        self._held_slots: np.ndarray = _EMPTY
+        self._held_reqs: list[Request] = []
+        self._late_prev = 0  # added between the last two marks
+        self._late = 0  # added since the last mark
+        self._released: list[np.ndarray] = []
+        self.keep_released = False
+        """Async: collect the rows whose held blocks come back, for ``take_released`` (set
+        by an engine that recycles store rows)."""
 
     def add_request(self, req: Request) -> None:
         if not req.is_stored:
             self.store.add(req)
         req.status = Status.WAITING
         self.waiting.append(req)
+        self._late += 1
+
+    def mark_arrivals(self) -> None:
+        """Async: the moment vLLM schedules the step after next (step n-1's output just
+        processed): requests added from now on wait one step more."""
+        self._late_prev = self._late
+        self._late = 0
+
+    @property
+    def num_held(self) -> int:
+        """Async: finished requests still holding their slot and blocks."""
+        return int(self._held_slots.size) + len(self._held_reqs)
+
+    def _release_held(self) -> None:
+        if self._held_slots.size:
+            self.kv.free_batch(self.store.cols, self._held_slots)
+            if self.keep_released:
+                self._released.append(self._held_slots)
+            self._held_slots = _EMPTY
+        if self._held_reqs:
+            for req in self._held_reqs:
+                self.kv.free(req)
+                self.kv.forget(req)
+            if self.keep_released:
+                self._released.append(
+                    np.fromiter((r.slot for r in self._held_reqs), dtype=np.int64)
+                )
+            self._held_reqs = []
+
+    def take_released(self) -> np.ndarray:
+        """Async: store rows of finished requests whose blocks were returned since the last
+        call (the engine recycles a finished request's row only then)."""
+        if not self._released:
+            return _EMPTY
+        out = np.concatenate(self._released)
+        self._released = []
+        return out
 
     @property
     def has_work(self) -> bool:
@@ -194,6 +265,60 @@ class Scheduler:
             return slots, new
         return slots[active], new[active]
 
+    def _schedule_running_cached(
+        self, budget: int, out: SchedulerOutput
+    ) -> tuple[np.ndarray, np.ndarray]:
+        """The sequential loop with prefix caching on, calling the KV manager only for
+        the requests it would change (``HybridKVCacheCoordinator.steady_mask``: a steady
+        request's ``align_split`` and ``allocate`` change nothing, and it can be neither
+        cut nor short of blocks); every other request gets exactly the sequential loop's
+        numbers, in the same order (a preemption victim is the last running request)."""
+        cols, kv = self.store.cols, self.kv
+        slots = self._running_slots()
+        comp = cols.num_computed_tok[slots]
+        new = cols.prompt_tok[slots] + cols.num_output_tok[slots]
+        new += cols.num_spec_tok[slots]
+        new -= comp  # num_tokens_with_spec - num_computed
+        np.minimum(new, self.config.max_model_len - 1 - comp, out=new)
+        np.maximum(new, 0, out=new)
+        steady = kv.steady_mask(cols, slots, new, self._lookahead)
+        if steady.all():  # the vectorised running loop's budget clip, nothing else
+            if new.sum() > budget:
+                before = np.cumsum(new) - new
+                new = np.minimum(new, np.maximum(budget - before, 0))
+            active = new > 0
+            return slots[active], new[active]
+        running, lookahead = self.running, self._lookahead
+        new_l, steady_l, slots_l = new.tolist(), steady.tolist(), slots.tolist()
+        sched_slots: list[int] = []
+        sched_new: list[int] = []
+        i = 0
+        while i < len(running) and budget > 0:
+            num_new = min(new_l[i], budget)
+            if num_new > 0 and not steady_l[i]:
+                req = running[i]
+                num_new = kv.align_split(req, num_new)
+                if num_new > 0 and not self._allocate_or_preempt(req, num_new, lookahead, out):
+                    break
+            if num_new > 0:
+                sched_slots.append(slots_l[i])
+                sched_new.append(num_new)
+                budget -= num_new
+            i += 1
+        return np.asarray(sched_slots, dtype=np.int64), np.asarray(sched_new, dtype=np.int64)
+
+    def _allocate_or_preempt(
+        self, req: Request, num_new: int, lookahead: int, out: SchedulerOutput
+    ) -> bool:
+        """Grow ``req``, preempting the last running request until it fits; False when
+        ``req`` itself was preempted."""
+        while not self.kv.allocate_slots(req, num_new, lookahead):
+            victim = pick_victim(self.running)
+            self._preempt(victim, out)
+            if victim is req:
+                return False
+        return True
+
     def _schedule_running_sequential(
         self, budget: int, out: SchedulerOutput
     ) -> tuple[np.ndarray, np.ndarray]:
@@ -212,15 +337,7 @@ class Scheduler:
             if num_new <= 0:
                 i += 1
                 continue
-            lookahead = self._lookahead
-            ok = True
-            while not kv.allocate_slots(req, num_new, lookahead):
-                victim = pick_victim(running)
-                self._preempt(victim, out)
-                if victim is req:
-                    ok = False
-                    break
-            if not ok:
+            if not self._allocate_or_preempt(req, num_new, self._lookahead, out):
                 break
             sched_slots.append(req.slot)
             sched_new.append(num_new)
@@ -230,22 +347,30 @@ class Scheduler:
 
     # -- waiting requests ---------------------------------------------------------------
     def _admit_uncached(
-        self, budget: int, out: SchedulerOutput, new_slots: list[int], new_new: list[int]
+        self,
+        budget: int,
+        out: SchedulerOutput,
+        new_slots: list[int],
+        new_new: list[int],
+        limits: tuple[int, int],
     ) -> None:
         """The waiting loop with caching off, on the store's columns (same rules as
-        ``_admit_cached`` without a cache hit)."""
+        ``_admit_cached`` without a cache hit). ``limits``: (the running count not to reach,
+        how many waiting requests from the head may be admitted)."""
         cfg, kv, cols = self.config, self.kv, self.store.cols
         running, waiting = self.running, self.waiting
         prompt, num_out = cols.prompt_tok, cols.num_output_tok
         computed, status = cols.num_computed_tok, cols.status
-        while waiting and budget > 0 and len(running) < cfg.max_num_seqs:
+        max_seqs, eligible = limits
+        held = self._held_slots.size > 0
+        while waiting and budget > 0 and len(running) < max_seqs and len(new_slots) < eligible:
             req = waiting[0]
             slot = req.slot
             num_new = prompt.item(slot) + num_out.item(slot) - computed.item(slot)
             if not cfg.enable_chunked_prefill and num_new > budget:
                 break
             num_new = min(num_new, budget)
-            if not kv.admit(cols, slot, num_new, self._lookahead, bool(running)):
+            if not kv.admit(cols, slot, num_new, self._lookahead, bool(running) or held):
                 break
             waiting.popleft()
             status[slot] = Status.RUNNING
@@ -256,13 +381,19 @@ class Scheduler:
             budget -= num_new
 
     def _admit_cached(
-        self, budget: int, out: SchedulerOutput, new_slots: list[int], new_new: list[int]
+        self,
+        budget: int,
+        out: SchedulerOutput,
+        new_slots: list[int],
+        new_new: list[int],
+        limits: tuple[int, int],
     ) -> None:
         """The waiting loop with prefix caching on: cache hit, aligned split, gate, first
-        chunk."""
+        chunk (``limits`` as in ``_admit_uncached``)."""
         cfg, kv = self.config, self.kv
         running, waiting = self.running, self.waiting
-        while waiting and budget > 0 and len(running) < cfg.max_num_seqs:
+        max_seqs, eligible = limits
+        while waiting and budget > 0 and len(running) < max_seqs and len(new_slots) < eligible:
             req = waiting[0]
             hit = kv.find_cache_hit(req)
             hit_tok = hit.num_tok
@@ -273,7 +404,7 @@ class Scheduler:
             num_new = kv.align_split(req, num_new, hit_tok)
             if num_new <= 0:
                 break
-            if running and not kv.full_sequence_fits(req, hit):
+            if (running or self._held_reqs) and not kv.full_sequence_fits(req, hit):
                 break
             if not kv.allocate_slots(req, num_new, self._lookahead, hit):
                 break
@@ -297,9 +428,16 @@ class Scheduler:
         run_slots, run_new = _EMPTY, _EMPTY
         if self._caching:
             kv.new_step()
+        fresh = self._async and not self.running
+        if fresh:  # nothing in flight in vLLM: finished requests are gone, all may enter
+            self._release_held()
+            self._late_prev = self._late = 0
         if self.running:
-            bulk = self.vectorized and not self._caching
-            fast = self._schedule_running_vectorized(budget) if bulk else None
+            fast = None
+            if self.vectorized and self._caching:
+                fast = self._schedule_running_cached(budget, out)
+            elif self.vectorized:
+                fast = self._schedule_running_vectorized(budget)
             if fast is None:
                 fast = self._schedule_running_sequential(budget, out)
             run_slots, run_new = fast
@@ -308,7 +446,9 @@ class Scheduler:
         new_slots: list[int] = []
         new_new: list[int] = []
         if not out.preempted:
-            self._admit(budget, out, new_slots, new_new)
+            self._admit(budget, out, new_slots, new_new, self._admit_limits())
+        if self._async and not fresh:
+            self._release_held()
         if new_slots:
             added = np.asarray(new_slots, dtype=np.int64)
             cached = self._run_slots
@@ -326,18 +466,37 @@ class Scheduler:
             out.verify[len(run_slots) :] = False
         return out
 
+    def _admit_limits(self) -> tuple[int, int]:
+        """(running count not to reach, waiting requests admissible from the head)."""
+        n = len(self.waiting)
+        if not self._async:
+            return self.config.max_num_seqs, n
+        late = min(self._late_prev + self._late, n)
+        return self.config.max_num_seqs - self.num_held, n - late
+
     # -- decode-only runs ---------------------------------------------------------------
     def plan_decode_run(
         self, draws: AcceptanceDraws, window_tok: int, drain: bool = False
     ) -> DecodeRun | None:
         """Several decode-only steps at once (``capsim.core.decode_run``), or None. Only
-        with caching off on the vectorised path, and nobody waiting; the caller makes sure
-        no request arrives before the run ends (``drain``: none ever will)."""
-        if self.waiting or not self.running or self._caching or not self.vectorized:
+        on the vectorised path, and nobody waiting; the caller makes sure no request
+        arrives before the run ends (``drain``: none ever will). With prefix caching on
+        the run takes no block and stops before the first finish (named blocks are
+        allocated, hashed and freed step by step)."""
+        if self.waiting or not self.running or not self.vectorized:
             return None
+        if self._async:
+            if self.num_held:  # their blocks come back at the next schedule
+                return None
+            drain = False  # a finish inside the run would hold its blocks one step
+
         if not isinstance(draws, AcceptanceDraws):  # per-step acceptance: no plan ahead
             return None
         kv, cfg = self.kv, self.config
+        steady = None
+        if self._caching:
+            steady = kv.steady_context_tok(self._running_slots(), window_tok, self._lookahead)
+            drain = False
         lim = RunLimits(
             num_spec_tok=cfg.num_spec_tok,
             window_tok=window_tok,
@@ -347,6 +506,7 @@ class Scheduler:
             rule=kv.rule,
             gdn_blocks_per_request=kv.gdn_blocks_per_request,
             free_blocks=kv.num_free_blocks,
+            max_context_tok=steady,
         )
         return plan_decode_run(self.store.cols, self._running_slots(), draws, lim, drain)
 
@@ -466,10 +626,22 @@ class Scheduler:
             for i in reversed(np.flatnonzero(gone).tolist()):
                 del running[i]
             self._run_slots = run_slots[~gone]
-            if self._caching:
-                for req in finished:
-                    self.kv.free(req)
-                    self.kv.forget(req)
-            else:
-                self.kv.free_batch(cols, fin_slots)
+            self._free_finished(finished, fin_slots)
         return finished
+
+    def _free_finished(self, finished: list[Request], fin_slots: np.ndarray) -> None:
+        """Return finished requests' blocks; with async scheduling hold them until the next
+        schedule (vLLM has planned it already) unless nothing runs (it is a fresh one)."""
+        if self._async:
+            if self._caching:
+                self._held_reqs += finished
+            else:
+                self._held_slots = np.concatenate([self._held_slots, fin_slots])
+            if not self.running:
+                self._release_held()
+        elif self._caching:
+            for req in finished:
+                self.kv.free(req)
+                self.kv.forget(req)
+        else:
+            self.kv.free_batch(self.store.cols, fin_slots)

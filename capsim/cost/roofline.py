@@ -82,6 +82,35 @@ class RooflineStepTime:
         n_layers = model.num_attn_layers + model.num_gdn_layers
         ffn_dense, _ = ffn_layer_params(model, tp)
         vocab_rank = padded_vocab(model) // tp
+        self._init_weight_bytes(wb, n_layers, ffn_dense, vocab_rank)
+        active_ffn = (
+            ffn_dense + model.num_experts_per_tok * expert_params(model, tp)
+            if model.num_experts
+            else ffn_dense
+        )
+        self._active_params_per_tok = (
+            model.num_attn_layers * attention_layer_params(model, tp)
+            + model.num_gdn_layers * gdn_layer_params(model, tp)
+            + n_layers * active_ffn
+            + vocab_rank * model.hidden_size
+        )
+        self._mtp_active_params = (
+            attention_layer_params(model, tp) + active_ffn + vocab_rank * model.hidden_size
+        )
+        self._kv_bytes_per_tok = (
+            kv_heads_per_rank(model, tp) * model.head_dim * 2 * dtype_bytes(kv_dtype)
+        )
+        self._attn_heads_rank = model.num_attention_heads // tp
+        self._init_state_bytes(state_dtype or model.ssm_state_dtype)
+        self._bw = gpu.hbm_bandwidth_bytes_per_s * self.params.bw_eff
+        self._flops = gpu.dense_bf16_flop_per_s * self.params.flop_eff
+        self._allreduce_bytes_per_tok = (
+            2 * (n_layers + (1 if spec.depth else 0)) * model.hidden_size * wb if tp > 1 else 0
+        )
+
+    def _init_weight_bytes(self, wb: int, n_layers: int, ffn_dense: int, vocab_rank: int) -> None:
+        """Bytes streamed per step: dense linears, one expert, the MTP layer, lm_head."""
+        model, tp, spec = self.model, self.tp, self.spec
         self._dense_bytes = wb * (
             model.num_attn_layers * attention_layer_params(model, tp)
             + model.num_gdn_layers * gdn_layer_params(model, tp)
@@ -109,33 +138,19 @@ class RooflineStepTime:
         )
         self._mtp_moe = 1 if (spec.depth and model.num_experts) else 0
         self._lm_head_bytes = wb * vocab_rank * model.hidden_size
-        active_ffn = (
-            ffn_dense + model.num_experts_per_tok * expert_params(model, tp)
-            if model.num_experts
-            else ffn_dense
-        )
-        self._active_params_per_tok = (
-            model.num_attn_layers * attention_layer_params(model, tp)
-            + model.num_gdn_layers * gdn_layer_params(model, tp)
-            + n_layers * active_ffn
-            + vocab_rank * model.hidden_size
-        )
-        self._mtp_active_params = (
-            attention_layer_params(model, tp) + active_ffn + vocab_rank * model.hidden_size
-        )
-        self._kv_bytes_per_tok = (
-            kv_heads_per_rank(model, tp) * model.head_dim * 2 * dtype_bytes(kv_dtype)
-        )
-        self._attn_heads_rank = model.num_attention_heads // tp
-        sdt = state_dtype or model.ssm_state_dtype
+
+    def _init_state_bytes(self, state_dtype: str) -> None:
+        """GDN state bytes per request and layer, what a decode / prefill moves, and the
+        verify window's state FLOPs."""
+        model, tp = self.model, self.tp
         self._state_bytes = (
             (model.linear_num_value_heads // tp)
             * model.linear_value_head_dim
             * model.linear_key_head_dim
-            * dtype_bytes(sdt)
+            * dtype_bytes(state_dtype)
         )
-        w = spec.window_tok
-        reads, writes = get_mode(spec.commit).decode_state_rw(w)
+        w = self.spec.window_tok
+        reads, writes = get_mode(self.spec.commit).decode_state_rw(w)
         self._decode_state_bytes = model.num_gdn_layers * self._state_bytes * (reads + writes)
         self._prefill_state_bytes = model.num_gdn_layers * self._state_bytes * 2
         self._gdn_window_flops = (
@@ -145,11 +160,6 @@ class RooflineStepTime:
             * w
             * model.linear_value_head_dim
             * model.linear_key_head_dim
-        )
-        self._bw = gpu.hbm_bandwidth_bytes_per_s * self.params.bw_eff
-        self._flops = gpu.dense_bf16_flop_per_s * self.params.flop_eff
-        self._allreduce_bytes_per_tok = (
-            2 * (n_layers + (1 if spec.depth else 0)) * model.hidden_size * wb if tp > 1 else 0
         )
 
     def _distinct_experts(self, num_tok: int) -> float:

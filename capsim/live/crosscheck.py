@@ -63,6 +63,8 @@ def sim_config_for(
         enable_prefix_caching=False,
         kernel_block_align_tok=max(CPU_KERNEL_BLOCK_ALIGN_TOK, int(server["block_size"])),
         ssm_state_dtype=trace_ssm_state_dtype(server),
+        # the CPU backend always runs sync (vLLM platforms/cpu.py: async_scheduling = False)
+        async_scheduling=False,
     )
     return SimConfig(
         model=str(model_cfg),

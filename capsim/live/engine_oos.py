@@ -89,11 +89,16 @@ def load_run(run_dir: Path) -> RealRun:
 
 
 def sim_config(
-    run: RealRun, num_gpu_blocks: int | None = None, engine_overhead: str | None = None
+    run: RealRun,
+    num_gpu_blocks: int | None = None,
+    engine_overhead: str | None = None,
+    async_scheduling: bool | None = None,
 ) -> SimConfig:
     """capsim's configuration of the run; `num_gpu_blocks` pins the pool to the block
     count the real start-up reported (diagnostic: separates the memory plan's error from
-    the scheduler's and the step model's)."""
+    the scheduler's and the step model's); `async_scheduling` None: vLLM 0.26's default
+    (on, as the real servers ran: their step logs show the next batch scheduled before the
+    previous one's output in >= 98.8% of steps)."""
     s, b = run.server, run.bench
     engine = EngineConfig(
         gmu=float(s["gpu_memory_utilization"]),
@@ -103,6 +108,7 @@ def sim_config(
         num_gpu_blocks_override=num_gpu_blocks,
         vllm_version="0.26",
         engine_overhead=engine_overhead,
+        async_scheduling=async_scheduling,
     )
     n = len(run.requests)
     if b.get("request_rate") is not None:
@@ -158,13 +164,14 @@ def simulate_run(
     delta_s: float = 0.0,
     num_gpu_blocks: int | None = None,
     engine_overhead: str | None = None,
+    async_scheduling: bool | None = None,
 ) -> dict[str, float]:
     """capsim's metrics for the real run's configuration (same lengths, same load)."""
     from capsim.cost.factory import build_step_time_model
     from capsim.gpus import get_gpu
     from capsim.simulate import simulate
 
-    cfg = sim_config(run, num_gpu_blocks, engine_overhead)
+    cfg = sim_config(run, num_gpu_blocks, engine_overhead, async_scheduling)
     cost = build_step_time_model(cfg, cfg.model_spec(), get_gpu(cfg.gpu))
     if delta_s:
         cost = PlusOverhead(cost, delta_s)
@@ -199,18 +206,21 @@ def startup_blocks(startups_csv: Path, server: dict[str, Any]) -> int | None:
     """num_gpu_blocks of the real start-up with the run's gmu, k and max_num_seqs."""
     st = pd.read_csv(startups_csv)
     mns = server["max_num_seqs"]
+    mnbt = server.get("max_num_batched_tokens") or 8192  # vLLM 0.26's default on the H200
     hit = st[
         (st["gmu"] == server["gpu_memory_utilization"])
         & (st["num_speculative_tokens"] == server["num_speculative_tokens"])
         & (st["max_num_seqs"].isna() if mns is None else st["max_num_seqs"] == mns)
+        & (st["max_num_batched_tokens"].fillna(8192) == mnbt)
     ]
     return int(hit["num_gpu_blocks"].iloc[0]) if len(hit) else None
 
 
 def table(runs_root: Path, startups_csv: Path | None = None) -> tuple[pd.DataFrame, float]:
     """One row per (run, metric): real, capsim, capsim+delta, capsim+engine terms, % errors,
-    fit/predict per column, pass; plus capsim+engine terms on the real start-up's block
-    count (diagnostic column)."""
+    fit/predict per column, pass; plus two diagnostic columns of capsim+engine terms: on the
+    real start-up's block count, and with async scheduling off (vLLM 0.26 runs it on; PLAN.md
+    2026-12-02 01:57)."""
     from capsim.live.engine_fit import FIT_RUNS as ENGINE_FIT_RUNS
 
     runs = [load_run(d) for d in sorted(p for p in runs_root.iterdir() if p.is_dir())]
@@ -223,6 +233,7 @@ def table(runs_root: Path, startups_csv: Path | None = None) -> tuple[pd.DataFra
         eng = simulate_run(r, engine_overhead=ENGINE_OVERHEAD)
         blocks = startup_blocks(startups_csv, r.server) if startups_csv else None
         diag = simulate_run(r, 0.0, blocks, ENGINE_OVERHEAD) if blocks else {}
+        sync = simulate_run(r, engine_overhead=ENGINE_OVERHEAD, async_scheduling=False)
         for m in METRICS:
             real, a, b, e = r.metrics[m], shipped[m], plus[m], eng[m]
             rows.append(
@@ -242,6 +253,8 @@ def table(runs_root: Path, startups_csv: Path | None = None) -> tuple[pd.DataFra
                     "pass_engine": within(m, real, e),
                     "capsim_engine_real_blocks": diag.get(m, math.nan),
                     "err_real_blocks_pct": _pct(diag.get(m, math.nan), real),
+                    "capsim_engine_sync": sync[m],
+                    "err_engine_sync_pct": _pct(sync[m], real),
                 }
             )
     return pd.DataFrame(rows), delta

@@ -28,7 +28,8 @@ _KEEP = re.compile(
     r"GPU KV cache size|"
     r"Maximum concurrency|CUDA graph pool memory|Free memory on device|"
     r"Initializing a V1 LLM engine|non-default args|version|Graph capturing|"
-    r"exceeds available|Error|WARNING|Traceback|torch.compile|init engine"
+    r"exceeds available|Error|WARNING|Traceback|torch.compile|init engine|"
+    r"Asynchronous scheduling"
 )
 _STAMP = re.compile(r"(\d\d)-(\d\d) (\d\d):(\d\d):(\d\d)")
 STARTUP_COLUMNS = (

@@ -2,6 +2,7 @@
 shipped or asserted from it): which term of `--engine-overhead measured-h200-vllm0.26`
 makes each loaded run's error. Variants drop one term at a time: delta = 0; PIECEWISE host
 = 0; the eager host line flattened to its value at 2560 tokens (the fit points' midpoint).
+Every variant runs vLLM 0.26's async scheduling, as the table does (PLAN.md 2026-12-02 01:57).
 
     PYTHONPATH=. python3 experiments/engine/engine_term_ablation.py   # -> engine_term_ablation.md
 """
@@ -27,6 +28,11 @@ RUNS = (
     "g060_k3_sg_c256",
     "g090_k0_rand_c64",
     "g090_k0_rand_c256",
+    # calls 6-7 (2026-12-02; predict runs, ablated after their table was computed)
+    "g090_k1_rand_c64",
+    "g090m16_k3_rand_c64",
+    "g090m16_k3_rand_c256",
+    "g090m16_k3_sg_c64",
 )
 
 

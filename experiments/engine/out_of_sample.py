@@ -50,11 +50,13 @@ def markdown(df: pd.DataFrame, delta_s: float) -> str:
         f"{', '.join(fit.fit_runs)}): step = max(kernels, host(mode)) + "
         f"{1e3 * fit.delta_s:.3f} ms; host FULL 0, PIECEWISE {1e3 * fit.piecewise_host_s:.1f} ms, "
         f"eager {1e3 * fit.eager_host_s:.1f} ms + {1e6 * fit.eager_host_s_per_tok:.2f} us/tok.",
+        "Every column runs vLLM 0.26's async scheduling (PLAN.md 2026-12-02 01:57); the "
+        "last column is the engine column with `--no-async-scheduling` (diagnostic).",
         "role: delta column / engine column. pass: issue 21's threshold on the engine column.",
         "",
         "| run | role | metric | real | capsim | err % | capsim+delta | err % | capsim+engine | "
-        "err % | pass | capsim+engine, real blocks | err % |",
-        "|" + "---|" * 13,
+        "err % | pass | capsim+engine, real blocks | err % | capsim+engine, sync | err % |",
+        "|" + "---|" * 15,
     ]
     for r in df.itertuples():
         ok = {True: "yes", False: "NO"}.get(r.pass_engine, "-")
@@ -62,7 +64,8 @@ def markdown(df: pd.DataFrame, delta_s: float) -> str:
             f"| {r.run} | {r.role} / {r.role_engine} | {SHORT[r.metric]} | {_f(r.real)} | "
             f"{_f(r.capsim)} | {_f(r.err_capsim_pct)} | {_f(r.capsim_delta)} | "
             f"{_f(r.err_delta_pct)} | {_f(r.capsim_engine)} | {_f(r.err_engine_pct)} | {ok} | "
-            f"{_f(r.capsim_engine_real_blocks)} | {_f(r.err_real_blocks_pct)} |"
+            f"{_f(r.capsim_engine_real_blocks)} | {_f(r.err_real_blocks_pct)} | "
+            f"{_f(r.capsim_engine_sync)} | {_f(r.err_engine_sync_pct)} |"
         )
     return "\n".join(lines) + "\n"
 

@@ -19,6 +19,8 @@ mode, requests and tokens (groups of >= 2 steps); medians. Writes step_diagnosti
 
 from __future__ import annotations
 
+import json
+import re
 import os
 import sys
 from pathlib import Path
@@ -35,7 +37,19 @@ from capsim.memory.cudagraph import capture_descs
 from capsim.models import get_model
 
 HERE = Path(__file__).resolve().parent
-RUNS = ("g090_k0_rand_c64", "g090_k0_rand_c256", "g090_k0_rand_c1", "g090_k3_rand_c1_steps")
+RUNS = (
+    "g090_k0_rand_c64",
+    "g090_k0_rand_c256",
+    "g090_k0_rand_c1",
+    "g090_k3_rand_c1_steps",
+    # calls 6-7 (2026-12-02): k=1, and the loaded k=3 step logs at max_num_batched_tokens 16384
+    "g090_k1_rand_c1",
+    "g090_k1_rand_c64",
+    "g090m16_k3_rand_c64",
+    "g090m16_k3_rand_c256",
+    "g090m16_k3_sg_c64",
+    "g090m16_k3_rand_r8",
+)
 
 
 def shapes(steps: pd.DataFrame, k: int) -> list[BatchShape]:
@@ -62,12 +76,16 @@ def shapes(steps: pd.DataFrame, k: int) -> list[BatchShape]:
 def diagnose(run: str) -> pd.DataFrame:
     d = HERE / "runs" / run
     steps = pd.read_csv(d / "steps.csv")
-    k = 3 if "_k3_" in run else 0
+    srv = json.loads((d / "server.json").read_text())
+    k = int(srv["num_speculative_tokens"])
     base = CalibratedStepTime.from_config(
         get_model("qwen3.5-35b-a3b"), get_gpu("H200"), 1, SpecDecodeConfig(num_spec_tok=k)
     )
-    descs = capture_descs(
-        vllm_version="0.26", max_num_seqs=1024, num_spec_tok=k, max_num_batched_tokens=8192
+    descs = capture_descs(  # vLLM 0.26's defaults on the H200 where the server set none
+        vllm_version="0.26",
+        max_num_seqs=int(srv["max_num_seqs"] or 1024),
+        num_spec_tok=k,
+        max_num_batched_tokens=int(srv["max_num_batched_tokens"] or 8192),
     )
     eng = HostBoundStepTime(base, MEASURED_H200_VLLM026, descs)
     sh = shapes(steps, k)
@@ -115,13 +133,137 @@ def summary(run: str, df: pd.DataFrame) -> str:
     return "\n".join(lines) + "\n"
 
 
+def decomposition(runs: list[str], frames: dict[str, pd.DataFrame]) -> str:
+    """Where capsim + engine terms' step time departs from the real engine's, summed over
+    each run's logged steps, by CUDA-graph mode: kernel price - real, plus the host term
+    (max(kernels, host) - kernels), plus delta on every step."""
+    delta_ms = 1e3 * MEASURED_H200_VLLM026.delta_s
+    lines = [
+        "### Where the engine column's step time goes wrong (sums over the logged steps)",
+        "",
+        "Seconds; excess = capsim+engine - real = (kernels - real) + host term + delta.",
+        "",
+        "| run | mode | steps | real s | kernels - real s | host term s | delta s | excess s "
+        "(% of the run's real total) |",
+        "|" + "---|" * 8,
+    ]
+    for run in runs:
+        df = frames[run]
+        total = df["period_ms"].sum()
+        for mode, g in df.groupby("mode"):
+            host = (g["engine_ms"] - delta_ms - g["capsim_ms"]).sum()
+            kern = (g["capsim_ms"] - g["period_ms"]).sum()
+            d = delta_ms * len(g)
+            ex = kern + host + d
+            lines.append(
+                f"| {run} | {mode} | {len(g)} | {g['period_ms'].sum() / 1e3:.2f} | "
+                f"{kern / 1e3:+.2f} | {host / 1e3:+.2f} | {d / 1e3:+.2f} | "
+                f"{ex / 1e3:+.2f} ({100 * ex / total:+.1f}%) |"
+            )
+    return "\n".join(lines) + "\n"
+
+
+def _modes(num_tok: pd.Series, prefill_tok: pd.Series, largest_tok: int) -> np.ndarray:
+    return np.where(
+        num_tok > largest_tok, "NONE", np.where(prefill_tok > 0, "PIECEWISE", "FULL")
+    )
+
+
+def step_mix(runs: list[str]) -> str:
+    """The run as capsim + engine terms simulates it (its own schedule, async scheduling as
+    the table) against the real step log: steps and seconds by CUDA-graph mode (modes by
+    tokens and prefill; the capture limit is 512 tokens in every logged run)."""
+    from capsim.cost.factory import build_step_time_model
+    from capsim.live import engine_oos as eo
+    from capsim.simulate import simulate
+
+    lines = [
+        "### Step mix: capsim + engine terms' own schedule vs the real engine",
+        "",
+        "Steps and seconds per CUDA-graph mode (real: sched-to-sched periods, idle gaps "
+        "> 1 s dropped).",
+        "",
+        "| run | mode | real steps | capsim steps | real s | capsim s | capsim / real time |",
+        "|" + "---|" * 7,
+    ]
+    for run in runs:
+        r = eo.load_run(HERE / "runs" / run)
+        cfg = eo.sim_config(r, engine_overhead=eo.ENGINE_OVERHEAD)
+        cost = build_step_time_model(cfg, cfg.model_spec(), get_gpu(cfg.gpu))
+        sim = simulate(cfg, workload=eo.request_table(r), cost=cost).steps
+        sm = _modes(sim["num_scheduled_tok"], sim["num_prefill_tok"], 512)
+        real = pd.read_csv(HERE / "runs" / run / "steps.csv")
+        rm = _modes(real["num_tok"], real["num_prefill_tok"], 512)
+        per = (real["t_sched_s"].shift(-1) - real["t_sched_s"]).to_numpy()
+        keep = per < 1.0
+        for mode in ("FULL", "PIECEWISE", "NONE"):
+            rs, cs = float(per[(rm == mode) & keep].sum()), float(sim["step_s"][sm == mode].sum())
+            if not (rm == mode).any() and not (sm == mode).any():
+                continue
+            ratio = f"{cs / rs:.2f}" if rs else "-"
+            lines.append(
+                f"| {run} | {mode} | {int((rm == mode).sum())} | {int((sm == mode).sum())} | "
+                f"{rs:.2f} | {cs:.2f} | {ratio} |"
+            )
+    return "\n".join(lines) + "\n"
+
+
+def replay_open_loop(run: str) -> str:
+    """An open-loop run with the bench's own send times (``requests.csv`` start_s) instead
+    of capsim's own Poisson draw: separates the arrival draw from the model (diagnostic)."""
+    import dataclasses
+
+    from capsim.config import LoadConfig
+    from capsim.cost.factory import build_step_time_model
+    from capsim.live import engine_oos as eo
+    from capsim.simulate import simulate
+    from capsim.traces.table import RequestTable
+
+    r = eo.load_run(HERE / "runs" / run)
+    req = r.requests.sort_values("start_s", kind="stable")
+    cfg = eo.sim_config(r, engine_overhead=eo.ENGINE_OVERHEAD)
+    cfg = dataclasses.replace(cfg, load=LoadConfig(mode="replay", num_requests=len(req)))
+    table = RequestTable(
+        name=run,
+        prompt_tok=req["input_len"].to_numpy(np.int64),
+        output_tok=req["output_len"].to_numpy(np.int64),
+        arrival_s=req["start_s"].to_numpy(np.float64),
+    )
+    cost = build_step_time_model(cfg, cfg.model_spec(), get_gpu(cfg.gpu))
+    s = simulate(cfg, workload=table, cost=cost).summary
+    m = r.metrics
+    got = {
+        "out tok/s": (m["throughput_tok_per_s"], s["output_throughput_tok_per_s"]),
+        "TTFT mean ms": (m["ttft_mean_ms"], 1e3 * s["ttft_mean_s"]),
+        "TTFT p99 ms": (m["ttft_p99_ms"], 1e3 * s["ttft_p99_s"]),
+        "TPOT mean ms": (m["tpot_mean_ms"], 1e3 * s["tpot_mean_s"]),
+        "peak running": (m["peak_running"], float(s["peak_running"])),
+    }
+    lines = [
+        f"### {run} with the bench's send times replayed (capsim + engine terms)",
+        "",
+        "| metric | real | capsim, replayed arrivals | err % |",
+        "|---|---|---|---|",
+    ]
+    for k, (a, b) in got.items():
+        lines.append(f"| {k} | {a:.4g} | {b:.4g} | {100 * (b / a - 1):+.1f} |")
+    return "\n".join(lines) + "\n"
+
+
 def main(argv: list[str]) -> int:
     runs = argv or list(RUNS)
+    frames = {r: diagnose(r) for r in runs}
     text = (
         "# Step periods of the real engine vs capsim (diagnostic, no fit)\n\n"
         + __doc__.split("\n\n", 2)[2].split("    PYTHONPATH")[0]
         + "\n"
-        + "\n".join(summary(r, diagnose(r)) for r in runs)
+        + "\n".join(summary(r, frames[r]) for r in runs)
+        + "\n"
+        + decomposition(runs, frames)
+        + "\n"
+        + step_mix([r for r in runs if not r.endswith("_c1") and "_c1_" not in r])
+        + "\n"
+        + "".join(replay_open_loop(r) for r in runs if re.search(r"_r\d+$", r))
     )
     if not argv:
         tmp = HERE / "step_diagnostic.md.tmp"

@@ -89,14 +89,8 @@ def _prefix_stats(kv) -> list[int]:
 _prefix_totals = [0, 0]
 
 
-def run(scenario: dict, partial: dict | None = None) -> dict:
-    """Run the scenario; ``partial["steps"]`` holds the steps recorded so far (kept when
-    the engine fails mid-run, e.g. a CPU kernel error under speculative decoding)."""
-    import torch
-    from vllm import LLM, SamplingParams
-    from vllm import __version__ as vllm_version
-    from vllm.inputs import TokensPrompt
-
+def _engine_kwargs(scenario: dict) -> dict:
+    """``LLM(**kwargs)`` for the scenario's engine (eager, seed 0, stats on)."""
     eng = scenario["engine"]
     kwargs = {
         "model": scenario["model_dir"],
@@ -116,20 +110,20 @@ def run(scenario: dict, partial: dict | None = None) -> dict:
         kwargs["mamba_ssm_cache_dtype"] = str(eng["mamba_ssm_cache_dtype"])
     if scenario.get("speculative_config"):
         kwargs["speculative_config"] = scenario["speculative_config"]
-    llm = LLM(**kwargs)
-    engine = llm.llm_engine
-    core = engine.engine_core.engine_core
-    sched = core.scheduler
-    kv = sched.kv_cache_manager
-    pool = kv.block_pool
-    managers = kv.coordinator.single_type_managers
-    vllm_cfg = core.vllm_config
+    return kwargs
 
+
+def _facts(scenario: dict, core, vllm_version: str) -> dict:  # type: ignore[no-untyped-def]
+    """What vLLM derived at start-up (module docstring)."""
+    import torch
+
+    sched = core.scheduler
+    vllm_cfg = core.vllm_config
     spec_cfg = vllm_cfg.speculative_config
-    facts = {
+    return {
         "scenario": scenario,
         "vllm_version": vllm_version,
-        "pool_num_gpu_blocks": int(pool.num_gpu_blocks),
+        "pool_num_gpu_blocks": int(sched.kv_cache_manager.block_pool.num_gpu_blocks),
         "scheduler_block_size": int(sched.block_size),
         "groups": _group_info(sched.kv_cache_config),
         "num_lookahead_tokens": int(sched.num_lookahead_tokens),
@@ -142,38 +136,57 @@ def run(scenario: dict, partial: dict | None = None) -> dict:
         "cpu_avx512_bf16": bool(torch.cpu._is_avx512_bf16_supported()),
         "mamba_ssm_cache_dtype": str(vllm_cfg.cache_config.mamba_ssm_cache_dtype),
     }
-    if partial is not None:
-        partial["facts"] = facts
 
-    steps: list[dict] = []
-    if partial is not None:
-        partial["steps"] = steps
-    cur: dict = {}
-    preempted_now: list[str] = []
 
-    orig_schedule = sched.schedule
-    orig_update = sched.update_from_output
-    orig_preempt = sched._preempt_request
+class _Recorder:
+    """Wraps (does not change) the scheduler's ``schedule`` / ``update_from_output`` /
+    ``_preempt_request`` / ``_free_request`` and appends one dict per scheduler step to
+    ``steps``."""
 
-    def preempt(request, *a, **k):
-        preempted_now.append(_ext(request.request_id))
-        return orig_preempt(request, *a, **k)
+    def __init__(self, sched, steps: list[dict]) -> None:  # type: ignore[no-untyped-def]
+        self.sched = sched
+        self.kv = sched.kv_cache_manager
+        self.pool = self.kv.block_pool
+        self.managers = self.kv.coordinator.single_type_managers
+        self.steps = steps
+        self.cur: dict = {}
+        self.preempted_now: list[str] = []
+        # requests that finish are dropped from sched.requests inside update_from_output;
+        # remember their output length just before they are freed.
+        self.done_len: dict[str, int] = {}
+        self.orig_schedule = sched.schedule
+        self.orig_update = sched.update_from_output
+        self.orig_preempt = sched._preempt_request
+        self.orig_free = sched._free_request
+        sched.schedule = self.schedule
+        sched.update_from_output = self.update
+        sched._preempt_request = self.preempt
+        sched._free_request = self.free_request
 
-    def schedule(*a, **k):
-        preempted_now.clear()
+    def preempt(self, request, *a, **k):  # type: ignore[no-untyped-def]
+        self.preempted_now.append(_ext(request.request_id))
+        return self.orig_preempt(request, *a, **k)
+
+    def free_request(self, request, *a, **k):  # type: ignore[no-untyped-def]
+        self.done_len[request.request_id] = request.num_output_tokens
+        return self.orig_free(request, *a, **k)
+
+    def schedule(self, *a, **k):  # type: ignore[no-untyped-def]
+        sched = self.sched
+        self.preempted_now.clear()
         waiting_before = {r.request_id for r in sched.waiting}
         t0 = time.perf_counter()
-        out = orig_schedule(*a, **k)
+        out = self.orig_schedule(*a, **k)
         admitted = [_ext(r.request_id) for r in sched.running if r.request_id in waiting_before]
-        cur.clear()
-        cur.update(
+        self.cur.clear()
+        self.cur.update(
             t_start_s=t0,
             running=len(sched.running),
             waiting=len(sched.waiting),
-            free_blocks=int(pool.get_num_free_blocks()),
+            free_blocks=int(self.pool.get_num_free_blocks()),
             scheduled={_ext(r): int(n) for r, n in out.num_scheduled_tokens.items()},
             spec={_ext(r): len(v) for r, v in out.scheduled_spec_decode_tokens.items()},
-            preempted=list(preempted_now),
+            preempted=list(self.preempted_now),
             admitted=admitted,
             # prefix-cache hit of each admitted request: what it had computed before
             # its first chunk (num_computed_tokens already includes the chunk here)
@@ -183,45 +196,38 @@ def run(scenario: dict, partial: dict | None = None) -> dict:
                 for r in sched.running
                 if r.request_id in waiting_before
             },
-            prefix_stats=_prefix_stats(kv),
-            group_blocks=[sum(len(b) for b in m.req_to_blocks.values()) for m in managers],
+            prefix_stats=_prefix_stats(self.kv),
+            group_blocks=[sum(len(b) for b in m.req_to_blocks.values()) for m in self.managers],
             out_before={_ext(r.request_id): r.num_output_tokens for r in sched.running},
         )
         return out
 
-    def update(scheduler_output, model_runner_output, *a, **k):
-        res = orig_update(scheduler_output, model_runner_output, *a, **k)
+    def update(self, scheduler_output, model_runner_output, *a, **k):  # type: ignore[no-untyped-def]
+        res = self.orig_update(scheduler_output, model_runner_output, *a, **k)
         t1 = time.perf_counter()
+        cur = self.cur
         before = cur.pop("out_before", {})
         emitted, finished = {}, []
         for rid_int in scheduler_output.num_scheduled_tokens:
             rid = _ext(rid_int)
-            req = sched.requests.get(rid_int)
+            req = self.sched.requests.get(rid_int)
             # a request that finished was freed in this update: use its recorded length
-            n_after = done_len.get(rid_int) if req is None else req.num_output_tokens
+            n_after = self.done_len.get(rid_int) if req is None else req.num_output_tokens
             if n_after is not None and n_after - before.get(rid, 0) > 0:
                 emitted[rid] = int(n_after - before.get(rid, 0))
             if req is None or req.is_finished():
                 finished.append(rid)
         cur.update(emitted=emitted, finished=finished, step_s=t1 - cur["t_start_s"])
-        steps.append(dict(cur))
+        self.steps.append(dict(cur))
         return res
 
-    # requests that finish are dropped from sched.requests inside update_from_output;
-    # remember their output length just before they are freed.
-    done_len: dict[str, int] = {}
-    orig_free = sched._free_request
 
-    def free_request(request, *a, **k):
-        done_len[request.request_id] = request.num_output_tokens
-        return orig_free(request, *a, **k)
+def _drive(engine, scenario: dict, vocab: int, steps: list[dict]) -> tuple[list[dict], float]:  # type: ignore[no-untyped-def]
+    """Add each request before its arrival iteration and step the engine until every
+    request finished; returns the idle iterations and the wall time."""
+    from vllm import SamplingParams
+    from vllm.inputs import TokensPrompt
 
-    sched.schedule = schedule
-    sched.update_from_output = update
-    sched._preempt_request = preempt
-    sched._free_request = free_request
-
-    vocab = int(vllm_cfg.model_config.get_vocab_size())
     reqs = sorted(scenario["requests"], key=lambda r: (int(r.get("arrival_step", 0)), r["req_id"]))
     pending = list(reqs)
     iters: list[dict] = []
@@ -246,9 +252,29 @@ def run(scenario: dict, partial: dict | None = None) -> dict:
         if it > max_iters:
             raise RuntimeError(f"scenario {scenario['name']}: exceeded max_iters={max_iters}")
     wall_s = time.perf_counter() - t_begin
-
     for s in steps:
         s["t_start_s"] -= t_begin
+    return iters, wall_s
+
+
+def run(scenario: dict, partial: dict | None = None) -> dict:
+    """Run the scenario; ``partial["steps"]`` holds the steps recorded so far (kept when
+    the engine fails mid-run, e.g. a CPU kernel error under speculative decoding)."""
+    from vllm import LLM
+    from vllm import __version__ as vllm_version
+
+    llm = LLM(**_engine_kwargs(scenario))
+    engine = llm.llm_engine
+    core = engine.engine_core.engine_core
+    facts = _facts(scenario, core, vllm_version)
+    if partial is not None:
+        partial["facts"] = facts
+    steps: list[dict] = []
+    if partial is not None:
+        partial["steps"] = steps
+    _Recorder(core.scheduler, steps)
+    vocab = int(core.vllm_config.model_config.get_vocab_size())
+    iters, wall_s = _drive(engine, scenario, vocab, steps)
     return {
         **facts,
         "num_preemptions": sum(len(s["preempted"]) for s in steps),

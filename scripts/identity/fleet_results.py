@@ -15,10 +15,16 @@ def _sha(frame: pd.DataFrame) -> str:
 
 
 for wl, eng, router, reps, n in [
-    ("sharegpt", EngineConfig(), "round_robin", 3, 600),
+    ("sharegpt", EngineConfig(enable_prefix_caching=False), "round_robin", 3, 600),
     ("shared-prefix", EngineConfig(enable_prefix_caching=True), "prefix_affinity", 3, 600),
-    ("sharegpt", EngineConfig(gmu=0.62, max_num_seqs=64), "least_outstanding", 2, 800),
-    ("sharegpt", EngineConfig(), "round_robin", 1, 400),
+    (
+        "sharegpt",
+        EngineConfig(gmu=0.62, max_num_seqs=64, enable_prefix_caching=False),
+        "least_outstanding",
+        2,
+        800,
+    ),
+    ("sharegpt", EngineConfig(enable_prefix_caching=False), "round_robin", 1, 400),
 ]:
     cfg = SimConfig(
         model="qwen3.5-35b-a3b",

@@ -8,12 +8,14 @@ HERE=$(cd "$(dirname "$0")" && pwd)
 cd "$CODE"
 export PYTHONPATH=$CODE:$CODE/.pyshim
 S="python3 -m capsim simulate -m qwen3.5-35b-a3b -g b200"
-$S -w sharegpt --rate 40 -n 600 --seed 3 -o "$OUT/sim_open" >/dev/null
-$S -w sharegpt -c 300 --gmu 0.62 --max-num-seqs 256 -n 900 -o "$OUT/sim_preempt" >/dev/null
+# caching pinned off where a case had the old default (vLLM 0.33's default turns it on)
+OFF=--no-enable-prefix-caching
+$S -w sharegpt --rate 40 -n 600 --seed 3 $OFF -o "$OUT/sim_open" >/dev/null
+$S -w sharegpt -c 300 --gmu 0.62 --max-num-seqs 256 -n 900 $OFF -o "$OUT/sim_preempt" >/dev/null
 $S -w shared-prefix -c 64 -n 500 --enable-prefix-caching -o "$OUT/sim_prefix" >/dev/null
 $S -w sharegpt-multiturn -c 32 -n 400 --enable-prefix-caching -o "$OUT/sim_multiturn" >/dev/null
-$S -w sharegpt-multiturn -c 32 -n 400 -o "$OUT/sim_multiturn_nopc" >/dev/null
-$S -w azure-code --replay -n 500 -o "$OUT/sim_replay" >/dev/null
+$S -w sharegpt-multiturn -c 32 -n 400 $OFF -o "$OUT/sim_multiturn_nopc" >/dev/null
+$S -w azure-code --replay -n 500 $OFF -o "$OUT/sim_replay" >/dev/null
 python3 "$HERE/streaming_summaries.py" > "$OUT/streaming_summaries.txt"
 python3 "$HERE/fleet_results.py" > "$OUT/fleet_results.txt"
 SW="python3 -m capsim sweep --executor serial --no-progress"

@@ -14,12 +14,10 @@ import math
 
 import pandas as pd
 import pytest
-from factories import synthetic_table
+from factories import reference_paths, synthetic_table
 
 from capsim.config import EngineConfig, LoadConfig, SimConfig, SpecDecodeConfig
 from capsim.core import decode_run, scheduler
-from capsim.core.scheduler import Scheduler
-from capsim.engine import EngineSim
 from capsim.simulate import simulate
 from capsim.traces.table import RequestTable
 
@@ -27,7 +25,8 @@ from capsim.traces.table import RequestTable
 def _cfg(workload: str, *, gmu: float = 0.9, n: int = 300, conc: int = 128, **kw) -> SimConfig:  # type: ignore[no-untyped-def]
     spec = kw.pop("spec", SpecDecodeConfig(commit="storeall"))
     load = kw.pop("load", LoadConfig(concurrency=conc, num_requests=n))
-    engine = kw.pop("engine", EngineConfig(gmu=gmu))
+    # prefix caching off unless a case asks (vLLM 0.33's default turns it on)
+    engine = kw.pop("engine", EngineConfig(gmu=gmu, enable_prefix_caching=False))
     return SimConfig(
         workload=workload,
         engine=engine,
@@ -39,7 +38,20 @@ def _cfg(workload: str, *, gmu: float = 0.9, n: int = 300, conc: int = 128, **kw
 
 
 CASES: dict[str, SimConfig] = {
-    "sharegpt-c256": _cfg("sharegpt", n=600, conc=256),
+    # sync: the cool-down drains through finishes (async holds a finished request's blocks
+    # one step, so its runs stop before each finish)
+    "sharegpt-c256": _cfg(
+        "sharegpt",
+        n=600,
+        conc=256,
+        engine=EngineConfig(gmu=0.9, async_scheduling=False, enable_prefix_caching=False),
+    ),
+    "sharegpt-c256-async": _cfg(
+        "sharegpt",
+        n=600,
+        conc=256,
+        engine=EngineConfig(gmu=0.9, async_scheduling=True, enable_prefix_caching=False),
+    ),
     "deferred": _cfg("spec-bench", spec=SpecDecodeConfig(commit="deferred"), conc=32),
     "tree-2,2,1": _cfg(
         "sharegpt", spec=SpecDecodeConfig(commit="reconstruct", tree_widths=(2, 2, 1)), conc=64
@@ -47,6 +59,32 @@ CASES: dict[str, SimConfig] = {
     "preemption-gmu0.6": _cfg("synthetic-generation-heavy", gmu=0.6, n=320, conc=256),
     "prefix-caching": _cfg(
         "shared-prefix", engine=EngineConfig(gmu=0.6, enable_prefix_caching=True), conc=64
+    ),
+    # prefix caching on: hits on a shared system prompt, preemptions and evictions in a
+    # small pool, turns restarting from checkpoints with pending blocks, chunked prefills
+    "prefix-caching-small-pool": _cfg(
+        "sharegpt+sys=4,2500",
+        engine=EngineConfig(enable_prefix_caching=True, num_gpu_blocks_override=150),
+        n=160,
+        conc=48,
+    ),
+    "prefix-caching-multiturn-deferred": _cfg(
+        "sharegpt-multiturn+sys=2,2500",
+        engine=EngineConfig(enable_prefix_caching=True),
+        spec=SpecDecodeConfig(commit="deferred"),
+        n=200,
+        conc=24,
+    ),
+    "prefix-caching-chunked-no-spec": dataclasses.replace(
+        _cfg(
+            "sharegpt",
+            engine=EngineConfig(
+                enable_prefix_caching=True, max_num_batched_tokens=512, max_num_seqs=64
+            ),
+            n=120,
+            conc=32,
+        ),
+        spec=SpecDecodeConfig(num_spec_tok=0),
     ),
     "no-speculation": dataclasses.replace(
         _cfg("sharegpt", conc=16, n=64), spec=SpecDecodeConfig(num_spec_tok=0), step_time="roofline"
@@ -60,18 +98,7 @@ CASES: dict[str, SimConfig] = {
 
 
 def _reference_paths(monkeypatch: pytest.MonkeyPatch) -> None:
-    sched_init, engine_init = Scheduler.__init__, EngineSim.__init__
-
-    def sequential(self, *a, **kw):  # type: ignore[no-untyped-def]
-        sched_init(self, *a, **kw)
-        self.vectorized = False
-
-    def step_by_step(self, *a, **kw):  # type: ignore[no-untyped-def]
-        engine_init(self, *a, **kw)
-        self.decode_runs = False
-
-    monkeypatch.setattr(Scheduler, "__init__", sequential)
-    monkeypatch.setattr(EngineSim, "__init__", step_by_step)
+    reference_paths(monkeypatch)
 
 
 def _count_runs(monkeypatch: pytest.MonkeyPatch) -> list[tuple[int, int, int]]:
@@ -107,16 +134,17 @@ def test_fast_paths_equal_reference(monkeypatch: pytest.MonkeyPatch, case: str) 
     cfg = CASES[case]
     runs = _count_runs(monkeypatch)
     fast = simulate(cfg)
-    if not cfg.engine.enable_prefix_caching:
-        assert runs, "the scenario never plans a decode-only run"
+    assert runs, "the scenario never plans a decode-only run"
     if case == "sharegpt-c256":  # the cool-down drains in runs that finish requests
         assert sum(f for _, _, f in runs) > 100
     with monkeypatch.context() as m:
         _reference_paths(m)
         ref = simulate(cfg)
     _assert_same(fast, ref)
-    if case == "preemption-gmu0.6":
+    if case in ("preemption-gmu0.6", "prefix-caching-small-pool"):
         assert fast.summary["num_preemptions"] > 0
+    if case.startswith("prefix-caching-") and "chunked" not in case:
+        assert fast.summary["prefix_cache_hits_tok"] > 0
 
 
 def test_run_cut_by_the_pool(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -125,7 +153,7 @@ def test_run_cut_by_the_pool(monkeypatch: pytest.MonkeyPatch) -> None:
     table = RequestTable(name="t", prompt_tok=[1000] * 6, output_tok=[3000] * 6)
     cfg = SimConfig(
         gpu="B200",
-        engine=EngineConfig(gmu=0.9, num_gpu_blocks_override=80),
+        engine=EngineConfig(gmu=0.9, num_gpu_blocks_override=80, enable_prefix_caching=False),
         spec=SpecDecodeConfig(commit="storeall"),
         load=LoadConfig(concurrency=6, num_requests=6),
         step_time="calibrated",
@@ -145,7 +173,7 @@ def test_varied_lengths_small_budget(monkeypatch: pytest.MonkeyPatch) -> None:
     table = synthetic_table(120, seed=3, prompt=(20, 5000), output=(5, 700))
     cfg = SimConfig(
         gpu="B200",
-        engine=EngineConfig(gmu=0.6, max_num_batched_tokens=2048),
+        engine=EngineConfig(gmu=0.6, max_num_batched_tokens=2048, enable_prefix_caching=False),
         spec=SpecDecodeConfig(commit="reconstruct"),
         load=LoadConfig(concurrency=48, num_requests=120),
         seed=9,

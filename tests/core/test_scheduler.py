@@ -99,6 +99,62 @@ def test_max_num_seqs_caps_running() -> None:
     assert len(sched.waiting) == 1
 
 
+def test_async_finished_request_holds_its_slot_and_blocks_one_schedule() -> None:
+    """vLLM's async scheduling: step n+1 is scheduled before step n's output is processed,
+    so a request that finished in step n still holds its max_num_seqs slot and its blocks
+    in that schedule; both come back at its end."""
+    free = {}
+    for async_on, admitted in ((False, ["r2"]), (True, [])):
+        sched = create_scheduler(num_blocks=100, max_num_seqs=2, async_scheduling=async_on)
+        for r in create_requests([4, 4, 4], [1, 3, 3]):
+            sched.add_request(r)
+        sched.mark_arrivals()  # all three arrived long before
+        sched.mark_arrivals()
+        out = sched.schedule()  # r0, r1 prefill (1 block each); r0 finishes on its first token
+        fin = sched.update(out, {})
+        assert [r.req_id for r in fin] == ["r0"]
+        free[async_on] = sched.kv.num_free_blocks
+        sched.mark_arrivals()
+        out = sched.schedule()  # r1 decodes into its 2nd block
+        assert [r.req_id for r in out.admitted] == admitted
+        if async_on:
+            assert sched.num_held == 0  # r0's block came back at the end of that schedule
+            assert sched.kv.num_free_blocks == free[True] + 1 - 1
+            out = sched.schedule()
+            assert [r.req_id for r in out.admitted] == ["r2"]
+    assert free[False] == free[True] + 1  # sync frees r0's block in update, async holds it
+
+
+def test_async_late_arrival_waits_one_schedule_more() -> None:
+    """The engine calls ``schedule`` for step n+1 after ``update`` of step n; vLLM made that
+    schedule right after step n-1's output. A request added after step 1's ``update``
+    (``mark_arrivals``) while something runs reached vLLM during step 2, after step 3 was
+    planned: it enters step 4 (sync: step 3). With nothing running the engine
+    schedules afresh and admits whatever waits."""
+    sched = create_scheduler(num_blocks=100, async_scheduling=True)
+    r0, r1 = create_requests([4, 4], [9, 9])
+
+    def step(add=None):  # type: ignore[no-untyped-def]
+        out = sched.schedule()
+        sched.update(out, {})
+        sched.mark_arrivals()
+        if add is not None:
+            sched.add_request(add)
+        return [r.req_id for r in out.admitted]
+
+    sched.add_request(r0)
+    assert step(add=r1) == ["r0"]  # step 1: nothing ran before, r0 admitted; r1 arrives
+    assert step() == []  # step 2 (vLLM: scheduled with step 1, before r1 arrived)
+    assert step() == []  # step 3 (vLLM: scheduled after step 1's output, r1 not there yet)
+    assert step() == ["r1"]  # step 4 (vLLM: after step 2's output)
+    # nothing running: a fresh schedule admits at once
+    fresh = create_scheduler(num_blocks=100, async_scheduling=True)
+    (r,) = create_requests([4], [2])
+    fresh.mark_arrivals()
+    fresh.add_request(r)
+    assert [q.req_id for q in fresh.schedule().admitted] == ["r0"]
+
+
 def test_chunked_prefill_respects_token_budget() -> None:
     sched = create_scheduler(num_blocks=100, max_num_batched_tokens=10)
     for r in create_requests([25, 6], [2, 2]):

@@ -1,4 +1,7 @@
-"""The memory plan reproduces VLLM.md section 2.7's worked numbers."""
+"""The memory plan reproduces VLLM.md section 2.7's worked numbers.
+
+They are the published setup's: prefix caching off (mamba_cache_mode "none"), which vLLM
+0.33 (capsim's default release) turns on for hybrids unless told not to."""
 
 from __future__ import annotations
 
@@ -26,7 +29,9 @@ def test_worked_numbers(model, tp, k, bs, page, group, mib, gdn) -> None:  # typ
     gpu = get_gpu("B200")
     # Next-80B's 151 GiB of weights do not fit one GPU at gmu 0.9: fix the block count.
     override = 1000 if model == "qwen3-next-80b-a3b" else None
-    engine = EngineConfig(tp=tp, gmu=0.9, num_gpu_blocks_override=override)
+    engine = EngineConfig(
+        tp=tp, gmu=0.9, num_gpu_blocks_override=override, enable_prefix_caching=False
+    )
     plan = plan_memory(get_model(model), gpu, engine, SpecDecodeConfig(num_spec_tok=k))
     assert plan.block_size_tok == bs
     assert plan.page_bytes == page
@@ -50,12 +55,15 @@ def test_bf16_state_block_sizes() -> None:
     spec = SpecDecodeConfig(num_spec_tok=3)
     b200 = get_gpu("B200")
     p35 = plan_memory(
-        get_model("qwen3.5-35b-a3b"), b200, EngineConfig(gmu=0.9, ssm_state_dtype="bfloat16"), spec
+        get_model("qwen3.5-35b-a3b"),
+        b200,
+        EngineConfig(gmu=0.9, ssm_state_dtype="bfloat16", enable_prefix_caching=False),
+        spec,
     )
     p397 = plan_memory(
         get_model("qwen3.5-397b-a17b"),
         b200,
-        EngineConfig(tp=8, gmu=0.9, ssm_state_dtype="bfloat16"),
+        EngineConfig(tp=8, gmu=0.9, ssm_state_dtype="bfloat16", enable_prefix_caching=False),
         spec,
     )
     assert (p35.block_size_tok, p397.block_size_tok) == (560, 288)

@@ -84,13 +84,16 @@ def checked_kernels(checks: list[dict]) -> dict[tuple[str, str, str], set[str]]:
 
 
 class Cell:
-    """Random inputs for one (model shape, state dtype, B, window) cell, on the GPU."""
+    """Random inputs for one (model shape, state dtype, B, window) cell, on the GPU
+    (``device``: another device for tests, e.g. "cpu" under TRITON_INTERPRET=1)."""
 
-    def __init__(self, shape: ModelShape, state_dtype: str, batch: int, tree, seed: int):
+    def __init__(
+        self, shape: ModelShape, state_dtype: str, batch: int, tree, seed: int, device: str = "cuda"
+    ):
         import torch
 
-        gen = torch.Generator(device="cuda").manual_seed(seed)
-        dev = "cuda"
+        gen = torch.Generator(device=device).manual_seed(seed)
+        dev = device
         b, w = batch, tree.num_nodes
         hv, hk, dk, dv = shape.num_v_heads, shape.num_k_heads, shape.dk, shape.dv
         sdt = getattr(torch, state_dtype)
@@ -188,119 +191,125 @@ def _rel(ref, out) -> float:
     return float((out - ref).norm() / ref.norm().clamp_min(1e-300))
 
 
-def run_checks(
-    batch: int = 2, shapes=MODEL_SHAPES, state_dtypes=STATE_DTYPES, windows=WINDOWS, policy=None
-) -> list[dict]:
-    """Every kernel at the real head shapes against the float64 recurrence (on the GPU)."""
+def _reference(c: Cell, tree, shape: ModelShape):  # type: ignore[no-untyped-def]
+    """The float64 recurrence on cell ``c``: outputs, per-node states, pseudo-values
+    ``vt_t = b_t (v_t - a_t S_p k_t)`` and each request's accepted state."""
     import torch
 
     from ... import gdn_verify as ck
     from ...gdn_verify.reference import l2norm
 
+    s0 = c.pool[c.slot.long()].clone()
+    args = (c.q, c.k, c.v, c.log_gate, c.beta)
+    o_ref, st_ref = ck.recurrence_reference(*args, s0.double(), tree.parent)
+    kn = l2norm(c.k.double()).repeat_interleave(shape.num_v_heads // shape.num_k_heads, 2)
+    s_par = torch.stack([s0.double() if p < 0 else st_ref[:, p] for p in tree.parent], dim=1)
+    a = torch.exp(c.log_gate.double())
+    vt_ref = c.beta.double()[..., None] * (
+        c.v.double() - a[..., None] * torch.einsum("bthvk,bthk->bthv", s_par, kn)
+    )
+    s_acc = st_ref[torch.arange(c.batch), c.accepted.long()]
+    return s0, args, o_ref, st_ref, vt_ref, s_acc
+
+
+def _check_storeall(c: Cell, tree, s0, args, o_ref, st_ref, device: str) -> dict:  # type: ignore[no-untyped-def]
+    """Store-all into a NaN-filled pool: outputs and every node's state."""
+    import torch
+
+    from ... import gdn_verify as ck
+
+    b, w = c.batch, tree.num_nodes
+    sa_pool = torch.empty((b * (w + 1), *c.pool.shape[1:]), dtype=c.pool.dtype, device=device)
+    sa_pool[:b] = s0
+    sa_init = torch.arange(b, dtype=torch.int32, device=device)
+    sa_slots = (b + torch.arange(b * w, dtype=torch.int32, device=device)).view(b, w)
+    sa_pool[b:] = float("nan")
+    o = ck.storeall_verify(*args, sa_pool, sa_init, sa_slots, c.parent, is_chain=tree.is_chain)
+    return {"storeall_o": _rel(o_ref, o), "storeall_states": _rel(st_ref, sa_pool[sa_slots.long()])}
+
+
+def _check_treewy(c: Cell, c2: Cell, tree, args, refs, policy) -> dict:  # type: ignore[no-untyped-def]
+    """Verify + commit, fused, and deferred (window 1's accepted path applied inside
+    window 2's verify, on the second cell's inputs)."""
+    from ... import gdn_verify as ck
+
+    o_ref, vt_ref, s_acc = refs
+    res: dict = {}
+    pool = c.pool.clone()
+    o, vt = ck.treewy_verify(*args, pool, c.slot, c.parent, policy=policy)
+    res["treewy_o"] = _rel(o_ref, o)
+    res["treewy_vt"] = _rel(vt_ref, vt)
+    ck.treewy_commit(pool, c.slot, c.k, vt, c.log_gate, c.parent, c.accepted, policy=policy)
+    res["treewy_commit_state"] = _rel(s_acc, pool[c.slot.long()])
+    pool = c.pool.clone()
+    o = ck.treewy_fused_verify_commit(*args, pool, c.slot, c.parent, c.accepted, policy=policy)
+    res["fused_o"] = _rel(o_ref, o)
+    res["fused_state"] = _rel(s_acc, pool[c.slot.long()])
+    pool = c.pool.clone()
+    ping = ck.PendingCommit(k=c.k, vt=vt, log_gate=c.log_gate, parent=c.parent, accepted=c.accepted)
+    pong = ck.PendingCommit.empty(c.k, c.v, c.parent)
+    o2 = ck.treewy_deferred_verify(
+        c2.q, c2.k, c2.v, c2.log_gate, c2.beta, pool, c.slot, c.parent, ping, pong,
+        policy=policy,
+    )  # fmt: skip
+    o2_ref, _ = ck.recurrence_reference(
+        c2.q, c2.k, c2.v, c2.log_gate, c2.beta, pool[c.slot.long()].double(), tree.parent
+    )
+    res["deferred_state"] = _rel(s_acc, pool[c.slot.long()])
+    res["deferred_o"] = _rel(o2_ref, o2)
+    return res
+
+
+def _check_fla(c: Cell, s0, args, o_ref, st_ref) -> dict:  # type: ignore[no-untyped-def]
+    """fla's recurrent and chunked kernels on a chain (an import or run error noted)."""
+    res: dict = {}
+    try:
+        from fla.ops.gated_delta_rule import fused_recurrent_gated_delta_rule
+
+        o, ht = fused_recurrent_gated_delta_rule(
+            *args[:3], g=c.log_gate, beta=c.beta, initial_state=s0,
+            output_final_state=True, use_qk_l2norm_in_kernel=True,
+            state_v_first=True,
+        )  # fmt: skip
+        res["fla_recurrent_o"] = _rel(o_ref, o)
+        res["fla_recurrent_state"] = _rel(st_ref[:, -1], ht)
+        from fla.ops.gated_delta_rule import chunk_gated_delta_rule
+
+        o, ht = chunk_gated_delta_rule(
+            *args[:3], c.log_gate, c.beta, initial_state=s0,
+            output_final_state=True, use_qk_l2norm_in_kernel=True,
+            state_v_first=True,
+        )  # fmt: skip
+        res["fla_chunk_o"] = _rel(o_ref, o)
+        res["fla_chunk_state"] = _rel(st_ref[:, -1], ht)
+    except Exception as e:
+        res["fla_error"] = repr(e)[:200]
+    return res
+
+
+def run_checks(
+    batch: int = 2,
+    shapes=MODEL_SHAPES,
+    state_dtypes=STATE_DTYPES,
+    windows=WINDOWS,
+    policy=None,
+    device: str = "cuda",
+) -> list[dict]:
+    """Every kernel at the real head shapes against the float64 recurrence (on the GPU;
+    ``device``: another device for tests)."""
     out = []
     for shape in shapes:
         for sd in state_dtypes:
             for tree in windows:
-                c = Cell(shape, sd, batch, tree, seed=1234)
-                c2 = Cell(shape, sd, batch, tree, seed=4321)
-                b, w = batch, tree.num_nodes
-                s0 = c.pool[c.slot.long()].clone()
-                args = (c.q, c.k, c.v, c.log_gate, c.beta)
-                o_ref, st_ref = ck.recurrence_reference(*args, s0.double(), tree.parent)
-                # pseudo-values from the recurrence: vt_t = b_t (v_t - a_t S_p k_t)
-                kn = l2norm(c.k.double()).repeat_interleave(
-                    shape.num_v_heads // shape.num_k_heads, 2
-                )
-                s_par = torch.stack(
-                    [s0.double() if p < 0 else st_ref[:, p] for p in tree.parent], dim=1
-                )
-                a = torch.exp(c.log_gate.double())
-                vt_ref = c.beta.double()[..., None] * (
-                    c.v.double() - a[..., None] * torch.einsum("bthvk,bthk->bthv", s_par, kn)
-                )
-                s_acc = st_ref[torch.arange(b), c.accepted.long()]
+                c = Cell(shape, sd, batch, tree, seed=1234, device=device)
+                c2 = Cell(shape, sd, batch, tree, seed=4321, device=device)
+                w = tree.num_nodes
+                s0, args, o_ref, st_ref, vt_ref, s_acc = _reference(c, tree, shape)
                 res = {"model_shape": shape.name, "state_dtype": sd, "tree": tree.label, "T": w}
-                # store-all
-                sa_pool = torch.empty(
-                    (b * (w + 1), *c.pool.shape[1:]), dtype=c.pool.dtype, device="cuda"
-                )
-                sa_pool[:b] = s0
-                sa_init = torch.arange(b, dtype=torch.int32, device="cuda")
-                sa_slots = (b + torch.arange(b * w, dtype=torch.int32, device="cuda")).view(b, w)
-                sa_pool[b:] = float("nan")
-                o = ck.storeall_verify(
-                    *args, sa_pool, sa_init, sa_slots, c.parent, is_chain=tree.is_chain
-                )
-                res["storeall_o"] = _rel(o_ref, o)
-                res["storeall_states"] = _rel(st_ref, sa_pool[sa_slots.long()])
-                # verify + commit
-                pool = c.pool.clone()
-                o, vt = ck.treewy_verify(*args, pool, c.slot, c.parent, policy=policy)
-                res["treewy_o"] = _rel(o_ref, o)
-                res["treewy_vt"] = _rel(vt_ref, vt)
-                ck.treewy_commit(
-                    pool, c.slot, c.k, vt, c.log_gate, c.parent, c.accepted, policy=policy
-                )
-                res["treewy_commit_state"] = _rel(s_acc, pool[c.slot.long()])
-                # fused
-                pool = c.pool.clone()
-                o = ck.treewy_fused_verify_commit(
-                    *args, pool, c.slot, c.parent, c.accepted, policy=policy
-                )
-                res["fused_o"] = _rel(o_ref, o)
-                res["fused_state"] = _rel(s_acc, pool[c.slot.long()])
-                # deferred: window 1's accepted path applied inside window 2's verify
-                pool = c.pool.clone()
-                ping = ck.PendingCommit(
-                    k=c.k, vt=vt, log_gate=c.log_gate, parent=c.parent, accepted=c.accepted
-                )
-                pong = ck.PendingCommit.empty(c.k, c.v, c.parent)
-                o2 = ck.treewy_deferred_verify(
-                    c2.q,
-                    c2.k,
-                    c2.v,
-                    c2.log_gate,
-                    c2.beta,
-                    pool,
-                    c.slot,
-                    c.parent,
-                    ping,
-                    pong,
-                    policy=policy,
-                )
-                o2_ref, _ = ck.recurrence_reference(
-                    c2.q,
-                    c2.k,
-                    c2.v,
-                    c2.log_gate,
-                    c2.beta,
-                    pool[c.slot.long()].double(),
-                    tree.parent,
-                )
-                res["deferred_state"] = _rel(s_acc, pool[c.slot.long()])
-                res["deferred_o"] = _rel(o2_ref, o2)
+                res |= _check_storeall(c, tree, s0, args, o_ref, st_ref, device)
+                res |= _check_treewy(c, c2, tree, args, (o_ref, vt_ref, s_acc), policy)
                 if tree.is_chain:
-                    try:
-                        from fla.ops.gated_delta_rule import fused_recurrent_gated_delta_rule
-
-                        o, ht = fused_recurrent_gated_delta_rule(
-                            *args[:3], g=c.log_gate, beta=c.beta, initial_state=s0,
-                            output_final_state=True, use_qk_l2norm_in_kernel=True,
-                            state_v_first=True,
-                        )  # fmt: skip
-                        res["fla_recurrent_o"] = _rel(o_ref, o)
-                        res["fla_recurrent_state"] = _rel(st_ref[:, -1], ht)
-                        from fla.ops.gated_delta_rule import chunk_gated_delta_rule
-
-                        o, ht = chunk_gated_delta_rule(
-                            *args[:3], c.log_gate, c.beta, initial_state=s0,
-                            output_final_state=True, use_qk_l2norm_in_kernel=True,
-                            state_v_first=True,
-                        )  # fmt: skip
-                        res["fla_chunk_o"] = _rel(o_ref, o)
-                        res["fla_chunk_state"] = _rel(st_ref[:, -1], ht)
-                    except Exception as e:
-                        res["fla_error"] = repr(e)[:200]
+                    res |= _check_fla(c, s0, args, o_ref, st_ref)
                 worst = {
                     key: val
                     for key, val in res.items()
@@ -313,5 +322,4 @@ def run_checks(
                     + " ".join(f"{k}={v:.1e}" for k, v in res.items() if isinstance(v, float)),
                     flush=True,
                 )
-                del sa_pool
     return out

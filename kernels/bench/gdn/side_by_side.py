@@ -306,6 +306,74 @@ def sweep_storeall(shape, batch: int, rows: list[dict], deadline: float) -> dict
     return best
 
 
+def _meta(shape, copy_gbps: float) -> dict:  # type: ignore[no-untyped-def]
+    """side_by_side_meta.json's header: command, date, GPU, versions, tolerances."""
+    import torch
+    import triton
+
+    meta: dict = {
+        "command": " ".join(["python3 -m capsim_kernels.bench.gdn.side_by_side", *sys.argv[1:]]),
+        "date_utc": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+        "gpu": torch.cuda.get_device_name(), "torch": torch.__version__,
+        "copy_gbps": round(copy_gbps, 1), "shape": shape.name, "tolerance": {
+            f"{a}/{b}": v for (a, b), v in TOLERANCE.items()}, "o_tolerance": O_TOLERANCE,
+        "timing": "CUDA graph replay, L2 flushed, triton.testing.do_bench p20/p50/p80",
+        "notes": [],
+    }  # fmt: skip
+    meta["triton"] = triton.__version__
+    return meta
+
+
+def _load_vllm_op(ctx: dict, meta: dict, vllm_ops_dir: Path) -> None:
+    """vLLM's extracted op into ``ctx`` (or why not into ``ctx`` and the notes)."""
+    from . import vllm_storeall as vllm_ops
+
+    try:
+        ctx["vllm_op"] = vllm_ops.load_fused_sigmoid_gating(vllm_ops_dir)
+        meta["vllm_op_file_sha256"] = vllm_ops.op_file_sha256(vllm_ops_dir)
+        meta["vllm_version"] = vllm_ops.VLLM_VERSION
+    except Exception as e:
+        ctx["vllm_error"] = repr(e)[:300]
+        meta["notes"].append(f"vLLM op not loaded: {e!r}"[:300])
+
+
+def _op_row(op, case, ctx: dict, cell: tuple, copy_gbps: float, notes: list) -> dict | None:  # type: ignore[no-untyped-def]
+    """One operator on one case: built, checked against float64, timed if the check
+    passed; None (noted) when it cannot be built. ``cell``: (shape, state dtype, tree, B)."""
+    name, bkernel, _, _, build = op
+    shape, sd, tree, batch = cell
+    w = tree.num_nodes
+    row = {"kernel": name, "state_dtype": sd, "T": w, "tree": tree.label, "B": batch}
+    try:
+        prep = build(case, ctx)
+    except LookupError as e:
+        notes.append(f"{name} {sd} {tree.label} B={batch}: {e}"[:300])
+        return None
+    except Exception as e:
+        notes.append(f"{name} {sd} {tree.label} B={batch}: {e!r}"[:300])
+        print("FAILED", notes[-1], flush=True)
+        return None
+    tol = TOLERANCE[sd, prep.math]
+    ok = prep.check["state_err"] <= tol and prep.check["o_err"] <= O_TOLERANCE
+    row |= {"math": prep.math, "config": prep.config, "check_ok": ok,
+            "state_err": f"{prep.check['state_err']:.3g}",
+            "state_err_max_head": f"{prep.check['state_err_max_head']:.3g}",
+            "o_err": f"{prep.check['o_err']:.3g}"}  # fmt: skip
+    if ok:  # never time a kernel whose float64 check failed
+        p20, p50, p80 = time_graph_us(prep.fn)
+        nbytes = bytes_moved(bkernel, shape, sd, w, batch)
+        row |= {"p20_us": round(p20, 2), "p50_us": round(p50, 2),
+                "p80_us": round(p80, 2), "bytes_moved": nbytes,
+                "floor_us": round(nbytes / (copy_gbps * 1e3), 2),
+                "achieved_tbps": round(nbytes / (p50 * 1e6), 3)}  # fmt: skip
+    else:
+        notes.append(
+            f"not timed: {name} ({prep.math}) {sd} {tree.label} B={batch} "
+            f"failed its float64 check {prep.check}"[:400]
+        )
+    return row
+
+
 def run(
     out: Path,
     batches,
@@ -316,32 +384,13 @@ def run(
 ) -> int:
     import torch
 
-    from . import vllm_storeall as vllm_ops
-
     deadline = time.monotonic() + budget_s
     out.mkdir(parents=True, exist_ok=True)
     shape = MODEL_SHAPES[0]
     copy_gbps = measure_copy_gbps()
-    meta: dict = {
-        "command": " ".join(["python3 -m capsim_kernels.bench.gdn.side_by_side", *sys.argv[1:]]),
-        "date_utc": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
-        "gpu": torch.cuda.get_device_name(), "torch": torch.__version__,
-        "copy_gbps": round(copy_gbps, 1), "shape": shape.name, "tolerance": {
-            f"{a}/{b}": v for (a, b), v in TOLERANCE.items()}, "o_tolerance": O_TOLERANCE,
-        "timing": "CUDA graph replay, L2 flushed, triton.testing.do_bench p20/p50/p80",
-        "notes": [],
-    }  # fmt: skip
-    import triton
-
-    meta["triton"] = triton.__version__
+    meta = _meta(shape, copy_gbps)
     ctx: dict = {"vllm_op": None, "storeall_config": {}}
-    try:
-        ctx["vllm_op"] = vllm_ops.load_fused_sigmoid_gating(vllm_ops_dir)
-        meta["vllm_op_file_sha256"] = vllm_ops.op_file_sha256(vllm_ops_dir)
-        meta["vllm_version"] = vllm_ops.VLLM_VERSION
-    except Exception as e:
-        ctx["vllm_error"] = repr(e)[:300]
-        meta["notes"].append(f"vLLM op not loaded: {e!r}"[:300])
+    _load_vllm_op(ctx, meta, vllm_ops_dir)
     sweep_rows: list[dict] = []
     if storeall_config is not None:  # a swept configuration passed in (no sweep)
         ctx["storeall_config"] = storeall_config
@@ -362,41 +411,15 @@ def run(
                 w = tree.num_nodes
                 case = make_case(shape, sd, batch, tree, seed=1000 * batch + w)
                 ctx["truth"] = truth(case, ncheck(case))
-                for name, bkernel, chain_only, dtypes, build in OPS:
+                for op in OPS:
+                    _, _, chain_only, dtypes, _ = op
                     if sd not in dtypes or (chain_only and not tree.is_chain):
                         continue
-                    row = {"kernel": name, "state_dtype": sd, "T": w, "tree": tree.label,
-                           "B": batch}  # fmt: skip
-                    try:
-                        prep = build(case, ctx)
-                    except LookupError as e:
-                        meta["notes"].append(f"{name} {sd} {tree.label} B={batch}: {e}"[:300])
-                        continue
-                    except Exception as e:
-                        meta["notes"].append(f"{name} {sd} {tree.label} B={batch}: {e!r}"[:300])
-                        print("FAILED", meta["notes"][-1], flush=True)
-                        continue
-                    tol = TOLERANCE[sd, prep.math]
-                    ok = prep.check["state_err"] <= tol and prep.check["o_err"] <= O_TOLERANCE
-                    row |= {"math": prep.math, "config": prep.config, "check_ok": ok,
-                            "state_err": f"{prep.check['state_err']:.3g}",
-                            "state_err_max_head": f"{prep.check['state_err_max_head']:.3g}",
-                            "o_err": f"{prep.check['o_err']:.3g}"}  # fmt: skip
-                    if ok:  # never time a kernel whose float64 check failed
-                        p20, p50, p80 = time_graph_us(prep.fn)
-                        nbytes = bytes_moved(bkernel, shape, sd, w, batch)
-                        row |= {"p20_us": round(p20, 2), "p50_us": round(p50, 2),
-                                "p80_us": round(p80, 2), "bytes_moved": nbytes,
-                                "floor_us": round(nbytes / (copy_gbps * 1e3), 2),
-                                "achieved_tbps": round(nbytes / (p50 * 1e6), 3)}  # fmt: skip
-                    else:
-                        meta["notes"].append(
-                            f"not timed: {name} ({prep.math}) {sd} {tree.label} B={batch} "
-                            f"failed its float64 check {prep.check}"[:400]
-                        )
-                    rows.append(row)
-                    print("sbs", json.dumps(row), flush=True)
-                    del prep
+                    row = _op_row(op, case, ctx, (shape, sd, tree, batch), copy_gbps,
+                                  meta["notes"])  # fmt: skip
+                    if row is not None:
+                        rows.append(row)
+                        print("sbs", json.dumps(row), flush=True)
                 del case, ctx["truth"]
                 torch.cuda.empty_cache()
                 write_csv(out / "side_by_side.csv", rows, COLUMNS)

@@ -214,20 +214,13 @@ class VllmStepStack:
         return torch.argmax(F.linear(t, self.lm_head).float(), dim=-1)
 
     # -------------------------------------------------------------- one step
-    def step_fn(self, pt: StepPoint):
-        shp, dev, gen = self.shp, self.dev, self.gen
+    def _gdn_inputs(self, pt: StepPoint, pre: list, i32: dict) -> dict:
+        """The GDN layers' per-step inputs: decode windows (store-all slots for a chain,
+        parent / commit slots for a tree) and prefill chunks (cu_seqlens, state slots,
+        conv metadata)."""
         r, w = pt.num_decode_req, pt.window_tok
-        pre = list(pt.prefill)
         n_dec = r * w
-        m = n_dec + sum(n for n, _ in pre)
-        if r + len(pre) + 1 > self.max_state_slots or n_dec + 1 > self.max_state_slots:
-            raise ValueError(f"{pt}: more state slots than allocated")
-        # attention metadata: decode windows then prefill chunks, one call
-        q_lens = [w] * r + [n for n, _ in pre]
-        ctx_lens = [pt.ctx_tok + w] * r + [c + n for n, c in pre]
-        cu, used, table, _ = vops.batch_meta(q_lens, ctx_lens, self.block, 1, dev)
-        meta = (cu, used, table, max(q_lens), max(ctx_lens))
-        i32 = {"dtype": torch.int32, "device": dev}
+        dev = self.dev
         g = {"n_dec_tok": n_dec, "w": w, "r": r, "tree": pt.tree}
         if r:
             g["dec_cu"] = torch.arange(0, (r + 1) * w, w, **i32)
@@ -249,17 +242,12 @@ class VllmStepStack:
             g["pre_idx"] = torch.arange(r + 1, r + 1 + len(pre), **i32)
             g["pre_init"] = torch.tensor([c > 0 for _, c in pre], device=dev)
             g["conv_meta"] = vops.ConvMeta([n for n, _ in pre], dev)
-        x = ops._randn((m, shp.hidden), dev, gen)
-        ends = torch.tensor([n for n, _ in pre], dtype=torch.long).cumsum(0) + n_dec - 1
-        dec_rows = torch.arange(n_dec, device=dev)
-        chunk_last = ends.to(dev) if pre else dec_rows[:0]
-        logit_rows = torch.cat([dec_rows, chunk_last])
-        # one row per request for the first draft pass: the window's last token, the
-        # chunk's last token
-        req_rows = torch.cat([torch.arange(r, device=dev) * w + (w - 1), chunk_last])
-        # draft passes >= 2: one q=1 row per draft node of that depth, over its request's
-        # KV blocks (the target's block table, one more key per depth)
-        n_req = r + len(pre)
+        return g
+
+    @staticmethod
+    def _draft_passes(pt: StepPoint, n_req: int, used, table, max_ctx: int, i32: dict) -> list:  # type: ignore[no-untyped-def]
+        """Draft passes >= 2: one q=1 row per draft node of that depth, over its request's
+        KV blocks (the target's block table, one more key per depth)."""
         widths = pt.tree if pt.tree is not None else (1,) * pt.depth
         passes = []
         level = 1
@@ -269,7 +257,33 @@ class VllmStepStack:
             cu_d = torch.arange(rows + 1, **i32)
             used_d = (used + d).repeat_interleave(level)
             table_d = table.repeat_interleave(level, 0)
-            passes.append((rows, (cu_d, used_d, table_d, 1, max(ctx_lens) + d)))
+            passes.append((rows, (cu_d, used_d, table_d, 1, max_ctx + d)))
+        return passes
+
+    def step_fn(self, pt: StepPoint):
+        shp, dev, gen = self.shp, self.dev, self.gen
+        r, w = pt.num_decode_req, pt.window_tok
+        pre = list(pt.prefill)
+        n_dec = r * w
+        m = n_dec + sum(n for n, _ in pre)
+        if r + len(pre) + 1 > self.max_state_slots or n_dec + 1 > self.max_state_slots:
+            raise ValueError(f"{pt}: more state slots than allocated")
+        # attention metadata: decode windows then prefill chunks, one call
+        q_lens = [w] * r + [n for n, _ in pre]
+        ctx_lens = [pt.ctx_tok + w] * r + [c + n for n, c in pre]
+        cu, used, table, _ = vops.batch_meta(q_lens, ctx_lens, self.block, 1, dev)
+        meta = (cu, used, table, max(q_lens), max(ctx_lens))
+        i32 = {"dtype": torch.int32, "device": dev}
+        g = self._gdn_inputs(pt, pre, i32)
+        x = ops._randn((m, shp.hidden), dev, gen)
+        ends = torch.tensor([n for n, _ in pre], dtype=torch.long).cumsum(0) + n_dec - 1
+        dec_rows = torch.arange(n_dec, device=dev)
+        chunk_last = ends.to(dev) if pre else dec_rows[:0]
+        logit_rows = torch.cat([dec_rows, chunk_last])
+        # one row per request for the first draft pass: the window's last token, the
+        # chunk's last token
+        req_rows = torch.cat([torch.arange(r, device=dev) * w + (w - 1), chunk_last])
+        passes = self._draft_passes(pt, r + len(pre), used, table, max(ctx_lens), i32)
         emb = ops._randn((max(m, passes[-1][0] if passes else 1), shp.hidden), dev, gen)
         mtp = self.mtp
         h = shp.hidden
