@@ -102,11 +102,11 @@ def _gdn_rows(rows: list[dict]) -> list[dict]:
     return out
 
 
-@pytest.fixture(scope="module")
-def coverage_dir(tmp_path_factory) -> Path:
+def _fixture_tables(tmp_path_factory, skip: tuple[str, ...] = ()) -> Path:
     res = tmp_path_factory.mktemp("results_cov")
     for path in RESULTS.glob("model_step*"):
-        shutil.copy(path, res / path.name)
+        if path.name not in skip:
+            shutil.copy(path, res / path.name)
     cols, _ = _read(RESULTS / "model_step_run1.csv")
     _, base = _read(REPO / "capsim" / "calibration" / "data" / "h200_model_step.csv")  # merged
     _write(res / "model_step_run98_fixture_tp2.csv", cols, _tp2_ops(base))
@@ -117,6 +117,17 @@ def coverage_dir(tmp_path_factory) -> Path:
     data = tmp_path_factory.mktemp("data_cov")
     build(res, data)
     return data
+
+
+@pytest.fixture(scope="module")
+def coverage_dir(tmp_path_factory) -> Path:
+    return _fixture_tables(tmp_path_factory)
+
+
+@pytest.fixture(scope="module")
+def no_fp8_tp2_dir(tmp_path_factory) -> Path:
+    """The fixture without round 7's operator run (its FP8 rows at the 35B TP2 shard)."""
+    return _fixture_tables(tmp_path_factory, skip=("model_step_run11_round7.csv",))
 
 
 def decode(r: int, w: int, ctx: int = 2048) -> BatchShape:
@@ -178,11 +189,13 @@ def test_fp8_uses_its_moe_and_linear_rows(coverage_dir):
     assert "gdn_in_qkvz" in d["fp8_linears"] and "gdn_in_ba" not in d["fp8_linears"]
 
 
-def test_fp8_refusals_name_field_and_value(coverage_dir):
+def test_fp8_refusals_name_field_and_value(coverage_dir, no_fp8_tp2_dir):
     with pytest.raises(ValueError, match=r"moe_intermediate_size/tp=64"):
         _model(coverage_dir, 3, tp=8, quant="fp8")
     with pytest.raises(ValueError, match=r"tensor_parallel_size=2 \(weights fp8\)"):
-        _model(coverage_dir, 3, tp=2, quant="fp8")  # the fixture has no FP8 rows at TP2
+        _model(no_fp8_tp2_dir, 3, tp=2, quant="fp8")  # no FP8 rows at TP2 without round 7
+    # round 7 measured them (kernels/results/h200/model_step_run11_round7.csv)
+    assert _model(coverage_dir, 3, tp=2, quant="fp8").describe()["weights"] == "fp8"
     with pytest.raises(ValueError, match=r"quantization='awq'"):
         _model(coverage_dir, 3, quant="awq")
 

@@ -67,6 +67,20 @@ PHASE_END = {
 }  # fmt: skip
 PHASE_ORDER = ("gdn_kc", "gdn_main", "step_ops", "gdn_tp", "gdn_cal", "gdn_p2")
 DEFAULT_PHASES = "warm,gdn_kc,gdn_main,step_ops,gdn_tp,gdn_cal"
+# --plan r7 (round 7, round7_cells.py / step/round7_ops.py): the step operators first (what
+# keeps capsim simulate refusing deployments), then the GDN coverage cells, kcode's variants
+# and the interpolation points; files round7_<phase>.csv, round7_meta.json
+PHASE_END_R7 = {
+    "warm": 0.17, "step_ops": 0.60, "gdn_cov": 0.65, "gdn_kc": 0.78, "gdn_tp64": 0.84,
+    "gdn_cal": 0.92, "gdn_tpT": 0.98,
+}  # fmt: skip
+PHASE_ORDER_R7 = ("step_ops", "gdn_cov", "gdn_kc", "gdn_tp64", "gdn_cal", "gdn_tpT")
+DEFAULT_PHASES_R7 = "warm," + ",".join(PHASE_ORDER_R7)
+PLANS = {
+    "r6": {"end": PHASE_END, "order": PHASE_ORDER, "phases": DEFAULT_PHASES, "prefix": "round6"},
+    "r7": {"end": PHASE_END_R7, "order": PHASE_ORDER_R7, "phases": DEFAULT_PHASES_R7,
+           "prefix": "round7"},
+}  # fmt: skip
 WORK = Path(os.environ.get("R6_WORK", "/tmp/r6work"))  # progress files (not returned)
 
 
@@ -88,6 +102,27 @@ def warm_key(cell: Cell, batch: int) -> tuple:
 
 
 WARM_PHASES = ("gdn_kc", "gdn_main", "gdn_tp", "gdn_cal")
+
+
+def plan_cells(phase: str, dry: bool, plan: str | None = None) -> list[Cell]:
+    """A phase's cells under ``plan`` (default: env R6_PLAN, else r6); R6_SMOKE=1: the
+    first cell per kernel set (round6_cells.smoke)."""
+    plan = plan or os.environ.get("R6_PLAN", "r6")
+    if plan == "r6":
+        return phase_cells(phase, dry)
+    from .round6_cells import smoke
+    from .round7_cells import CELLS7
+
+    cells = CELLS7[phase](dry)
+    return smoke(cells) if os.environ.get("R6_SMOKE") == "1" else cells
+
+
+def cell_phases(plan: str) -> tuple[str, ...]:
+    if plan == "r6":
+        return tuple(CELLS)
+    from .round7_cells import CELLS7
+
+    return tuple(CELLS7)
 # vLLM's GDN ops take the batch as a tl.constexpr (fused_sigmoid_gating.py, the packed
 # decode's strides): one compile per batch size, so they are warmed at every B of the run
 PER_BATCH_KERNELS = ("vllm_storeall", "vllm_decode")
@@ -108,7 +143,7 @@ def warm_cells(dry: bool, phases: tuple[str, ...] = WARM_PHASES) -> list[Cell]:
     kernels: dict[tuple, list[str]] = {}
     first: dict[tuple, Cell] = {}
     for phase in phases:
-        for c in phase_cells(phase, dry):
+        for c in plan_cells(phase, dry):
             names = c.kernels or main_kernels()
             for key, part in (
                 (warm_key(c, warm_batch(c, dry)), [k for k in names if k not in PER_BATCH_KERNELS]),
@@ -144,12 +179,25 @@ def warm_worker(spec: str, vllm_src: Path) -> int:
     return 0
 
 
+def warm_step_worker(args) -> int:
+    """The step operators' compile warm-up process (plan r7; vLLM's files from
+    CAPSIM_VLLM_SRC, as the step phase's child)."""
+    from ..step.round7_ops import warm_step7
+
+    t0 = time.monotonic()
+    n = warm_step7("cpu" if args.dry_run else "cuda", args.dry_run)
+    print(f"warm step: {n} points visited in {time.monotonic() - t0:.0f}s", flush=True)
+    return 0
+
+
 def warm(workers: int, vllm_src: Path, deadline: float, dry: bool, notes: list[str],
          phases: tuple[str, ...]) -> float:  # fmt: skip
     """Start ``workers`` warm-up processes and wait for them (at most until ``deadline``)."""
     t0 = time.monotonic()
+    plan = os.environ.get("R6_PLAN", "r6")
     env = {**os.environ, "R6_DRY": "1" if dry else "0", "PYTHONUNBUFFERED": "1",
-           "R6_WARM_PHASES": ",".join(p for p in phases if p in CELLS)}  # fmt: skip
+           "R6_WARM_PHASES": ",".join(p for p in phases if p in cell_phases(plan)),
+           "CAPSIM_VLLM_SRC": str(vllm_src)}  # fmt: skip
     procs = [
         subprocess.Popen(
             [
@@ -162,11 +210,17 @@ def warm(workers: int, vllm_src: Path, deadline: float, dry: bool, notes: list[s
                 str(vllm_src),
                 "--out",
                 ".",
+                "--plan",
+                plan,
             ],
             env=env,
         )
         for i in range(workers)
     ]
+    if plan == "r7" and "step_ops" in phases:  # the step operators' Triton kernels, beside
+        procs.append(subprocess.Popen(  # the GDN workers (step/round7_ops.warm_step7)
+            [sys.executable, "-m", __spec__.name, "--warm-step", "--vllm-src", str(vllm_src),
+             "--out", ".", "--plan", plan] + (["--dry-run"] if dry else []), env=env))  # fmt: skip
     for p in procs:
         try:
             p.wait(timeout=max(1.0, deadline - time.monotonic()))
@@ -193,8 +247,8 @@ def run_phase(phase: str, args, start: int) -> int:
     of the cell being measured in WORK/<phase>.progress (a crash is resumed after it)."""
     device = "cpu" if args.dry_run else "cuda"
     notes: list[str] = []
-    cells = phase_cells(phase, args.dry_run)
-    out = args.out / f"round6_{phase}.csv"  # round6_gdn_main.csv, ...
+    cells = plan_cells(phase, args.dry_run, args.plan)
+    out = args.out / f"{PLANS[args.plan]['prefix']}_{phase}.csv"  # round6_gdn_main.csv, ...
     rows = _read_rows(out) if start else []
     ctx = _ctx(args.vllm_src, notes)
     i = start
@@ -224,13 +278,33 @@ def run_phase(phase: str, args, start: int) -> int:
 
 
 def run_step_phase(args) -> int:
+    """Child process of the step-operator phase. r7: its jobs from ``args.start`` (a crash
+    is resumed after the job that crashed: WORK/step_ops.progress), the metadata saved
+    after every job."""
     from ..step.round6_ops import run_step_ops
+    from ..step.round7_ops import run_step7
 
     device = "cpu" if args.dry_run else "cuda"
-    notes: list[str] = []
-    meta = run_step_ops(args.out, device, time.monotonic() + args.deadline_epoch - time.time(),
-                        args.dry_run, notes)  # fmt: skip
-    atomic_write(WORK / "step_ops.json", json.dumps({"meta": meta, "notes": notes}, default=str))
+    deadline = time.monotonic() + args.deadline_epoch - time.time()
+    path = WORK / "step_ops.json"
+    if args.plan == "r6":
+        notes: list[str] = []
+        meta = run_step_ops(args.out, device, deadline, args.dry_run, notes)
+        atomic_write(path, json.dumps({"meta": meta, "notes": notes}, default=str))
+        return 0
+    prior = json.loads(path.read_text()) if args.start and path.is_file() else {}
+    notes = prior.get("notes", [])
+
+    def save(meta: dict, job: int) -> None:
+        if prior:  # a resumed attempt: the jobs of the one before it first
+            meta = {**meta, "jobs": prior["meta"]["jobs"] + meta["jobs"],
+                    "rows": prior["meta"].get("rows", 0) + meta.get("rows", 0)}  # fmt: skip
+        atomic_write(path, json.dumps({"meta": meta, "notes": notes}, default=str))
+        if job >= 0:  # the job about to run (a crash resumes after it)
+            atomic_write(WORK / "step_ops.progress", str(job))
+
+    run_step7(args.out, device, deadline, args.dry_run, notes, start=args.start, save=save)
+    atomic_write(WORK / "step_ops.progress", "done")
     return 0
 
 
@@ -239,10 +313,10 @@ def _child(args, phase: str, start: int, deadline: float) -> int:
     the call with it); returns its exit code (-9: killed at the deadline)."""
     cmd = [sys.executable, "-m", __spec__.name, "--out", str(args.out), "--phase", phase,
            "--start", str(start), "--copy-gbps", str(args.copy_gbps), "--deadline-epoch",
-           str(deadline), "--vllm-src", str(args.vllm_src)] + (["--dry-run"] if args.dry_run
-                                                                else [])  # fmt: skip
+           str(deadline), "--vllm-src", str(args.vllm_src), "--plan", args.plan] + (
+               ["--dry-run"] if args.dry_run else [])  # fmt: skip
     env = {**os.environ, "PYTHONUNBUFFERED": "1", "CAPSIM_VLLM_SRC": str(args.vllm_src),
-           "R6_DRY": "1" if args.dry_run else "0"}  # fmt: skip
+           "R6_DRY": "1" if args.dry_run else "0", "R6_PLAN": args.plan}  # fmt: skip
     proc = subprocess.Popen(cmd, env=env)
     try:
         return proc.wait(timeout=max(1.0, deadline - time.time() + 15.0))
@@ -264,7 +338,8 @@ def orchestrate_phase(args, phase: str, deadline: float, meta: dict) -> None:
             else ""
         )
         attempts.append({"start": start, "rc": rc, "progress": prog})
-        if rc == 0 or phase == "step_ops" or prog.startswith("done") or not prog:
+        r6_step = phase == "step_ops" and args.plan == "r6"  # r6: no resume
+        if rc == 0 or r6_step or prog.startswith("done") or not prog:
             break
         meta["notes"].append(f"{phase}: child exited {rc} at cell {prog}; resuming after it")
         print(meta["notes"][-1], flush=True)
@@ -282,13 +357,34 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--dry-run", action="store_true", help="CPU, tiny shapes (TRITON_INTERPRET=1)")
     p.add_argument("--smoke", action="store_true",
                    help="each phase's first cell per kernel set only (R6_SMOKE=1)")  # fmt: skip
-    p.add_argument("--phases", default=DEFAULT_PHASES)
+    p.add_argument("--plan", choices=tuple(PLANS), default="r6",
+                   help="r6: round 6's phases; r7: round 7's (round7_cells.py)")  # fmt: skip
+    p.add_argument("--phases", default=None, help="comma list (default: the plan's)")
+    p.add_argument("--phase-end", default="",
+                   help="override shares of the budget, e.g. warm=0.2,gdn_kc=0.8")  # fmt: skip
     p.add_argument("--warm-worker", default=None, help=argparse.SUPPRESS)
+    p.add_argument("--warm-step", action="store_true", help=argparse.SUPPRESS)
     p.add_argument("--phase", default=None, help=argparse.SUPPRESS)
     p.add_argument("--start", type=int, default=0, help=argparse.SUPPRESS)
     p.add_argument("--copy-gbps", type=float, default=0.0, help=argparse.SUPPRESS)
     p.add_argument("--deadline-epoch", type=float, default=0.0, help=argparse.SUPPRESS)
     return p
+
+
+def parse_shares(text: str, known: dict[str, float]) -> dict[str, float]:
+    """``--phase-end`` ("phase=share,..."): shares of the budget in (0, 1], known phases."""
+    out: dict[str, float] = {}
+    for item in filter(None, (x.strip() for x in text.split(","))):
+        name, _, value = item.partition("=")
+        try:
+            share = float(value)
+        except ValueError:
+            share = -1.0
+        if name not in known or not 0.0 < share <= 1.0:
+            raise SystemExit(f"--phase-end: {item!r} must be phase=share with phase in "
+                             f"{sorted(known)} and 0 < share <= 1")  # fmt: skip
+        out[name] = share
+    return out
 
 
 def _meta(args, device: str) -> dict:
@@ -324,7 +420,8 @@ def _collect(args, meta: dict) -> None:
         meta["step_ops"] = step["meta"]
         notes += step["notes"]
     meta["phase_notes"] = notes
-    rows = [r for p in sorted(args.out.glob("round6_gdn_*.csv")) for r in _read_rows(p)]
+    prefix = PLANS[args.plan]["prefix"]
+    rows = [r for p in sorted(args.out.glob(f"{prefix}_gdn_*.csv")) for r in _read_rows(p)]
     timed = [r for r in rows if r.get("p50_us")]
     # a kernel whose float64 check failed is never timed: every timed row passed its check
     meta["num_rows"], meta["num_timed"] = len(rows), len(timed)
@@ -340,8 +437,14 @@ def main(argv: list[str] | None = None) -> int:
     args = _parser().parse_args(argv)
     if args.smoke:  # children and warm-up workers inherit it
         os.environ["R6_SMOKE"] = "1"
+    os.environ["R6_PLAN"] = args.plan
+    plan = PLANS[args.plan]
+    if args.phases is None:
+        args.phases = plan["phases"]
     if args.warm_worker is not None:
         return warm_worker(args.warm_worker, args.vllm_src)
+    if args.warm_step:
+        return warm_step_worker(args)
     WORK.mkdir(parents=True, exist_ok=True)
     if args.phase is None:  # the orchestrator starts from a clean progress folder
         for stale in WORK.glob("*"):
@@ -360,14 +463,18 @@ def main(argv: list[str] | None = None) -> int:
     args.out.mkdir(parents=True, exist_ok=True)
     phases = args.phases.split(",")
     meta = _meta(args, device)
-    end = {k: t0 + f * args.budget_s for k, f in PHASE_END.items()}
+    meta["plan"] = args.plan
+    shares = {**plan["end"], **parse_shares(args.phase_end, plan["end"])}
+    meta["phase_end"] = shares
+    end = {k: t0 + f * args.budget_s for k, f in shares.items()}
 
     def save() -> None:
         # the checks summary after every phase: a run killed later still returns a meta
         # that says whether its rows passed their float64 checks
         _collect(args, meta)
         meta["elapsed_s"] = round(time.time() - t0, 1)
-        atomic_write(args.out / "round6_meta.json", json.dumps(meta, indent=1, default=str))
+        atomic_write(args.out / f"{plan['prefix']}_meta.json",
+                     json.dumps(meta, indent=1, default=str))  # fmt: skip
 
     if "warm" in phases and args.workers > 0:
         meta["phase_s"]["warm"] = round(
@@ -380,14 +487,15 @@ def main(argv: list[str] | None = None) -> int:
     meta["copy_gbps"] = round(args.copy_gbps, 1)
     print(f"copy bandwidth {args.copy_gbps:.1f} GB/s (read + write)", flush=True)
     save()
-    for phase in PHASE_ORDER:
+    for phase in plan["order"]:
         if phase in phases:
             t1 = time.time()
             orchestrate_phase(args, phase, end[phase], meta)
             meta["phase_s"][phase] = round(time.time() - t1, 1)
             save()
     save()
-    print(f"round6 done: {meta['num_timed']} timed GDN rows, {meta['elapsed_s']} s", flush=True)
+    print(f"{plan['prefix']} done: {meta['num_timed']} timed GDN rows, {meta['elapsed_s']} s",
+          flush=True)  # fmt: skip
     return 0
 
 

@@ -107,11 +107,13 @@ def time_host_roundtrip(m: int, replays: int, dev: str) -> tuple[str, tuple]:
 class Writer:
     """Appends rows to a CSV and flushes each one (a killed run keeps what it measured)."""
 
-    def __init__(self, path: Path, columns: Iterable[str]) -> None:
+    def __init__(self, path: Path, columns: Iterable[str], append: bool = False) -> None:
         self.columns = tuple(columns)
-        self.fh = path.open("w", newline="")
+        header = not (append and path.is_file() and path.stat().st_size > 0)
+        self.fh = path.open("a" if not header else "w", newline="")
         self.csv = csv.DictWriter(self.fh, fieldnames=self.columns)
-        self.csv.writeheader()
+        if header:
+            self.csv.writeheader()
         self.rows = 0
 
     def write(self, row: dict) -> None:

@@ -188,6 +188,21 @@ def measure_vllm_gdn(shp: StepShapes, out: Writer, dev, gen, replays, deadline) 
             _free()
 
 
+def _run_once(pt: OpPoint, ops_: frozenset[str]) -> None:
+    """The compile warm-up of one point: build it and run its first callable once."""
+    if pt.op not in ops_:
+        return
+    try:
+        built = pt.make()
+        built[0][0]()
+        if torch.cuda.is_available():
+            torch.cuda.synchronize()
+    except Exception as exc:  # a warm-up failure only costs the timed run its compile
+        print(f"warm FAILED {pt.tag}: {type(exc).__name__}: {exc}"[:300], file=sys.stderr)
+    built = None
+    _free()
+
+
 def measure_shapes(
     shp: StepShapes,
     grid: dict,
@@ -200,11 +215,14 @@ def measure_shapes(
     only: frozenset[str] = frozenset(),
     kernels: str = "torch",
     skip: frozenset[tuple] = frozenset(),
+    warm_ops: frozenset[str] | None = None,
 ) -> None:
     """All per-op points of one (model, tp) (``operator_points``; with
     ``kernels='vllm'`` the classes of ``vllm_operator_points`` replace the torch ones);
     shapes already measured are skipped, and so are the classes in ``skip`` ((op, key), or
-    (gemm, n, k)). A point is timed as a CUDA graph, eagerly if that fails."""
+    (gemm, n, k)). A point is timed as a CUDA graph, eagerly if that fails.
+    ``warm_ops``: a compile warm-up instead: each point of those ops runs once (no
+    timing, nothing written; ``out`` unused), filling Triton's cache."""
 
     def wanted(op: str) -> bool:
         return not only or op in only
@@ -240,6 +258,9 @@ def measure_shapes(
         if pt.tag in done or time.monotonic() > deadline or not wanted(pt.op) or skipped(pt):
             continue
         done.add(pt.tag)
+        if warm_ops is not None:
+            _run_once(pt, warm_ops)
+            continue
         built = None
         for use_graph in (True, False):
             try:

@@ -122,9 +122,9 @@ def fp8_refusal(shp: StepShapes) -> str | None:
     return None
 
 
-def make_moe_fp8(m: int, shp: StepShapes, dev: str, gen):
+def make_moe_fp8(m: int, shp: StepShapes, dev: str, gen, ncopy: int | None = None):
     """vLLM's fused MoE on its FP8 w8a8 block path at ``m`` tokens (one weight copy per
-    callable, as make_moe_vllm)."""
+    callable, as make_moe_vllm; ``ncopy`` overrides the copy count: 1 for a warm-up)."""
     from .. import vllm_shim as vl
     from .vllm_ops import moe_weights_vllm, silu_and_mul
 
@@ -132,7 +132,8 @@ def make_moe_fp8(m: int, shp: StepShapes, dev: str, gen):
     x = ops._randn((m, shp.hidden), dev, gen)
     per_expert = 3 * shp.hidden * shp.moe_inter  # fp8: 1 byte per weight
     touched = ops.moe_expected_active(shp.num_experts, shp.topk, m) * per_expert
-    ncopy = max(2, ops.copies_for(touched, cap=4)) if dev == "cuda" else 1
+    if ncopy is None:
+        ncopy = max(2, ops.copies_for(touched, cap=4)) if dev == "cuda" else 1
     ws = []
     for _ in range(ncopy):
         w = moe_weights_vllm(shp.hidden, shp.num_experts, shp.moe_inter, shp.shared_inter,
@@ -216,13 +217,23 @@ def make_gemm_fp8(m: int, n: int, k: int, dev: str, gen):
 
 
 def _write_point(out: Writer, op: str, key: str, built, impl: str, replays: int, **dims) -> None:
-    how, pct = time_calls(built[0], replays)
+    """Time ``built`` as a CUDA graph, eagerly if the capture fails (as measure_shapes)."""
+    try:
+        how, pct = time_calls(built[0], replays)
+    except Exception as exc:
+        print(f"FAILED {op} {key} graph=True: {type(exc).__name__}: {exc}"[:400], file=sys.stderr)
+        if torch.cuda.is_available():
+            torch.cuda.synchronize()
+        how, pct = time_calls(built[0], replays, graph=False)
     out.write(_row(op, key, how, pct, flops=built[1], bytes_=built[2], copies=len(built[0]),
                    impl=impl, **dims))  # fmt: skip
 
 
-def _fp8_points(shapes, grid, out: Writer, dev, gen, deadline: float, notes: list[str]):
-    done: set = set()
+def fp8_points(shapes, grid, out: Writer, dev, gen, deadline: float, notes: list[str],
+               done: set | None = None) -> None:  # fmt: skip
+    """moe_fp8 and gemm_fp8 rows of ``shapes`` until ``deadline``; ``done`` (shared across
+    calls) holds the points already measured."""
+    done = set() if done is None else done
     for shp in shapes:
         why = fp8_refusal(shp)
         if why:
@@ -242,7 +253,10 @@ def _fp8_points(shapes, grid, out: Writer, dev, gen, deadline: float, notes: lis
                 print("FAILED", notes[-1], file=sys.stderr, flush=True)
             _free()
         for lin in shp.linears:
-            for m in grid["m"] if lin.name != "lm_head" else ():
+            # what the step model reads (CalibratedStepTime.fp8_linear): 128-block shapes,
+            # lm_head kept in bf16 by the FP8 checkpoints
+            fp8 = lin.name != "lm_head" and not (lin.n % FP8_BLOCK or lin.k % FP8_BLOCK)
+            for m in grid["m"] if fp8 else ():
                 tag = ("gemm_fp8", lin.n, lin.k, m)
                 if tag in done or time.monotonic() > deadline:
                     continue
@@ -286,7 +300,7 @@ def run_step_ops(out_dir: Path, device: str, deadline: float, dry: bool, notes: 
     except Exception as e:
         meta["fp8"]["moe_check_error"] = repr(e)[:300]
         notes.append(f"fp8 MoE check failed: {e!r}"[:300])
-    _fp8_points(fp8_shapes, grid, out, device, gen, deadline, notes)
+    fp8_points(fp8_shapes, grid, out, device, gen, deadline, notes)
     out.close()
     meta["rows"] = out.rows
     return meta

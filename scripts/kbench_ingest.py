@@ -1,0 +1,179 @@
+"""Ingest a kernels device call (round6.py --plan r7) into the results and calibration tables.
+
+    python3 scripts/kbench_ingest.py --src /work/notes/s3/kbench_results [--no-build]
+
+``--src`` holds what the call returned: ``r7/`` (round7_gdn_<phase>.csv,
+round7_step_ops.csv, round7_meta.json), ``round7_log.txt`` and ``nvsmi.txt``. Steps:
+
+1. the GDN CSVs, metadata, log and nvidia-smi output go to ``kernels/results/h200/``
+   under their round-7 names (``round7_*``); when the call was cut after its last save
+   (the metadata counts fewer rows than the CSVs hold), the checks summary is recomputed
+   from the CSVs with round6._collect's rule and the metadata says so;
+2. the step operators go to ``model_step_run<N>_round7.csv`` (N = --step-run) and a run
+   entry is appended to ``model_step_meta.json`` (command, date, versions, jobs);
+   ``--step-src DIR`` takes them (round7_step_ops.csv, round7_meta.json) from another run
+   of the step phase than the GDN files' (``--step-note`` says why, in the entry);
+3. ``capsim.calibration.build`` rebuilds ``capsim/calibration/data`` (the round-7 GDN rows
+   take precedence per point: build.ROUND6_RUNS; the step run replaces the classes it
+   measured) unless ``--no-build``.
+
+Refuses (one line, non-zero exit) a call whose metadata is missing or whose timed GDN
+rows failed a float64 check. Same inputs -> the same files.
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import json
+import os
+import shutil
+import sys
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+PREFIX = "round7"
+
+
+def _atomic_text(path: Path, text: str) -> None:
+    tmp = path.with_name(path.name + ".tmp")
+    tmp.write_text(text)
+    os.replace(tmp, path)
+
+
+def _copy(src: Path, dst: Path) -> None:
+    tmp = dst.with_name(dst.name + ".tmp")
+    shutil.copyfile(src, tmp)
+    os.replace(tmp, dst)
+
+
+def _rows(path: Path) -> list[dict]:
+    with path.open(newline="") as fh:
+        return list(csv.DictReader(fh))
+
+
+def checks_summary(gdn_rows: list[dict]) -> dict:
+    """round6._collect's checks summary of ``gdn_rows``."""
+    timed = [r for r in gdn_rows if r.get("p50_us")]
+    return {
+        "num_rows": len(gdn_rows), "num_timed": len(timed),
+        "checks_ok": bool(timed) and all(r["check_ok"] == "True" for r in timed),
+        "failed_checks": [f"{r['kernel']} {r['model_shape']} {r['tree']} B={r['B']}"
+                          for r in gdn_rows if r["check_ok"] != "True"],
+        "contract_misses": [f"{r['kernel']} {r['model_shape']} {r['tree']} B={r['B']} "
+                            f"{r['err_max_req_head']}" for r in gdn_rows
+                            if r["contract_ok"] != "True"],
+    }  # fmt: skip
+
+
+def ingest_gdn(run: Path, src: Path, dst: Path) -> dict:
+    meta_path = run / f"{PREFIX}_meta.json"
+    if not meta_path.is_file():
+        raise SystemExit(f"--src={src}: no {PREFIX}_meta.json under {run}")
+    meta = json.loads(meta_path.read_text())
+    gdn = sorted(run.glob(f"{PREFIX}_gdn_*.csv"))
+    rows = [r for p in gdn for r in _rows(p)]
+    summary = checks_summary(rows)
+    if meta.get("num_rows") != summary["num_rows"]:
+        meta["checks_recomputed_offline"] = (
+            f"the call was cut after its last save ({meta.get('num_rows')} rows then, "
+            f"{summary['num_rows']} in the CSVs): checks summary recomputed from the CSVs "
+            "with round6._collect's rule (scripts/kbench_ingest.py)"
+        )
+        meta.update(summary)
+    if not summary["checks_ok"]:
+        raise SystemExit(f"{meta_path}: checks_ok=False ({summary['failed_checks'][:3]}): "
+                         "refusing to ingest GDN timings that failed their float64 check")  # fmt: skip
+    for p in gdn:
+        _copy(p, dst / p.name)
+    for name, new in (("round7_log.txt", "round7_log.txt"), ("nvsmi.txt", "round7_nvsmi.txt")):
+        cand = next((c for c in (src / name, run / name) if c.is_file()), None)
+        if cand is not None:
+            _copy(cand, dst / new)
+    _atomic_text(dst / f"{PREFIX}_meta.json", json.dumps(meta, indent=1, default=str) + "\n")
+    return meta
+
+
+def _nvsmi_lines(src: Path) -> list[str]:
+    path = src / "nvsmi.txt"
+    if not path.is_file():
+        return []
+    return [ln.rstrip() for ln in path.read_text().splitlines() if "H200" in ln or "Driver" in ln][:4]
+
+
+def step_rows(run: Path) -> list[dict] | None:
+    """The call's step-operator rows (None: no such file); refuses a non-positive timing."""
+    path = run / f"{PREFIX}_step_ops.csv"
+    if not path.is_file():
+        return None
+    rows = _rows(path)
+    bad = [r for r in rows if not (float(r["p50_us"]) > 0.0)]
+    if bad:
+        raise SystemExit(f"{path}: p50_us={bad[0]['p50_us']!r} in row {bad[0]['op']} "
+                         f"{bad[0]['key']}: refusing non-positive step timings")  # fmt: skip
+    return rows
+
+
+def ingest_step(run: Path, src: Path, dst: Path, meta: dict, step_run: int,
+                note: str = "") -> Path | None:  # fmt: skip
+    rows = step_rows(run)
+    if rows is None:
+        return None
+    path = run / f"{PREFIX}_step_ops.csv"
+    out = dst / f"model_step_run{step_run}_{PREFIX}.csv"
+    _copy(path, out)
+    step = meta.get("step_ops", {})
+    entry = {
+        "schema_version": 1, "run": f"run{step_run}", "started_utc": meta.get("date_utc"),
+        "command": meta.get("command"), "commit": meta.get("commit"), "device": meta.get("gpu"),
+        "torch": meta.get("torch"), "triton": meta.get("triton"), "python": meta.get("python"),
+        "kernels": "vllm", "vllm": "0.33.0 op files (vllm_shim --extract)", "replays": 15,
+        "seed": 7, "grid": step.get("grid"), "jobs": step.get("jobs"),
+        "fp8": step.get("fp8"), "op_rows": len(rows), "phase_s": meta.get("phase_s", {}).get(
+            "step_ops"), "nvidia_smi": _nvsmi_lines(src),
+        "files": {"ops": out.name},
+        "note": note or ("round 7's step operators (kernels/bench/step/round7_ops.py), one "
+                         "kernels device call with the GDN phases (round7_meta.json)"),
+    }  # fmt: skip
+    meta_path = dst / "model_step_meta.json"
+    all_meta = json.loads(meta_path.read_text())
+    all_meta["runs"] = [r for r in all_meta["runs"] if r.get("run") != entry["run"]] + [entry]
+    _atomic_text(meta_path, json.dumps(all_meta, indent=1) + "\n")
+    return out
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--src", type=Path, required=True)
+    ap.add_argument("--results", type=Path, default=REPO / "kernels/results/h200")
+    ap.add_argument("--step-run", type=int, default=11)
+    ap.add_argument("--no-build", action="store_true")
+    ap.add_argument("--step-src", type=Path, default=None,
+                    help="folder of round7_step_ops.csv + round7_meta.json (default: --src's)")
+    ap.add_argument("--step-note", default="")
+    args = ap.parse_args(argv)
+    run = args.src / "r7" if (args.src / "r7").is_dir() else args.src
+    step_run = args.step_src or run
+    step_rows(step_run)  # every refusal before anything is written
+    step_meta = None
+    if args.step_src is not None:
+        path = args.step_src / f"{PREFIX}_meta.json"
+        if not path.is_file():
+            raise SystemExit(f"--step-src={args.step_src}: no {PREFIX}_meta.json")
+        step_meta = json.loads(path.read_text())
+    meta = ingest_gdn(run, args.src, args.results)
+    step = ingest_step(step_run, args.src, args.results, step_meta or meta, args.step_run,
+                       args.step_note)  # fmt: skip
+    print(f"GDN: {meta['num_timed']} timed rows, checks_ok {meta['checks_ok']}, "
+          f"contract misses {len(meta.get('contract_misses', []))}; step rows -> {step}")  # fmt: skip
+    if not args.no_build:
+        sys.path.insert(0, str(REPO))
+        from capsim.calibration.build import build
+
+        files = build(args.results)["files"]
+        print("built", sorted(files))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

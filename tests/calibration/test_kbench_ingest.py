@@ -1,0 +1,78 @@
+"""scripts/kbench_ingest.py: a kernels call's files into the results folder (no build)."""
+
+from __future__ import annotations
+
+import csv
+import importlib.util
+import json
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[2]
+_spec = importlib.util.spec_from_file_location("kbench_ingest", REPO / "scripts/kbench_ingest.py")
+ingest = importlib.util.module_from_spec(_spec)
+_spec.loader.exec_module(ingest)
+
+GDN = ("kernel", "model_shape", "tree", "B", "p50_us", "check_ok", "contract_ok",
+       "err_max_req_head")  # fmt: skip
+STEP = ("op", "key", "m_tok", "n", "k", "p50_us")
+
+
+def _csv(path: Path, cols, rows) -> None:
+    with path.open("w", newline="") as fh:
+        w = csv.DictWriter(fh, fieldnames=cols)
+        w.writeheader()
+        w.writerows(rows)
+
+
+def _call(tmp: Path, gdn_rows, num_rows=None, step_rows=()) -> tuple[Path, Path]:
+    src, dst = tmp / "src", tmp / "dst"
+    (src / "r7").mkdir(parents=True)
+    dst.mkdir()
+    (dst / "model_step_meta.json").write_text(json.dumps({"runs": [{"run": "run10"}]}))
+    _csv(src / "r7/round7_gdn_cov.csv", GDN, gdn_rows)
+    meta = {"num_rows": len(gdn_rows) if num_rows is None else num_rows, "checks_ok": True,
+            "date_utc": "2026-12-02T03:15:00Z", "commit": "abc1234", "gpu": "NVIDIA H200"}  # fmt: skip
+    (src / "r7/round7_meta.json").write_text(json.dumps(meta))
+    if step_rows:
+        _csv(src / "r7/round7_step_ops.csv", STEP, step_rows)
+    (src / "nvsmi.txt").write_text("| NVIDIA H200 ... |\n")
+    return src, dst
+
+
+def _g(ok: str = "True", p50: str = "10.0") -> dict:
+    return {"kernel": "replay", "model_shape": "m", "tree": "chain", "B": 1, "p50_us": p50,
+            "check_ok": ok, "contract_ok": "True", "err_max_req_head": "1e-7"}  # fmt: skip
+
+
+def test_a_cut_call_gets_its_checks_recomputed_and_the_step_run_recorded(tmp_path):
+    step = [{"op": "moe_fp8", "key": "e256", "m_tok": 1, "n": 0, "k": 0, "p50_us": "5.0"}]
+    src, dst = _call(tmp_path, [_g(), _g()], num_rows=1, step_rows=step)
+    assert ingest.main(["--src", str(src), "--results", str(dst), "--no-build"]) == 0
+    meta = json.loads((dst / "round7_meta.json").read_text())
+    assert meta["num_rows"] == 2 and meta["checks_ok"] is True
+    assert "recomputed" in meta["checks_recomputed_offline"]
+    assert (dst / "round7_gdn_cov.csv").is_file() and (dst / "round7_nvsmi.txt").is_file()
+    runs = json.loads((dst / "model_step_meta.json").read_text())["runs"]
+    assert [r["run"] for r in runs] == ["run10", "run11"] and runs[-1]["op_rows"] == 1
+    assert (dst / "model_step_run11_round7.csv").is_file()
+    # same inputs, same files
+    first = {p.name: p.read_bytes() for p in dst.iterdir()}
+    ingest.main(["--src", str(src), "--results", str(dst), "--no-build"])
+    assert {p.name: p.read_bytes() for p in dst.iterdir()} == first
+
+
+def test_a_failed_float64_check_is_refused(tmp_path):
+    src, dst = _call(tmp_path, [_g(), _g(ok="False")])
+    with pytest.raises(SystemExit, match="checks_ok=False"):
+        ingest.main(["--src", str(src), "--results", str(dst), "--no-build"])
+    assert not (dst / "round7_gdn_cov.csv").exists()
+
+
+def test_a_non_positive_step_timing_is_refused(tmp_path):
+    step = [{"op": "gemm_fp8", "key": "x", "m_tok": 1, "n": 128, "k": 128, "p50_us": "0"}]
+    src, dst = _call(tmp_path, [_g()], step_rows=step)
+    with pytest.raises(SystemExit, match="p50_us='0'"):
+        ingest.main(["--src", str(src), "--results", str(dst), "--no-build"])
+    assert not (dst / "round7_gdn_cov.csv").exists()  # refused before anything is written
