@@ -206,7 +206,10 @@ def knee_cmd(result_dir: Path, csv_out: bool) -> None:
 
     points, matched = _read_results(result_dir)
     table = knee_table(points)
-    click.echo("Knee: smallest swept load at which peak admitted < offered concurrency")
+    click.echo(
+        "Knee: smallest swept load at which peak admitted < offered concurrency because of the"
+        " pool (memory-bound)"
+    )
     click.echo("(rate workloads: first rate at which store-all is memory-bound); cap = memory plan")
     click.echo(format_knee(table))
     grid = memory_bound_grid(matched)

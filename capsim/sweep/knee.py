@@ -34,8 +34,12 @@ def group_cols(points: pd.DataFrame) -> list[str]:
 
 
 def _knee_concurrency(rows: pd.DataFrame) -> float:
+    """The first load whose peak admitted falls short of it because of the pool (preempted,
+    or less free than one request needs): under async scheduling a closed-loop client keeps
+    one replacement in transit, so peak running can sit one short of the load with the pool
+    half empty, which is not saturation."""
     for _, r in rows.sort_values("load").iterrows():
-        if float(r["peak_running"]) < float(r["load"]):
+        if float(r["peak_running"]) < float(r["load"]) and is_memory_bound(r):
             return float(r["load"])
     return math.nan
 

@@ -89,9 +89,16 @@ def test_memory_bound_rule():
 
 def test_knee_first_load_below_offered():
     rows = []
-    for load, sa_run, tw_run in ((8, 8, 8), (64, 64, 64), (128, 100, 128), (256, 100, 200)):
-        rows.append(_row("storeall", load, thr=1, blocks=1, running=sa_run, ttft=1, cap=100))
-        rows.append(_row("reconstruct", load, thr=1, blocks=1, running=tw_run, ttft=1, cap=300))
+    for load, sa_run, tw_run in ((8, 8, 8), (64, 63, 63), (128, 100, 128), (256, 100, 200)):
+        # a full pool where a row falls short; at 64 both sit one short with headroom (async's
+        # in-transit replacement): not a knee
+        use = 1.0 if load >= 128 else 0.5
+        rows.append(
+            _row("storeall", load, thr=1, blocks=1, running=sa_run, ttft=1, cap=100, usage=use)
+        )
+        rows.append(
+            _row("reconstruct", load, thr=1, blocks=1, running=tw_run, ttft=1, cap=300, usage=use)
+        )
     k = knee_table(pd.DataFrame(rows))
     assert len(k) == 1
     assert k.iloc[0]["knee_storeall"] == 128
