@@ -67,12 +67,17 @@ class KVCacheCoordinatorNoPrefixCache:
     def steady_mask(
         self, cols: RequestColumns, slots: np.ndarray, new_tok: np.ndarray, lookahead_tok: int
     ) -> np.ndarray:
-        raise NotImplementedError("steady requests are a prefix-caching notion (named blocks)")
+        """No request is steady here (the caps are a prefix-caching notion, kept by the
+        named-block coordinator): every one goes through ``allocate``. The scheduler's
+        caching-off path uses the batch allocation instead and never asks."""
+        return np.zeros(np.shape(slots), dtype=bool)
 
     def steady_context_tok(
         self, slots: np.ndarray, window_tok: int, lookahead_tok: int
     ) -> np.ndarray:
-        raise NotImplementedError("steady requests are a prefix-caching notion (named blocks)")
+        """-1 per request: no computed count at which a decode step is known to change no
+        block (as ``steady_mask``: nothing is steady without the caps)."""
+        return np.full(np.shape(slots), -1, dtype=np.int64)
 
     # -- one request ----------------------------------------------------------------------
     def full_sequence_fits(self, req: Request, hit: CacheHit = NO_HIT) -> bool:

@@ -169,3 +169,16 @@ def test_steady_caps_are_reset_when_a_row_is_freed(monkeypatch: pytest.MonkeyPat
     simulate(cfg, workload=table)
     coord = seen["sim"].scheduler.kv.coordinator
     assert (coord._steady == -1).all()  # every request finished: every row freed
+
+
+def test_nothing_is_steady_without_prefix_caching() -> None:
+    """The caching-off coordinator keeps no caps: it reports no steady request and no steady
+    decode window, so a caller would allocate every request (the conservative answer)."""
+    from capsim.core.kv_coordinator import KVCacheCoordinatorNoPrefixCache
+
+    coord = KVCacheCoordinatorNoPrefixCache.__new__(KVCacheCoordinatorNoPrefixCache)
+    slots = np.array([3, 5, 8])
+    mask = coord.steady_mask(None, slots, np.ones(3, dtype=np.int64), 3)  # type: ignore[arg-type]
+    assert mask.dtype == bool and mask.shape == (3,) and not mask.any()
+    ctx = coord.steady_context_tok(slots, 4, 3)
+    assert ctx.tolist() == [-1, -1, -1]
