@@ -70,10 +70,12 @@ from __future__ import annotations
 from collections import deque
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
+from functools import partial
 
 import numpy as np
 
 from capsim.core.acceptance import AcceptanceDraws
+from capsim.core.admission import admit_cached, admit_uncached
 from capsim.core.decode_run import DecodeRun, RunLimits, plan_decode_run
 from capsim.core.kv_manager import KVCacheManager
 from capsim.core.preemption import pick_victim, preempt
@@ -161,7 +163,7 @@ class Scheduler:
         # chosen once, like the KV manager's coordinator: named blocks (caching on) have no
         # batch path and admit with a cache hit
         self._caching = kv.enable_caching
-        self._admit = self._admit_cached if self._caching else self._admit_uncached
+        self._admit = partial(admit_cached if self._caching else admit_uncached, self)
         # async scheduling: finished requests whose blocks and slots are held until the next
         # schedule, and how many requests at the tail of `waiting` arrived too late for it
         self._async = config.async_scheduling
@@ -344,80 +346,6 @@ class Scheduler:
             budget -= num_new
             i += 1
         return np.asarray(sched_slots, dtype=np.int64), np.asarray(sched_new, dtype=np.int64)
-
-    # -- waiting requests ---------------------------------------------------------------
-    def _admit_uncached(
-        self,
-        budget: int,
-        out: SchedulerOutput,
-        new_slots: list[int],
-        new_new: list[int],
-        limits: tuple[int, int],
-    ) -> None:
-        """The waiting loop with caching off, on the store's columns (same rules as
-        ``_admit_cached`` without a cache hit). ``limits``: (the running count not to reach,
-        how many waiting requests from the head may be admitted)."""
-        cfg, kv, cols = self.config, self.kv, self.store.cols
-        running, waiting = self.running, self.waiting
-        prompt, num_out = cols.prompt_tok, cols.num_output_tok
-        computed, status = cols.num_computed_tok, cols.status
-        max_seqs, eligible = limits
-        held = self._held_slots.size > 0
-        while waiting and budget > 0 and len(running) < max_seqs and len(new_slots) < eligible:
-            req = waiting[0]
-            slot = req.slot
-            num_new = prompt.item(slot) + num_out.item(slot) - computed.item(slot)
-            if not cfg.enable_chunked_prefill and num_new > budget:
-                break
-            num_new = min(num_new, budget)
-            if not kv.admit(cols, slot, num_new, self._lookahead, bool(running) or held):
-                break
-            waiting.popleft()
-            status[slot] = Status.RUNNING
-            running.append(req)
-            new_slots.append(slot)
-            new_new.append(num_new)
-            out.admitted.append(req)
-            budget -= num_new
-
-    def _admit_cached(
-        self,
-        budget: int,
-        out: SchedulerOutput,
-        new_slots: list[int],
-        new_new: list[int],
-        limits: tuple[int, int],
-    ) -> None:
-        """The waiting loop with prefix caching on: cache hit, aligned split, gate, first
-        chunk (``limits`` as in ``_admit_uncached``)."""
-        cfg, kv = self.config, self.kv
-        running, waiting = self.running, self.waiting
-        max_seqs, eligible = limits
-        while waiting and budget > 0 and len(running) < max_seqs and len(new_slots) < eligible:
-            req = waiting[0]
-            hit = kv.find_cache_hit(req)
-            hit_tok = hit.num_tok
-            num_new = req.num_tokens - req.num_computed_tok - hit_tok
-            if not cfg.enable_chunked_prefill and num_new > budget:
-                break
-            num_new = min(num_new, budget)
-            num_new = kv.align_split(req, num_new, hit_tok)
-            if num_new <= 0:
-                break
-            if (running or self._held_reqs) and not kv.full_sequence_fits(req, hit):
-                break
-            if not kv.allocate_slots(req, num_new, self._lookahead, hit):
-                break
-            kv.record_hit(req, hit)
-            req.num_computed_tok += hit_tok
-            req.num_cached_tok = hit_tok
-            waiting.popleft()
-            req.status = Status.RUNNING
-            running.append(req)
-            new_slots.append(req.slot)
-            new_new.append(num_new)
-            out.admitted.append(req)
-            budget -= num_new
 
     def schedule(self) -> SchedulerOutput:
         cfg = self.config
