@@ -299,17 +299,22 @@ def test_gpu_step_log_wraps_the_scheduler(tmp_path):
     assert rows[0]["t_sched_s"] <= rows[0]["t_done_s"] <= rows[1]["t_done_s"]
 
 
+def _step_log_server() -> dict:
+    """A start-up job whose server keeps the per-step log."""
+    return {
+        "name": "s",
+        "kind": "startup",
+        "mode": "full",
+        "est_s": 20,
+        "server": {"port": _free_port(), "step_log": True},
+    }
+
+
 def test_runner_collects_the_step_log_of_the_measured_run(tmp_path, fake_env):
     jobs, _ = er.parse_jobs(
         {
             "jobs": [
-                {
-                    "name": "s",
-                    "kind": "startup",
-                    "mode": "full",
-                    "est_s": 20,
-                    "server": {"port": _free_port(), "step_log": True},
-                },
+                _step_log_server(),
                 {
                     "name": "b",
                     "kind": "bench",
@@ -339,14 +344,8 @@ def test_bench_can_pause_the_step_log_of_its_server(tmp_path, fake_env):
     jobs, _ = er.parse_jobs(
         {
             "jobs": [
-                {
-                    "name": "s",
-                    "kind": "startup",
-                    "mode": "full",
-                    "est_s": 20,
-                    "server": {"port": _free_port(), "step_log": True},
-                },
-                {"name": "off", "kind": "bench", "est_s": 20, "bench": {**bench, "step_log": False}},
+                _step_log_server(),
+                {"name": "off", "kind": "bench", "est_s": 20, "bench": bench | {"step_log": False}},
                 {"name": "on", "kind": "bench", "est_s": 20, "bench": bench},
             ]
         }
