@@ -24,7 +24,9 @@ def test_summarize_names_a_missing_request_column(as_frame: bool) -> None:
         "prompt_tok": np.full(n, 10),
         "output_tok": np.full(n, 5),
         "finish_s": np.arange(1.0, n + 1),
-        # ttft_s is missing
+        "first_scheduled_s": np.zeros(n),
+        "send_s": np.zeros(n),
+        # ttft_s is missing (the summary reads the queue time first: send/first_scheduled)
     }
     steps = pd.DataFrame({"t_start_s": [0.0], "step_s": [1.0]})
     table = pd.DataFrame(req) if as_frame else req

@@ -62,6 +62,7 @@ def test_calibrated_without_speculation_prices_vllms_plain_decode() -> None:
 
 
 def test_calibrated_unmeasured_deployment_fails_fast_naming_the_field() -> None:
-    result = CliRunner().invoke(main, ["simulate", "-k", "3", "--tp", "4", "-c", "4", "-n", "8"])
+    # 35B TP4 is measured since round 7; TP8 still has no GDN rows at its per-GPU heads
+    result = CliRunner().invoke(main, ["simulate", "-k", "3", "--tp", "8", "-c", "4", "-n", "8"])
     assert result.exit_code != 0
-    assert "tensor_parallel_size=4" in result.output
+    assert "tensor_parallel_size=8" in result.output
