@@ -221,7 +221,6 @@ class EngineSim:
         env, sched, rec = self.env, self.scheduler, self.recorder
         kv = sched.kv
         stats, pool = kv.prefix_stats, kv.pool
-        cols = sched.store.cols
         compact = self.compact
         while not (self._client_done and self._num_finished >= self._expected):
             if not sched.has_work:
@@ -261,18 +260,7 @@ class EngineSim:
             yield env.timeout(step_s)
             finished = self._update(out)
             now = env.now
-            # (re-read: a send may have grown the compact stamp arrays)
-            first_token, last_emit = self.first_token_s, self.last_emit_s
-            idx = out.emitted_slots if compact else cols.index[out.emitted_slots]
-            fresh = np.isnan(first_token[idx])
-            num_fresh = int(np.count_nonzero(fresh))
-            if num_fresh:
-                first_token[idx[fresh]] = now
-                if num_fresh < idx.size:
-                    rec.add_itl(now - last_emit[idx[~fresh]])
-            elif idx.size:
-                rec.add_itl(now - last_emit[idx])
-            last_emit[idx] = now
+            self._stamp_emitted(out, now)
             self._finish(finished, now)
             self._settle(finished)
             if self._async_recycle:
@@ -299,6 +287,23 @@ class EngineSim:
             )
             if finished:
                 self._send_ready()
+
+    def _stamp_emitted(self, out: SchedulerOutput, now: float) -> None:
+        """First-token times of the requests that emitted their first token this step, ITLs
+        of the others, and every emitter's last-emit time."""
+        # (read here: a send may have grown the compact stamp arrays)
+        first_token, last_emit, rec = self.first_token_s, self.last_emit_s, self.recorder
+        emitted = out.emitted_slots
+        idx = emitted if self.compact else self.scheduler.store.cols.index[emitted]
+        fresh = np.isnan(first_token[idx])
+        num_fresh = int(np.count_nonzero(fresh))
+        if num_fresh:
+            first_token[idx[fresh]] = now
+            if num_fresh < idx.size:
+                rec.add_itl(now - last_emit[idx[~fresh]])
+        elif idx.size:
+            rec.add_itl(now - last_emit[idx])
+        last_emit[idx] = now
 
     def _schedule(self) -> SchedulerOutput:
         out = self.scheduler.schedule()
