@@ -35,6 +35,12 @@ def build_step_time_model(cfg: SimConfig, model: ModelSpec, gpu: GpuSpec) -> Ste
             max_capture_tok=eng.max_cudagraph_capture_size,
         )
     )
+    if eng.async_scheduling:
+        # the next step's host work overlaps this one's GPU work (capsim.cost.engine_period)
+        from capsim.cost.engine_period import AsyncStepPeriod, get_async_period
+
+        period = get_async_period(eng.engine_overhead)
+        return AsyncStepPeriod(base, period, descs, cfg.spec.num_draft_nodes)
     return HostBoundStepTime(base, fit, descs)
 
 
