@@ -32,6 +32,7 @@ H200, Qwen3.5-35B-A3B, dummy weights); ``EngineOverheadFit.check_covers`` guards
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass
+from typing import ClassVar
 
 from capsim.cost.base import BatchShape, StepTimeModel
 from capsim.cost.engine_overhead import FULL, PIECEWISE, graph_mode
@@ -75,15 +76,15 @@ class AsyncPeriodFit:
 # FIT (experiments/engine/PLAN.md 2026-12-02 05:20, session 4), recomputed by
 #   PYTHONPATH=. python3 -m capsim.live.engine_period_fit experiments/engine/runs
 # (asserted equal in tests/experiments/test_engine_period.py) from the sched-to-sched periods
-# (medians) of experiments/engine/runs/{g090_k0_rand_c1, g090_k1_rand_c1,
+# (means, PLAN.md 2026-12-02 05:45) of experiments/engine/runs/{g090_k0_rand_c1, g090_k1_rand_c1,
 # g090_k3_rand_c1_steps, g090m16_k3_sg_c64}/steps.csv (vLLM 0.26.0, H200, device calls 3-7).
 MEASURED_H200_VLLM026_ASYNC = AsyncPeriodFit(
     name="measured-h200-vllm0.26",
-    kernel_excess_s=0.0012093265677084377,  # g090_k0_rand_c1 FULL: kernels 5.54 - period 4.33 ms
-    full_spec_host_s=0.0074230000000001795,  # g090_k1_rand_c1 FULL period, 1 request
-    full_spec_host_s_per_k=0.001152000000000264,  # (g090_k3_rand_c1_steps 9.73 - 7.42) / 2
-    piecewise_host_s=0.06420700000000057,  # g090m16_k3_sg_c64 PIECEWISE periods (121 steps)
-    eager_host_s=0.1353785000000005,  # NONE periods of the four fit runs (164 steps), 135.4 ms
+    kernel_excess_s=0.0011230587720466529,  # g090_k0_rand_c1 FULL: kernels - period, 1.12 ms
+    full_spec_host_s=0.008023788374205268,  # g090_k1_rand_c1 FULL period, 1 request: 8.02 ms
+    full_spec_host_s_per_k=0.001034248887478796,  # (g090_k3_rand_c1_steps 10.09 - 8.02) / 2
+    piecewise_host_s=0.07047074380165294,  # g090m16_k3_sg_c64 PIECEWISE periods: 70.5 ms
+    eager_host_s=0.1441939207317072,  # NONE periods of the four fit runs (164 steps): 144.2 ms
     fit_runs=("g090_k0_rand_c1", "g090_k1_rand_c1", "g090_k3_rand_c1_steps", "g090m16_k3_sg_c64"),
     source="fit: experiments/engine/runs steps.csv periods, capsim.live.engine_period_fit",
 )
@@ -110,6 +111,10 @@ class AsyncStepPeriod:
     fit: AsyncPeriodFit
     descs: CaptureDescs
     num_spec_tok: int
+    # step n's output reaches the client at the end of step n+1 (capsim.engine): the real
+    # logs' t_done_s - t_sched_s is the step's period plus the next one's (steps.csv of
+    # every logged run, decode and prefill steps alike)
+    output_deferred: ClassVar[bool] = True
 
     def host_s(self, shape: BatchShape) -> float:
         mode = graph_mode(shape, self.descs)

@@ -2,14 +2,15 @@
 
 experiments/engine/PLAN.md (2026-12-02 05:20, named before fitting): a step's real cost is
 its sched-to-sched period in vLLM's step log (``t_sched_s[i+1] - t_sched_s[i]``; gaps over
-1 s, an idle engine, dropped), medians over the steps of one CUDA-graph mode:
+1 s, an idle engine, dropped), means over the steps of one CUDA-graph mode (means, not
+medians: throughput and mean TPOT are sums of periods; PLAN.md 2026-12-02 05:45):
 
-- ``kernel_excess_s``: median over the FULL steps of ``g090_k0_rand_c1`` of capsim's kernel
+- ``kernel_excess_s``: mean over the FULL steps of ``g090_k0_rand_c1`` of capsim's kernel
   price minus the period (one request, k = 0: no host floor hides the GPU there);
-- the FULL host floor with MTP: the median FULL period of ``g090_k1_rand_c1`` (k = 1) and of
+- the FULL host floor with MTP: the mean FULL period of ``g090_k1_rand_c1`` (k = 1) and of
   ``g090_k3_rand_c1_steps`` (k = 3), a line in k through the two;
-- ``piecewise_host_s``: median PIECEWISE period of ``g090m16_k3_sg_c64`` (loaded);
-- ``eager_host_s``: median NONE period over the four runs' NONE steps, pooled.
+- ``piecewise_host_s``: mean PIECEWISE period of ``g090m16_k3_sg_c64`` (loaded);
+- ``eager_host_s``: mean NONE period over the four runs' NONE steps, pooled.
 
 Refused where a fit step is not host-bound (the kernel price, less the excess, above the
 period it is fitted to): then the period would not measure the host term.
@@ -101,8 +102,8 @@ def _mode(df: pd.DataFrame, mode: str, run: str) -> pd.DataFrame:
 
 
 def _host_bound(x: pd.DataFrame, excess_s: float, what: str) -> float:
-    period = float(np.median(x["period_s"]))
-    gpu = float(np.median(x["kernels_s"])) - excess_s
+    period = float(np.mean(x["period_s"]))
+    gpu = float(np.mean(x["kernels_s"])) - excess_s
     if gpu > period:
         raise ValueError(
             f"{what}: capsim's kernel price less the excess ({gpu:.4f} s) exceeds the "
@@ -115,7 +116,7 @@ def fit_async_period(runs: Path) -> AsyncPeriodFit:
     """The PLAN.md 2026-12-02 05:20 fit."""
     frames = {name: run_periods(runs / name) for name in FIT_RUNS}
     full0 = _mode(frames[EXCESS_RUN], FULL, EXCESS_RUN)
-    excess = float(np.median(full0["kernels_s"] - full0["period_s"]))
+    excess = float(np.mean(full0["kernels_s"] - full0["period_s"]))
     h1, h3 = (
         _host_bound(_mode(frames[n], FULL, n), excess, f"run {n} FULL") for n in SPEC_RUNS
     )
