@@ -117,9 +117,7 @@ def fit_async_period(runs: Path) -> AsyncPeriodFit:
     frames = {name: run_periods(runs / name) for name in FIT_RUNS}
     full0 = _mode(frames[EXCESS_RUN], FULL, EXCESS_RUN)
     excess = float(np.mean(full0["kernels_s"] - full0["period_s"]))
-    h1, h3 = (
-        _host_bound(_mode(frames[n], FULL, n), excess, f"run {n} FULL") for n in SPEC_RUNS
-    )
+    h1, h3 = (_host_bound(_mode(frames[n], FULL, n), excess, f"run {n} FULL") for n in SPEC_RUNS)
     pw = _host_bound(_mode(frames[LOADED_RUN], PIECEWISE, LOADED_RUN), excess, "PIECEWISE")
     eager = pd.concat([_mode(f, NONE, n) for n, f in frames.items()])
     return AsyncPeriodFit(

@@ -119,7 +119,7 @@ def test_full_host_floor_is_a_line_in_k():
 
 
 def test_bad_constants_and_names_are_refused():
-    with pytest.raises(ValueError, match="eager_host_s=-1.0"):
+    with pytest.raises(ValueError, match=r"eager_host_s=-1\.0"):
         replace(FIT, eager_host_s=-1.0)
     with pytest.raises(ValueError, match="kernel_excess_s=nan"):
         AsyncPeriodFit(**{**asdict(FIT), "kernel_excess_s": float("nan")})
@@ -135,9 +135,7 @@ def test_deferred_output_shifts_first_tokens_by_one_step():
 
     cfg = _cfg(0, True)
     cfg = replace(cfg, load=replace(cfg.load, mode="concurrency", concurrency=1, num_requests=2))
-    wl = RequestTable(
-        name="t", prompt_tok=np.array([1024, 1024]), output_tok=np.array([16, 16])
-    )
+    wl = RequestTable(name="t", prompt_tok=np.array([1024, 1024]), output_tok=np.array([16, 16]))
     res = simulate(cfg, workload=wl)
     steps = res.steps
     first = res.requests.iloc[0]
