@@ -274,7 +274,7 @@ def test_synthetic_acceptance_matches_the_rates_given():
         for g, r in zip(got, rates[: len(got)], strict=True):
             assert abs(g - r) < 4 * math.sqrt(r * (1 - r) / n), (d.name, got, n)
         seen += 1
-    # 10 at k=3 (calls 1-4), 3 at k=1 (call 6: the rate 0.8522), 4 at k=3 (call 7), 1 at k=1 (call 10)
+    # 10 at k=3 (calls 1-4), 3 at k=1 (call 6: rate 0.8522), 4 at k=3 (call 7), 1 at k=1 (call 10)
     assert seen == 18
 
 
