@@ -15,7 +15,10 @@ Async scheduling (the scheduler's ``async_scheduling``, vLLM's default since 0.1
 after a step's ``update`` the engine marks the moment (``Scheduler.mark_arrivals``) before
 the client hears of the finishes, so what the client sends then, and what arrives during
 the next step, is admitted one step later; finished requests' rows are recycled only once
-the scheduler has returned their blocks (``Scheduler.take_released``).
+the scheduler has returned their blocks (``Scheduler.take_released``). With a step model that
+says so (``output_deferred``: ``capsim.cost.engine_period``, the real engine's async step
+period) step n's output (token stamps, finishes, the client's resulting sends) is handed over
+when step n+1 ends, as vLLM processes it after launching n+1; the step-by-step path is used.
 """
 
 from __future__ import annotations
