@@ -224,13 +224,17 @@ def non_torch_term(p: PlanInputs) -> Term:
 def capture_descs_for(p: PlanInputs) -> cg.CaptureDescs:
     if p.engine.enforce_eager:
         return cg.CaptureDescs((), ())
+    full = p.engine.cudagraph_full_graphs and (
+        p.spec.num_draft_nodes == 0
+        or cg.full_graphs_with_drafts(p.gpu.compute_capability, p.engine.kv_cache_dtype)
+    )
     return cg.capture_descs(
         vllm_version=p.vllm_version,
         max_num_seqs=p.max_num_seqs,
         num_spec_tok=p.spec.num_draft_nodes,
         max_num_batched_tokens=p.max_num_batched_tokens,
         sm100=p.gpu.is_sm100_family,
-        full_graphs=p.engine.cudagraph_full_graphs,
+        full_graphs=full,
         max_capture_tok=p.engine.max_cudagraph_capture_size,  # vLLM --max-cudagraph-capture-size
     )
 
@@ -258,7 +262,11 @@ def cudagraph_term(p: PlanInputs) -> tuple[Term, cg.CaptureDescs, int]:
         descs,
         lambda n: forward_activation_bytes(m, tp, n),
         attn_layers=m.num_attn_layers + (m.num_mtp_layers if p.spec.depth > 0 else 0),
-        fa_split_at=lambda n: cg.fa_split_buffer_bytes(n, heads, m.head_dim),
+        fa_split_at=(
+            (lambda n: cg.fa_split_buffer_bytes(n, heads, m.head_dim))
+            if cg.flash_attn_split_buffers(p.gpu.compute_capability, p.engine.kv_cache_dtype)
+            else (lambda n: 0)
+        ),
         transient_bytes=transient,
     )
     est = cg.estimate_bytes(descs, samples)
