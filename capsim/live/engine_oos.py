@@ -203,15 +203,19 @@ def within(metric: str, real: float, pred: float) -> bool | None:
 
 
 def startup_blocks(startups_csv: Path, server: dict[str, Any]) -> int | None:
-    """num_gpu_blocks of the real start-up with the run's gmu, k and max_num_seqs."""
+    """num_gpu_blocks of the real start-up with the run's gmu, k, max_num_seqs,
+    max_num_batched_tokens and prefix caching (0.26's default for hybrids: off)."""
     st = pd.read_csv(startups_csv)
     mns = server["max_num_seqs"]
     mnbt = server.get("max_num_batched_tokens") or 8192  # vLLM 0.26's default on the H200
+    pc = bool(server.get("enable_prefix_caching"))
     hit = st[
         (st["gmu"] == server["gpu_memory_utilization"])
         & (st["num_speculative_tokens"] == server["num_speculative_tokens"])
         & (st["max_num_seqs"].isna() if mns is None else st["max_num_seqs"] == mns)
         & (st["max_num_batched_tokens"].fillna(8192) == mnbt)
+        & (st["enable_prefix_caching"].fillna(0).astype(bool) == pc)
+        & st["num_gpu_blocks"].notna()
     ]
     return int(hit["num_gpu_blocks"].iloc[0]) if len(hit) else None
 
