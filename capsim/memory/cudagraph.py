@@ -188,9 +188,9 @@ def attention_backend(compute_capability: tuple[int, int], kv_cache_dtype: str) 
     the list, FLASHINFER, is chosen."""
     if compute_capability[0] == 10:
         return "FLASHINFER"
-    if kv_cache_dtype.startswith("fp8"):
-        if kv_cache_dtype == "fp8_e5m2" or compute_capability[0] != 9:
-            return "FLASHINFER"
+    quantized = kv_cache_dtype.startswith("fp8")
+    if quantized and (kv_cache_dtype == "fp8_e5m2" or compute_capability[0] != 9):
+        return "FLASHINFER"
     return "FLASH_ATTN"
 
 

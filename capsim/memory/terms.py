@@ -146,6 +146,11 @@ def activation_term(p: PlanInputs) -> tuple[Term, dict[str, int]]:
         return logged, parts
     sampler += held
     peak = max(enc_fwd, enc_cache + kept + max(forward, sampler, rejection))
+    if enc_fwd == peak and enc_fwd:
+        why = (
+            "peak in the vision encoder pass (one largest image; activation.vision_bytes_per_patch)"
+        )
+        return Term(peak, Source.MODELLED, why), parts
     top = max(
         (("forward", forward), ("sampler", sampler), ("rejection_sampler", rejection)),
         key=lambda kv: kv[1],

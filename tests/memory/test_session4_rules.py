@@ -94,7 +94,10 @@ def test_vision_peak_per_patch_from_the_source_reading() -> None:
     assert vision_bytes_per_patch(m, 1) == held + (1152 + 8 * 1152) * 2
     assert vision_bytes_per_patch(m, 2) == held + (1152 + 4 * 1152) * 2
     # 0.32.0+: no bf16 copy of the pixels is held (qwen3_vl.py input_norm)
-    assert vision_bytes_per_patch(m, 1, pixel_copy_held=False) == vision_bytes_per_patch(m, 1) - 1536 * 2
+    assert (
+        vision_bytes_per_patch(m, 1, pixel_copy_held=False)
+        == vision_bytes_per_patch(m, 1) - 1536 * 2
+    )
 
 
 def test_vision_pixel_copy_rule_switches_at_0_32() -> None:
