@@ -127,3 +127,22 @@ def test_qwen38_torch_peak_is_the_vision_pass(row: str) -> None:
     assert c.plan is not None
     parts = c.plan.activation_parts_bytes
     assert parts["encoder_forward"] >= max(parts["forward"], parts["sampler"])
+
+
+@pytest.mark.parametrize(
+    ("row", "tol"),
+    [
+        ("qwen36-27b-fp8-2x3090-c3090pr594", 0.001),  # "GPU KV cache size: 300,220 tokens"
+        ("qwen36-27b-ar4-2x3090-c3090i642", 0.005),  # "GPU KV cache size: 623,873 tokens"
+        ("qwen36-27b-ar4-4x3090-c3090i584", 0.005),  # "GPU KV cache size: 1,774,963 tokens"
+    ],
+)
+def test_recipe_settings_reproduce_the_size_line(row: str, tol: float) -> None:
+    # the settings these rows take from their recipe's full args (startups.csv notes) make
+    # vLLM 0.24.0's size line (int(max_concurrency x max_model_len), align-mode 2 + k GDN
+    # pages) come out of the logged pool; with vLLM's defaults they missed by 1.5-11.4 %
+    from capsim.memory.log_validate import validate_dir
+
+    res = {r.row_id: r for r in validate_dir(LOGS)}
+    err = res[row].err("kv_cache_tokens_pinned")
+    assert err is not None and abs(err) <= tol
