@@ -93,3 +93,21 @@ def reference_paths(monkeypatch) -> None:  # type: ignore[no-untyped-def]
 
     monkeypatch.setattr(Scheduler, "__init__", sequential)
     monkeypatch.setattr(EngineSim, "__init__", step_by_step)
+
+
+def run_keeping_engine(monkeypatch, cfg, **kw):  # type: ignore[no-untyped-def]
+    """``simulate(cfg, **kw)`` and the ``EngineSim`` it ran, as it stands after the run
+    (to count what a finished run still holds)."""
+    import capsim.engine as engine_mod
+    from capsim.simulate import simulate
+
+    seen = {}
+    real_run = engine_mod.EngineSim.run
+
+    def run(self):  # type: ignore[no-untyped-def]
+        real_run(self)
+        seen["sim"] = self
+
+    monkeypatch.setattr(engine_mod.EngineSim, "run", run)
+    res = simulate(cfg, **kw)
+    return res, seen["sim"]
