@@ -111,3 +111,18 @@ def run_keeping_engine(monkeypatch, cfg, **kw):  # type: ignore[no-untyped-def]
     monkeypatch.setattr(engine_mod.EngineSim, "run", run)
     res = simulate(cfg, **kw)
     return res, seen["sim"]
+
+
+def one_line_error(res, *needles: str) -> str:  # type: ignore[no-untyped-def]
+    """A CLI run's answer to bad input (a click ``Result``): a non-zero exit, no traceback,
+    one ``Error:`` line and it is the last line, naming every needle. Returns that line."""
+    assert res.exit_code != 0, res.output
+    assert res.exception is None or isinstance(res.exception, SystemExit), repr(res.exception)
+    assert "Traceback" not in res.output, res.output
+    errors = [ln for ln in res.output.splitlines() if ln.startswith("Error:")]
+    assert len(errors) == 1, res.output
+    tail = res.output[res.output.index("Error:") :].strip()
+    assert "\n" not in tail, res.output
+    for n in needles:
+        assert n in tail, (n, tail)
+    return tail
