@@ -25,8 +25,9 @@ for ``is_hybrid`` models):
    (n - 1) * max(second, 1 MiB)`` (plus encoder graphs, off by default).
 4. Since 0.26.0 the first FULL capture on GDN hybrids carries a transient (vllm #50780 says it
    grows with ``max_num_batched_tokens``; the H200 start-ups at k=3 log the same estimate at
-   mnbt 8192 and 16384); capsim sizes it from the H200 start-up (``GDN_TRANSIENT_FIT_BYTES``)
-   and scales it by the per-rank GDN width.
+   mnbt 8192 and 16384); capsim sizes it from the H200 start-ups in two fitted parts, one at
+   k=0 (``GDN_TRANSIENT_K0_FIT_BYTES``) and one a drafter adds at k > 0
+   (``GDN_TRANSIENT_DRAFTER_FIT_BYTES``), each scaled by the per-rank GDN width.
 
 The first and second samples are the measurement vLLM takes on the GPU; capsim models them
 (``modelled_samples``) unless they are given (a log's DEBUG lines or a measured table).
@@ -223,32 +224,59 @@ PER_GRAPH_BYTES_PER_ATTN_LAYER: float = 6 * MiB / 32
 FIRST_CAPTURE_OVERHEAD_BYTES: int = 88 * MiB
 PER_GRAPH_FIT_SOURCE: str = "fit: llama31-8b-h100-tp1-llmdplanner DEBUG line (6 MiB per graph)"
 
-# The GDN transient of the first FULL capture (vllm #50780): what the H200 estimate holds beyond
-# the FA split buffers and the per-graph slices. Per-GPU shape of Qwen3.5-35B-A3B at TP1, H200,
-# vLLM 0.26.0. FIT (decided before comparing anything, session 1): the real start-up gmu 0.9,
-# k=3, mnbt 8192 ("Estimated CUDA graph memory: 0.74 GiB total", 49 PIECEWISE + 49 FULL sizes up
-# to 512) minus what the rest of the estimator gives for it (FA split buffers 257 MiB at 512
-# tokens, 16 heads of 256, above the PIECEWISE first capture; 2 x 48 graphs x 11 attention layers
-# x 0.1875 MiB): about 303 MiB.
+# The GDN transient of the first FULL capture (vllm #50780): what an H200 estimate holds beyond
+# the FA split buffers and the per-graph slices, in two parts (session 4: the lead's decision on
+# the open question of experiments/memory_plan/h200/rules_s4.md, declared in roles_s4.md 06:10
+# UTC before the change): a part every GDN FULL capture carries (k=0) and a part a drafter adds
+# (k > 0; the drafter's dummy runs inside the captures, gpu_model_runner.py _dummy_run ->
+# drafter.dummy_run, are the likely cause; the per-mode DEBUG lines that would say so are owed).
+# Both are FITS on rows labelled fit in experiments/vllm_logs/startups.csv; per-GPU shape of
+# Qwen3.5-35B-A3B at TP1, H200, vLLM 0.26.0, gmu 0.9, max_num_seqs 1024, mnbt 8192.
 # History of its scaling, each falsified by an H200 start-up:
 # - session 1: by context per request (mnbt // size x 1 / (1 + k)) -> k=0 mnbt 8192 predicted
 #   1.62 GiB, vLLM logged 0.55 (row h200-35b-g090-k0-s2call4, fit);
 # - session 2: by capture tokens x profile_seq_lens (about mnbt, any k) -> k=3 mnbt 16384
 #   predicted 1.04 GiB, vLLM logged 0.74, the same as at mnbt 8192 (row
 #   h200-35b-g090-k3-m16k-s3call7, which therefore decided the rule below and is labelled fit);
-# - session 3 (this rule): not scaled by max_num_batched_tokens; only by the per-rank GDN width.
-#   Open: k=0 logs 0.55 GiB where this gives 0.73 (k=1 and k=3 log 0.74-0.75: the ~0.2 GiB looks
-#   like the drafter's dummy runs inside the captures, gpu_model_runner.py _dummy_run ->
-#   drafter.dummy_run; the per-mode DEBUG lines that would say so are owed), and the TP4 row
-#   qwen35-35b-tp4-gh50722 (mnbt 40000, drafter unknown) logs 1.32 GiB.
-GDN_TRANSIENT_FIT_BYTES: float = (
-    0.74 * 1024 * MiB - 32 * 512 * 16 * 257 * 4 - 96 * 11 * PER_GRAPH_BYTES_PER_ATTN_LAYER
+# - session 3: not scaled by max_num_batched_tokens; only by the per-rank GDN width; one k=3
+#   constant (303 MiB) for every k, so k=0 gave 0.73 GiB where vLLM logs 0.55;
+# - session 4 (this rule): the same 303 MiB at k > 0, split as k=0 part + drafter part.
+# Open: the TP4 row qwen35-35b-tp4-gh50722 (mnbt 40000, drafter unknown) logs 1.32 GiB; the
+# 1/TP scaling and the drafter part's dependence on the drafter's shape are checked by no row.
+GiB_BYTES: int = 1024 * MiB
+# The k=0 part. FIT on h200-35b-g090-k0-s2call4, excerpt experiments/vllm_logs/excerpts/
+# h200-35b-g090-k0-s2call4.log line 18 "Estimated CUDA graph memory: 0.55 GiB total" (line 17:
+# PIECEWISE=51 (largest=512), FULL=51 (largest=512)), minus the rest of the estimator there:
+# the FA split buffers at 512 tokens (16 heads of 256: 257 MiB, above the PIECEWISE first
+# capture) and 2 x 50 graphs x 10 attention layers (no MTP layer at k=0) x 0.1875 MiB:
+# about 119 MiB (the log's 0.01 GiB rounding: +-5 MiB).
+GDN_TRANSIENT_K0_FIT_BYTES: float = (
+    0.55 * GiB_BYTES
+    - fa_split_buffer_bytes(512, 16, 256)
+    - 100 * 10 * PER_GRAPH_BYTES_PER_ATTN_LAYER
 )
-GDN_TRANSIENT_FIT_SOURCE: str = (
-    "fit: H200 vLLM 0.26.0 start-up, Qwen3.5-35B-A3B TP1, gmu 0.9, k=3, mnbt 8192 "
-    "(REAL_VLLM_H200.md, estimate 0.74 GiB); not scaled by mnbt (k=3 mnbt 16384 logs 0.74 too)"
+GDN_TRANSIENT_K0_FIT_SOURCE: str = (
+    "fit: row h200-35b-g090-k0-s2call4 (H200 vLLM 0.26.0, Qwen3.5-35B-A3B TP1, gmu 0.9, k=0, "
+    "mnbt 8192; excerpt line 18 'Estimated CUDA graph memory: 0.55 GiB total')"
 )
-# Width the fit is scaled by to other per-GPU shapes: the GDN q/k/v channels per rank
+# The drafter part. FIT on h200-35b-g090-k3-s2call3 (the repeat, identical figures, of the
+# session-1 fit row h200-35b-g090-k3 the 303 MiB constant came from: experiments/memory_plan/h200/
+# excerpts/h200-35b-g090-k3.log line 22), excerpt experiments/vllm_logs/excerpts/
+# h200-35b-g090-k3-s2call3.log line 23 "Estimated CUDA graph memory: 0.74 GiB total" (line 22:
+# PIECEWISE=49, FULL=49, largest 512), minus the FA split buffers (257 MiB), 2 x 48 graphs x 11
+# attention layers (10 + the MTP layer) x 0.1875 MiB and the k=0 part: about 184 MiB. One value
+# for every k > 0 (predicted: k=1 logs 0.75, rows h200-35b-g090-k1-s3call6 / -g075-k1-s4call10).
+GDN_TRANSIENT_DRAFTER_FIT_BYTES: float = (
+    0.74 * GiB_BYTES
+    - fa_split_buffer_bytes(512, 16, 256)
+    - 96 * 11 * PER_GRAPH_BYTES_PER_ATTN_LAYER
+    - GDN_TRANSIENT_K0_FIT_BYTES
+)
+GDN_TRANSIENT_DRAFTER_FIT_SOURCE: str = (
+    "fit: row h200-35b-g090-k3-s2call3 (as k0-s2call4 at k=3; excerpt line 23 'Estimated CUDA "
+    "graph memory: 0.74 GiB total') minus the k=0 part"
+)
+# Width both parts are scaled by to other per-GPU shapes: the GDN q/k/v channels per rank
 # (conv_dim / tp) of the fitted shape (Qwen3.5-35B-A3B: 2*16*128 + 32*128 = 8192). The 1/TP
 # scaling is not checked by any start-up.
 GDN_TRANSIENT_FIT_CONV_DIM: int = 8192
@@ -266,10 +294,32 @@ def first_full_capture_units(
     return size * min(max_model_len, max_num_batched_tokens // size)
 
 
-def gdn_transient_bytes(conv_dim_per_rank: int) -> int:
-    """The #50780 transient for a GDN shape: the H200 fit scaled by the per-rank width."""
-    scale = conv_dim_per_rank / GDN_TRANSIENT_FIT_CONV_DIM
-    return round(GDN_TRANSIENT_FIT_BYTES * scale)
+def gdn_transient_k0_bytes(conv_dim_per_rank: int) -> int:
+    """The #50780 transient every first FULL GDN capture carries (k=0 fit), scaled by width."""
+    return round(GDN_TRANSIENT_K0_FIT_BYTES * conv_dim_per_rank / GDN_TRANSIENT_FIT_CONV_DIM)
+
+
+def gdn_transient_drafter_bytes(conv_dim_per_rank: int, num_spec_tok: int) -> int:
+    """What a drafter (k > 0) adds to the #50780 transient (k=3 fit minus the k=0 part; one
+    value for every k > 0), scaled by width; 0 without drafts."""
+    if num_spec_tok <= 0:
+        return 0
+    return round(GDN_TRANSIENT_DRAFTER_FIT_BYTES * conv_dim_per_rank / GDN_TRANSIENT_FIT_CONV_DIM)
+
+
+def gdn_transient_bytes(conv_dim_per_rank: int, num_spec_tok: int) -> int:
+    """The #50780 transient for a GDN shape: the k=0 part plus the drafter part."""
+    k0 = gdn_transient_k0_bytes(conv_dim_per_rank)
+    return k0 + gdn_transient_drafter_bytes(conv_dim_per_rank, num_spec_tok)
+
+
+def gdn_transient_source(num_spec_tok: int) -> str:
+    """Where the transient's parts come from (for a term's detail)."""
+    if num_spec_tok <= 0:
+        return f"k=0 part only, {GDN_TRANSIENT_K0_FIT_SOURCE}"
+    return (
+        f"k=0 part {GDN_TRANSIENT_K0_FIT_SOURCE} + drafter part {GDN_TRANSIENT_DRAFTER_FIT_SOURCE}"
+    )
 
 
 def modelled_samples(
@@ -279,6 +329,7 @@ def modelled_samples(
     attn_layers: int,
     fa_split_at: Callable[[int], int],
     transient_bytes: int = 0,
+    transient_source: str = "",
 ) -> dict[str, GraphSamples]:
     """capsim's samples. A first capture keeps the intermediates of a forward at its size
     (``activation_at``); a FULL one keeps FlashAttention's split buffers instead when they
@@ -301,7 +352,7 @@ def modelled_samples(
         )
         if transient_bytes:
             label += (
-                f" + GDN transient {transient_bytes / MiB:.0f} MiB ({GDN_TRANSIENT_FIT_SOURCE})"
+                f" + GDN transient {transient_bytes / MiB:.0f} MiB ({transient_source})"
             )
         first = max(activation_at(top) + FIRST_CAPTURE_OVERHEAD_BYTES, fa_split_at(top))
         first += transient_bytes

@@ -165,14 +165,14 @@ def _price(h: Hazard, plan: MemoryPlan, plan_args: tuple, contexts: tuple[int, .
 
 
 def _transient_bytes(plan: MemoryPlan, plan_args: tuple) -> int:
-    model, _gpu, engine, _spec = plan_args
+    model, _gpu, engine, spec = plan_args
     from capsim.memory.release_rules import rule
 
     if not (model.is_hybrid and plan.capture.full_tok):
         return 0
     if not rule("gdn_first_full_capture_transient", engine.vllm_version):
         return 0
-    return cg.gdn_transient_bytes(model.conv_dim // engine.tp)
+    return cg.gdn_transient_bytes(model.conv_dim // engine.tp, spec.num_draft_nodes)
 
 
 def diagnose(

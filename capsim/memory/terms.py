@@ -263,8 +263,9 @@ def cudagraph_term(p: PlanInputs) -> tuple[Term, cg.CaptureDescs, int]:
         return Term(0, Source.NOT_CHARGED, "no CUDA graphs (--enforce-eager)"), descs, 0
     m, tp = p.model, p.engine.tp
     transient = 0
+    k = p.spec.num_draft_nodes
     if m.is_hybrid and descs.full_tok and rule("gdn_first_full_capture_transient", p.vllm_version):
-        transient = cg.gdn_transient_bytes(m.conv_dim // tp)
+        transient = cg.gdn_transient_bytes(m.conv_dim // tp, k)
     heads = m.num_attention_heads // tp
     samples = cg.modelled_samples(
         descs,
@@ -276,6 +277,7 @@ def cudagraph_term(p: PlanInputs) -> tuple[Term, cg.CaptureDescs, int]:
             else (lambda n: 0)
         ),
         transient_bytes=transient,
+        transient_source=cg.gdn_transient_source(k),
     )
     est = cg.estimate_bytes(descs, samples)
     detail = descs.log_line().removeprefix("Profiling CUDA graph memory: ")
