@@ -351,9 +351,7 @@ def modelled_samples(
             else "modelled: forward at the largest size (no FA3 split buffers off SM90)"
         )
         if transient_bytes:
-            label += (
-                f" + GDN transient {transient_bytes / MiB:.0f} MiB ({transient_source})"
-            )
+            label += f" + GDN transient {transient_bytes / MiB:.0f} MiB ({transient_source})"
         first = max(activation_at(top) + FIRST_CAPTURE_OVERHEAD_BYTES, fa_split_at(top))
         first += transient_bytes
         out[FULL] = GraphSamples(first, second, label)

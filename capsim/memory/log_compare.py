@@ -303,10 +303,8 @@ def _quant_notes(s: Settings, log: VllmLog, plan: MemoryPlan | None) -> list[str
     ]
 
 
-def _term_rows(log: VllmLog, plan: MemoryPlan | None, pinned: MemoryPlan | None) -> list[TermRow]:
-    """Every term capsim plans, beside the log's value and its tolerance."""
-    g = (lambda b: round(b / GiB, 2)) if plan else (lambda b: None)
-    src = plan.term_sources if plan else {}
+def _budget_rows(log: VllmLog, plan: MemoryPlan | None, g, src: dict[str, str]) -> list[TermRow]:  # type: ignore[no-untyped-def]
+    """The terms charged against the budget that 'Memory profiling takes' lines log."""
     return [
         _row(
             "weights (GiB)",
@@ -342,6 +340,12 @@ def _term_rows(log: VllmLog, plan: MemoryPlan | None, pinned: MemoryPlan | None)
             0.10,
             "0.27+ 'X GiB for consumed memory (weights + non-torch)' (mem_utils total_consumed)",
         ),
+    ]
+
+
+def _graph_rows(log: VllmLog, plan: MemoryPlan | None, g, src: dict[str, str]) -> list[TermRow]:  # type: ignore[no-untyped-def]
+    """The CUDA-graph estimate and the captures vLLM's 'Profiling CUDA graph memory' line names."""
+    return [
         _graph_row(log, plan, g, src),
         _row(
             "CUDA graphs captured (PIECEWISE)",
@@ -359,6 +363,14 @@ def _term_rows(log: VllmLog, plan: MemoryPlan | None, pinned: MemoryPlan | None)
             None,
             "_set_cudagraph_sizes",
         ),
+    ]
+
+
+def _layout_rows(
+    log: VllmLog, plan: MemoryPlan | None, pinned: MemoryPlan | None, g
+) -> list[TermRow]:  # type: ignore[no-untyped-def]
+    """The pool and its page layout (block size, padding, the 'GPU KV cache size' line)."""
+    return [
         _row(
             "available KV (GiB)",
             log.available_kv_gib,
@@ -391,6 +403,17 @@ def _term_rows(log: VllmLog, plan: MemoryPlan | None, pinned: MemoryPlan | None)
             0.005,
             "groups and pages",
         ),
+    ]
+
+
+def _term_rows(log: VllmLog, plan: MemoryPlan | None, pinned: MemoryPlan | None) -> list[TermRow]:
+    """Every term capsim plans, beside the log's value and its tolerance."""
+    g = (lambda b: round(b / GiB, 2)) if plan else (lambda b: None)
+    src = plan.term_sources if plan else {}
+    return [
+        *_budget_rows(log, plan, g, src),
+        *_graph_rows(log, plan, g, src),
+        *_layout_rows(log, plan, pinned, g),
     ]
 
 

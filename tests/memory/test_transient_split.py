@@ -58,7 +58,9 @@ def test_fit_rows_reproduce_their_logged_estimates(
 
 
 @pytest.mark.parametrize("row", ["h200-35b-g090-k1-s3call6", "h200-35b-g075-k1-s4call10"])
-def test_k1_rows_predicted_within_20pct(rows: dict[str, tuple[str, float | None]], row: str) -> None:
+def test_k1_rows_predicted_within_20pct(
+    rows: dict[str, tuple[str, float | None]], row: str
+) -> None:
     # logged "Estimated CUDA graph memory: 0.75 GiB total" (PIECEWISE=50, FULL=50, largest 512)
     role, err = rows[row]
     assert role == "prediction"
