@@ -1,0 +1,96 @@
+"""Round 8's device plan (round6.py --plan r8): the owed coverage cells first under their
+own deadline, kcode's deferred variants next to the incumbents and vLLM's store-all in
+every cell, the fill phases last and outside the compile warm-up (no kernel launched)."""
+
+from __future__ import annotations
+
+import pytest
+
+pytest.importorskip("torch")
+
+from capsim_kernels.bench.gdn import round6
+from capsim_kernels.bench.gdn.round6_cells import TP_KERNELS, Cell
+from capsim_kernels.bench.gdn.round7_cells import (
+    COV_HEADS,
+    COV_REPLAY,
+    measured_points,
+    point_key,
+)
+from capsim_kernels.bench.gdn.round8_cells import (
+    CELLS8,
+    KC8_BASELINES,
+    WARM8,
+    cov8_cells,
+    kc8_cells,
+    kc8_kernels,
+)
+from capsim_kernels.bench.gdn.shapes import gdn_shape
+from capsim_kernels.gdn_verify.tree import TreeSpec
+
+
+def test_plan_r8_puts_coverage_first_and_ends_inside_the_budget():
+    plan = round6.PLANS["r8"]
+    assert plan["order"][:2] == ("gdn_cov", "gdn_kc") and plan["prefix"] == "round8"
+    ends = [plan["end"][p] for p in ("warm", *plan["order"])]
+    assert ends == sorted(ends) and ends[-1] <= 0.95
+    assert set(plan["order"]) == set(CELLS8) and "step_ops" not in plan["phases"]
+    assert round6.warm_phases("r8") == WARM8 == ("gdn_cov", "gdn_kc")
+    assert round6.warm_phases("r7") == round6.cell_phases("r7")  # round 7 unchanged
+
+
+def _curve_ends(cells, done, heads, kernels, windows):
+    """Every (kernel, T) of ``windows`` at two batch sizes, measured or in ``cells``."""
+    for k in kernels:
+        for t in windows:
+            have = {kk[8] for kk in done if kk[0] == k and kk[1:5] == heads
+                    and kk[5] == "float32" and kk[6] == t and kk[7] == "chain"}  # fmt: skip
+            have |= {c.batch for c in cells if c.shape.heads_key == heads
+                     and c.tree.num_nodes == t and k in c.kernels}  # fmt: skip
+            assert len(have) >= 2, (k, t, have)
+
+
+def test_the_first_six_cells_give_curves_at_both_ends_of_every_depth():
+    """T = 1 and 9 at the TP8 heads (every step kernel), T = 2 and 9 for replay at the TP2
+    heads, each at two batch sizes, within the first six cells: the rest only sharpens."""
+    cells = cov8_cells(False)
+    done = measured_points()
+    first = cells[:6]
+    heads, rep = gdn_shape(*COV_HEADS).heads_key, gdn_shape(*COV_REPLAY).heads_key
+    step = tuple(k for k in TP_KERNELS if k != "vllm_decode")
+    _curve_ends(first, done, heads, step, (1, 9))
+    _curve_ends(first, done, heads, ("vllm_decode",), (1,))
+    _curve_ends(first, done, rep, ("replay",), (2, 9))
+    _curve_ends(cells, done, rep, ("replay",), tuple(range(2, 10)))  # all of T = 2..9
+    _curve_ends(cells, done, heads, step, (1, 2, 4, 9))
+    assert all(point_key(c, k) not in done for c in cells for k in c.kernels)
+
+
+def test_kc_cells_time_every_incumbent_and_vllm_next_to_the_variants(monkeypatch):
+    cells = kc8_cells(False)
+    assert [(c.tree.num_nodes, c.batch) for c in cells[:3]] == [(4, 256), (4, 64), (4, 1)]
+    assert {c.tree.num_nodes for c in cells} == {2, 4, 9}
+    assert all(set(KC8_BASELINES) <= set(c.kernels) for c in cells)
+    assert all(c.shape.name == "qwen3.5-35b-a3b-tp1" and c.state_dtype == "float32"
+               for c in cells)  # fmt: skip
+    monkeypatch.setenv("R6_KC_KERNELS", "deferred@pipe_e")
+    assert kc8_kernels()[0] == "deferred@pipe_e" and "vllm_storeall" in kc8_kernels()
+    monkeypatch.setenv("R6_KC_KERNELS", "deferred@nope")
+    with pytest.raises(ValueError, match="nope"):
+        kc8_kernels()
+
+
+def test_warm_up_covers_coverage_and_kc_only(monkeypatch):
+    monkeypatch.setenv("R6_PLAN", "r8")
+    warm = round6.warm_cells(False, round6.warm_phases("r8"))
+    assert warm[0].shape.heads_key == gdn_shape(*COV_HEADS).heads_key  # gdn_cov first
+    shapes = {c.shape.heads_key for c in warm}
+    assert shapes == {gdn_shape(*COV_HEADS).heads_key, gdn_shape(*COV_REPLAY).heads_key,
+                      gdn_shape("qwen3.5-35b-a3b", 1).heads_key}  # fmt: skip
+    assert any("@" in k for c in warm for k in c.kernels)
+
+
+def test_dry_cells_exist_for_every_phase():
+    for phase, fn in CELLS8.items():
+        cells = fn(True)
+        assert cells, phase
+        assert all(isinstance(c, Cell) and isinstance(c.tree, TreeSpec) for c in cells)
