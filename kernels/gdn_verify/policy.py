@@ -82,6 +82,10 @@ class PipeConfig:
     (K PK^T, Q PK^T from the hoisted kernel) instead of re-reading the updated tile.
     fused_window (W <= 8): the window math in the tile loop (treewy_pipe_small.py), no
     stage-1 launch (deferred: the hoisted pending kernel, then the one stream).
+    pack_qk (session 4; windows with 2 W <= BW, i.e. W <= 8): the window's keys and
+    queries share one [BW, dk] operand (rows < W keys, rows W..2W-1 queries), so each key
+    chunk takes one set of three bf16 products and one accumulator instead of two (the
+    MMA's 16 rows were 3/4 padding at W = 4). Not with pending_gram.
     """
 
     stages: int = 2
@@ -93,6 +97,7 @@ class PipeConfig:
     maxnreg: int = 0
     pending_gram: bool = False
     fused_window: bool = False
+    pack_qk: bool = False
 
     def __post_init__(self) -> None:
         for name in ("stages", "block_v", "num_warps", "bkc"):
@@ -101,6 +106,8 @@ class PipeConfig:
         for name in ("ctas_per_sm", "maxnreg"):
             if getattr(self, name) < 0:
                 raise ValueError(f"PipeConfig.{name} must be >= 0, got {getattr(self, name)}")
+        if self.pack_qk and self.pending_gram:
+            raise ValueError("PipeConfig.pack_qk cannot be combined with pending_gram=True")
 
     def label(self) -> str:
         return (f"pipe s{self.stages} bv{self.block_v} w{self.num_warps} kc{self.bkc} "
@@ -108,7 +115,8 @@ class PipeConfig:
                 + (" pending-in-stage1" if self.pending_in_stage1 else "")
                 + (f" maxnreg{self.maxnreg}" if self.maxnreg else "")
                 + (" gram" if self.pending_gram else "")
-                + (" fused-window" if self.fused_window else ""))  # fmt: skip
+                + (" fused-window" if self.fused_window else "")
+                + (" pack-qk" if self.pack_qk else ""))  # fmt: skip
 
 
 @dataclass(frozen=True)

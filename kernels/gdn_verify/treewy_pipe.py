@@ -76,6 +76,7 @@ def treewy_pipe_kernel(
     SMALL_PREC: tl.constexpr,
     NATIVE: tl.constexpr,
     NUM_STAGES: tl.constexpr,
+    PACK: tl.constexpr = False,
 ):
     """Tiles pid, pid + P, ... (P programs); tile = (request * HV + head) * NV + dv tile.
 
@@ -84,20 +85,27 @@ def treewy_pipe_kernel(
     the result stored back (deferred commit). GRAM: K S^T and Q S^T come from the loaded
     S_c, then K S'^T = gamma_a K S_c^T + (K PK^T) PVt (the [W, WP] products from
     treewy_pending.py), so the updated tile only goes to memory, never back into the
-    window products (no accumulator-to-operand layout change per key chunk).
+    window products (no accumulator-to-operand layout change per key chunk). PACK
+    (2 W <= BW): rows < W of one [BW, BKC] operand hold the keys, rows W..2W-1 the queries
+    of the same nodes, so one product set gives K S^T (rows < W) and Q S^T (rows W..);
+    the outputs are formed on rows W..2W-1 (pm, cq loaded shifted down by W rows).
     """
     pid = tl.program_id(0)
     nprog = tl.num_programs(0)
     o_w = tl.arange(0, BW)
     m_w = o_w < W
     m_ww = m_w[:, None] & m_w[None, :]
+    # the packed operand's rows: node of each row, key rows (< W), query rows (W..2W-1)
+    is_k = o_w < W
+    node = tl.where(is_k, o_w, o_w - W) if PACK else o_w
+    m_q = ((o_w >= W) & (o_w < 2 * W)) if PACK else m_w
     for tile in tl.range(pid, NUM_TILES, nprog, num_stages=NUM_STAGES):
         # pid * 0 + tile: a tensor also in the interpreter (whose range gives ints)
         _, i_bh, i_b, i_h, i_hk, o_v, m_v = tile_coords(pid * 0 + tile, NV, HV, H, BV, V)
         m_wv = m_w[:, None] & m_v[None, :]
         i_slot = tl.load(state_slot + i_b).to(tl.int64)
         p_s = state + ((i_slot * HV + i_h) * V + o_v[:, None]) * K
-        o_row = ((i_b * W + o_w[:, None]).to(tl.int64) * H + i_hk) * K
+        o_row = ((i_b * W + node[:, None]).to(tl.int64) * H + i_hk) * K
         if PENDING:
             # the pending path's coefficients, hoisted (treewy_pending.py): one [WP] vector
             # and one scalar per (request, head), 0 off the path and when nothing is pending
@@ -120,10 +128,14 @@ def treewy_pipe_kernel(
                 tl.store(p_s + o_kc[None, :], b_s_st, mask=m_vk)
                 if not GRAM:
                     b_s = b_s_st.to(tl.float32)
-            b_q = tl.load(q + o_row + o_kc[None, :], mask=m_w[:, None] & m_kc[None, :],
+            b_q = tl.load(q + o_row + o_kc[None, :], mask=m_q[:, None] & m_kc[None, :],
                           other=0.0)  # fmt: skip
-            b_sk = xdot(b_kraw, tl.trans(b_s), b_sk, STATE_PREC, True, NATIVE)
-            b_sq = xdot(b_q, tl.trans(b_s), b_sq, STATE_PREC, True, NATIVE)
+            if PACK:
+                # one row is a key or a query, the other load is 0 there: the sum is exact
+                b_sk = xdot(b_kraw + b_q, tl.trans(b_s), b_sk, STATE_PREC, True, NATIVE)
+            else:
+                b_sk = xdot(b_kraw, tl.trans(b_s), b_sk, STATE_PREC, True, NATIVE)
+                b_sq = xdot(b_q, tl.trans(b_s), b_sq, STATE_PREC, True, NATIVE)
         if PENDING and GRAM:
             o_p = tl.arange(0, BWP)
             o_g = i_bh.to(tl.int64) * 2 * W * WP + o_w[:, None] * WP + o_p[None, :]
@@ -139,10 +151,20 @@ def treewy_pipe_kernel(
         b_v = tl.load(v + o_wv, mask=m_wv, other=0.0).to(tl.float32)
         b_m1 = tl.load(m1 + o_ww, mask=m_ww, other=0.0)
         b_vt = tl.dot(b_m1, b_v - b_ck[:, None] * b_sk, input_precision=SMALL_PREC)
-        b_cq = tl.load(cq + o_bw, mask=m_w, other=0.0)
-        b_pm = tl.load(pm + o_ww, mask=m_ww, other=0.0)
-        b_o = b_cq[:, None] * b_sq + tl.dot(b_pm, b_vt, input_precision=SMALL_PREC)
-        tl.store(o + o_wv, b_o.to(o.dtype.element_ty), mask=m_wv)
+        if PACK:
+            # rows W..2W-1: Q S^T of node row - W; v and ck are 0 there, so the rows of
+            # b_vt >= W are 0 (m1 is 0 outside [W, W]); outputs formed on rows W..2W-1
+            b_cq = tl.load(cq + i_bh.to(tl.int64) * W + node, mask=m_q, other=0.0)
+            b_pm = tl.load(pm + i_bh.to(tl.int64) * W * W + node[:, None] * W + o_w[None, :],
+                           mask=m_q[:, None] & m_w[None, :], other=0.0)  # fmt: skip
+            b_o = b_cq[:, None] * b_sk + tl.dot(b_pm, b_vt, input_precision=SMALL_PREC)
+            o_ov = ((i_b * W + node[:, None]).to(tl.int64) * HV + i_h) * V + o_v[None, :]
+            tl.store(o + o_ov, b_o.to(o.dtype.element_ty), mask=m_q[:, None] & m_v[None, :])
+        else:
+            b_cq = tl.load(cq + o_bw, mask=m_w, other=0.0)
+            b_pm = tl.load(pm + o_ww, mask=m_ww, other=0.0)
+            b_o = b_cq[:, None] * b_sq + tl.dot(b_pm, b_vt, input_precision=SMALL_PREC)
+            tl.store(o + o_wv, b_o.to(o.dtype.element_ty), mask=m_wv)
         if STORE_VT:
             tl.store(vt + o_wv, b_vt, mask=m_wv)
 
@@ -151,6 +173,7 @@ def launch_pipe_stream(
     q, k, v, log_gate, state_pool, state_slot, mats, cols, o, vt, *, num_heads, block_v: int,
     num_warps: int, ctas_per_sm: int, num_stages: int, prec, bkc: int = 128, pending=None,
     k_out=None, g_out=None, hoisted=None, maxnreg: int = 0, gram: bool = False,
+    pack: bool = False,
 ) -> None:  # fmt: skip
     """Launch the pipelined verify / deferred stream after stage 1 (``mats``, ``cols`` of
     treewy_prep.launch_prep); grid = min(tiles, ctas_per_sm * SMs) (4 SMs off the GPU, so
@@ -158,7 +181,8 @@ def launch_pipe_stream(
     parent, accepted) of the previous window (deferred), with ``k_out`` / ``g_out``;
     ``hoisted`` = (pscale, pgam, pgram) when stage 1 computed them (treewy_prep PENDING),
     else treewy_pending.launch_pending runs first. ``maxnreg`` > 0 caps the registers (GPU
-    compile only); ``gram``: the deferred GRAM mode (``hoisted`` must then hold pgram)."""
+    compile only); ``gram``: the deferred GRAM mode (``hoisted`` must then hold pgram);
+    ``pack``: keys and queries in one operand where 2 W <= BW (ignored elsewhere)."""
     hk, hv = num_heads
     bsz, w, _, dk = q.shape
     dv = v.shape[3]
@@ -192,6 +216,7 @@ def launch_pipe_stream(
         "GRAM": gram and pending is not None, "STATE_PREC": prec.state,
         "SMALL_PREC": prec.small, "NATIVE": prec.native,
         "NUM_STAGES": num_stages, "num_warps": num_warps,
+        "PACK": pack and not gram and 2 * w <= bw,
         **({"maxnreg": maxnreg} if maxnreg and prec.native else {}),
     }  # fmt: skip
     if ctas_per_sm == 0:

@@ -282,7 +282,7 @@ def launch_window(
             block_v=pick_block_v(bsz * hv, dv, widest=pipe.block_v), num_warps=pipe.num_warps,
             ctas_per_sm=pipe.ctas_per_sm, num_stages=pipe.stages, prec=prec, bkc=pipe.bkc,
             pending=pending, k_out=k_out, g_out=g_out, hoisted=hoisted, maxnreg=pipe.maxnreg,
-            gram=pipe.pending_gram,
+            gram=pipe.pending_gram, pack=pipe.pack_qk,
         )  # fmt: skip
         return o, vt
     mats, cols = launch_prep(

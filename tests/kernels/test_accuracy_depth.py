@@ -156,3 +156,18 @@ def test_pipe_fused_window_contract_at_every_depth(tree, variant):
     assert float(err.max()) <= FP32_CONTRACT, (
         f"fused-window {variant} W={tree.num_nodes}: {err.tolist()}"
     )
+
+
+# session 4: keys and queries packed into one operand (pack_qk, W <= 8; chain(7) is W = 8
+# = BW / 2, the widest packed window), verify+commit and the deferred in stage 1
+_PK = PipeConfig(stages=2, block_v=16, num_warps=2, bkc=16, ctas_per_sm=1, pack_qk=True,
+                 pending_in_stage1=True)  # fmt: skip
+PIPE_PACKED = LaunchPolicy(single_launch=False, pipe_verify=_PK, pipe_deferred=_PK)
+
+
+@pytest.mark.parametrize("tree", [TreeSpec.chain(4), TreeSpec.chain(7), TreeSpec((2, 1))],
+                         ids=lambda t: t.label)  # fmt: skip
+@pytest.mark.parametrize("variant", ["verify+commit", "deferred"])
+def test_pipe_packed_contract_at_every_depth(tree, variant):
+    err = per_request_error(tree, variant, FAST, policy=PIPE_PACKED)
+    assert float(err.max()) <= FP32_CONTRACT, f"packed {variant} W={tree.num_nodes}: {err.tolist()}"

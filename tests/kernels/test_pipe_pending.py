@@ -40,6 +40,10 @@ FUSED_WINDOW = PipeConfig(stages=2, block_v=16, num_warps=2, bkc=16, ctas_per_sm
                           fused_window=True)  # fmt: skip
 GRAM_STAGE1 = PipeConfig(stages=2, block_v=16, num_warps=2, bkc=16, ctas_per_sm=1,
                          pending_in_stage1=True, pending_gram=True)  # fmt: skip
+# session 4: keys and queries packed into one operand (W <= 8); ignored at W > 8
+PACK_STAGE1 = PipeConfig(stages=2, block_v=16, num_warps=2, bkc=16, ctas_per_sm=1,
+                         pending_in_stage1=True, pack_qk=True)  # fmt: skip
+PACK_OWN = PipeConfig(stages=2, block_v=16, num_warps=2, bkc=16, ctas_per_sm=1, pack_qk=True)
 
 
 def _path(parent: tuple[int, ...], a: int) -> list[int]:
@@ -88,12 +92,14 @@ def test_hoisted_coefficients_match_float64():
 
 
 @pytest.mark.parametrize(
-    "pipe", [OWN, IN_STAGE1, GRAM_OWN, GRAM_STAGE1, FUSED_WINDOW],
-    ids=["own-kernel", "in-stage1", "gram-own", "gram-stage1", "fused-window"],
+    "pipe", [OWN, IN_STAGE1, GRAM_OWN, GRAM_STAGE1, FUSED_WINDOW, PACK_STAGE1, PACK_OWN],
+    ids=["own-kernel", "in-stage1", "gram-own", "gram-stage1", "fused-window", "pack-stage1",
+         "pack-own"],
 )  # fmt: skip
 @pytest.mark.parametrize(
     ("tree1", "tree2"),
-    [(TreeSpec.chain(4), TreeSpec((2, 2, 2))), (TreeSpec((2, 2, 2)), TreeSpec.chain(4))],
+    [(TreeSpec.chain(4), TreeSpec((2, 2, 2))), (TreeSpec((2, 2, 2)), TreeSpec.chain(4)),
+     (TreeSpec.chain(3), TreeSpec.chain(7))],
     ids=lambda t: t.label,
 )
 def test_pipe_deferred_two_steps_meets_the_contract(pipe, tree1, tree2):
@@ -157,3 +163,34 @@ def test_pipe_fused_window_verify_matches_float64_and_the_two_launch_path(tree):
         _, vt_ref = treewy_verify(*args, policy=LaunchPolicy(single_launch=False))
     assert_close("o", o_ref, o, 2e-2)
     assert_close("vt vs the two-launch verify", vt_ref, vt, 1e-6)
+
+
+@pytest.mark.parametrize("tree", [TreeSpec.chain(4), TreeSpec.chain(7), TreeSpec((2, 1))],
+                         ids=lambda t: t.label)  # fmt: skip
+def test_pipe_packed_verify_matches_float64_and_the_two_launch_path(tree):
+    """pack_qk (keys rows < W, queries rows W..2W-1 of one operand; W = 5, 8 = BW / 2 and a
+    branching tree): outputs vs float64 over every request, pseudo-values vs the unpacked
+    pipelined verify and the round-5 verify (several tiles per program, two key chunks)."""
+    win = make_window(parent=tree.parent, batch=4, num_k_heads=1, num_v_heads=2,
+                      gate_range=(0.3, 1.0), seed=43)  # fmt: skip
+    args = (win.q, win.k, win.v, win.log_gate, win.beta, win.pool, win.slot, win.parent)
+    o_ref, _ = recurrence_reference(win.q, win.k, win.v, win.log_gate, win.beta, win.state0,
+                                    tree.parent)  # fmt: skip
+    plain = PipeConfig(stages=2, block_v=16, num_warps=2, bkc=16, ctas_per_sm=1)
+    with emulate_tf32():
+        o, vt = treewy_verify(*args, policy=LaunchPolicy(single_launch=False, pipe_verify=PACK_OWN),
+                              out=nan_like(win.v))  # fmt: skip
+        o_p, vt_p = treewy_verify(*args, policy=LaunchPolicy(single_launch=False,
+                                                             pipe_verify=plain))  # fmt: skip
+        _, vt_ref = treewy_verify(*args, policy=LaunchPolicy(single_launch=False))
+    assert not torch.isnan(o).any(), "a packed output row was not written"
+    for b in range(o.shape[0]):
+        assert_close(f"o request {b}", o_ref[b], o[b], 2e-2)
+    assert_close("o vs the unpacked pipe", o_p, o, 1e-2)
+    assert_close("vt vs the unpacked pipe", vt_p, vt, 1e-6)
+    assert_close("vt vs the two-launch verify", vt_ref, vt, 1e-6)
+
+
+def test_pack_qk_with_gram_is_refused():
+    with pytest.raises(ValueError, match="pack_qk"):
+        PipeConfig(pack_qk=True, pending_gram=True)

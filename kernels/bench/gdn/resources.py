@@ -146,6 +146,7 @@ def pipe_configs(w: int, state: str, pipe, deferred: bool, state_math=None):
         "STORE_VT": True, "PENDING": deferred, "GRAM": deferred and pipe.pending_gram,
         "STATE_PREC": prec.state,
         "SMALL_PREC": prec.small, "NATIVE": True, "NUM_STAGES": pipe.stages,
+        "PACK": pipe.pack_qk and not (deferred and pipe.pending_gram) and 2 * w <= bw,
     }  # fmt: skip
     out = [("pipe-defer" if deferred else "pipe-verify", treewy_pipe_kernel, sig, consts,
             pipe.num_warps)]  # fmt: skip

@@ -81,6 +81,19 @@ _PIPES: dict[str, tuple[PipeConfig | None, PipeConfig | None]] = {
     # 255 regs + 8 bytes of spills, 26 KB -> 2 / SM; 1 stage: 191 regs, 7 KB -> 2 / SM
     "pipe_p": (None, PipeConfig(2, 32, 4, 32, fused_window=True)),
     "pipe_q": (None, PipeConfig(1, 32, 4, 32, fused_window=True)),
+    # session 4 (#19: the deferred loop's live registers / bytes in flight; sm_90 compile
+    # here, Triton 3.9, T = 4, fp32; `pack` = keys and queries in one operand, W <= 8).
+    # pipe_r: verify pipe_d packed: 105 regs (pipe_d 130 here), 39 KB -> 4 / SM; deferred
+    # 3 stages, 16-row tile, 2 warps, 16-key chunks, packed: 199 regs, 12.5 KB -> 5 / SM,
+    # 10 warps and ~80 KB of state in flight per SM (pipe_f: 254 regs, 2 / SM, 8 warps, 64 KB)
+    "pipe_r": (PipeConfig(2, 64, 4, 32, pack_qk=True),
+               PipeConfig(3, 16, 2, 16, pending_in_stage1=True, pack_qk=True)),
+    # pipe_f with 3 stages: 255 regs + 16 bytes of spills, 53.5 KB -> 2 / SM, 128 KB of
+    # state in flight per SM (two tiles ahead per program)
+    "pipe_s": (None, PipeConfig(3, 64, 4, 32, pending_in_stage1=True)),
+    # 3 stages, 16-row tile, 4 warps, 16-key chunks, packed: 148 regs, 12.5 KB -> 3 / SM,
+    # 12 warps per SM (the most warps of any spill-free deferred config), 48 KB in flight
+    "pipe_t": (None, PipeConfig(3, 16, 4, 16, pending_in_stage1=True, pack_qk=True)),
 }
 VARIANTS: dict[str, LaunchPolicy] = {
     name: LaunchPolicy(pipe_verify=pv, pipe_deferred=pd) for name, (pv, pd) in _PIPES.items()
