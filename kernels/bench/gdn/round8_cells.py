@@ -44,13 +44,20 @@ COV8_ORDER = (
 COV8_DRY = (("heads", 1, 1), ("heads", 3, 2), ("replay", 2, 2), ("replay", 3, 1),
             ("heads", 2, 3))  # fmt: skip
 
-# kcode's session-4 deferred-commit variants (variants.py names; the board line of
-# 2026-12-02): empty until kcode names them, then the baselines below still run
-KC8_VARIANTS: tuple[str, ...] = ()
-# the incumbents every variant is compared with in the same cell
+# kcode's session-4 variants (board, 2026-12-02 05:44 UTC, s4-kcode a140f15): pipe_r
+# (keys and queries packed in one MMA operand: verify, verify+commit and a 3-stage
+# 16-row deferred), pipe_s (pipe_f at 3 stages), pipe_t (3-stage 16-row 4-warp packed
+# deferred); kcode's order of importance (drop from the end when short)
+KC8_VARIANTS: tuple[str, ...] = (
+    "deferred@pipe_r", "deferred@pipe_s", "treewy_verify@pipe_r", "treewy_verify_commit@pipe_r",
+    "deferred@pipe_t",
+)  # fmt: skip
+# the incumbents every variant is compared with in the same cell (kcode's decision rule
+# reads deferred, deferred@pipe_f and treewy_verify@pipe_d)
 KC8_BASELINES = (
-    "deferred", "deferred@pipe_f", "deferred@pipe_h", "treewy_verify_commit",
-    "treewy_verify_commit@pipe_d", "fused_chain", "storeall", "vllm_storeall",
+    "deferred", "deferred@pipe_f", "deferred@pipe_h", "treewy_verify", "treewy_verify@pipe_d",
+    "treewy_verify_commit", "treewy_verify_commit@pipe_d", "fused_chain", "storeall",
+    "vllm_storeall",
 )  # fmt: skip
 KC8_WINDOWS = (4, 2, 9)
 KC8_BATCHES = (256, 64, 1)
