@@ -165,11 +165,11 @@ def test_pipe_fused_window_verify_matches_float64_and_the_two_launch_path(tree):
     assert_close("vt vs the two-launch verify", vt_ref, vt, 1e-6)
 
 
-@pytest.mark.parametrize("tree", [TreeSpec.chain(4), TreeSpec.chain(7), TreeSpec((2, 1))],
-                         ids=lambda t: t.label)  # fmt: skip
+@pytest.mark.parametrize("tree", [TreeSpec.chain(2), TreeSpec.chain(4), TreeSpec.chain(7),
+                                  TreeSpec((2, 1))], ids=lambda t: t.label)  # fmt: skip
 def test_pipe_packed_verify_matches_float64_and_the_two_launch_path(tree):
-    """pack_qk (keys rows < W, queries rows W..2W-1 of one operand; W = 5, 8 = BW / 2 and a
-    branching tree): outputs vs float64 over every request, pseudo-values vs the unpacked
+    """pack_qk (keys rows < W, queries rows W..2W-1 of one operand; W = 3, 5, 8 = BW / 2
+    and a branching tree): outputs vs float64 over every request, pseudo-values vs the unpacked
     pipelined verify and the round-5 verify (several tiles per program, two key chunks)."""
     win = make_window(parent=tree.parent, batch=4, num_k_heads=1, num_v_heads=2,
                       gate_range=(0.3, 1.0), seed=43)  # fmt: skip
