@@ -94,3 +94,33 @@ def test_dry_cells_exist_for_every_phase():
         cells = fn(True)
         assert cells, phase
         assert all(isinstance(c, Cell) and isinstance(c.tree, TreeSpec) for c in cells)
+
+
+def test_held_out_checks_read_only_their_shape_and_predict_from_the_fit_lines(tmp_path):
+    """report8's declared checks: the line through B = 1 and 256 at the TP8 heads predicts
+    the round-8 B = 64 row; a row of another shape is not checked by it."""
+    import csv
+
+    from capsim_kernels.bench.gdn.report7 import held_out
+    from capsim_kernels.bench.gdn.report8 import HELD_OUT8, RUN_FILES8
+
+    cols = ("kernel", "model_shape", "Hv", "Hk", "dk", "dv", "state_dtype", "T", "tree", "B",
+            "p50_us", "phase", "gate_floor")  # fmt: skip
+
+    def row(shape, hv, hk, b, us):
+        return dict(zip(cols, ("deferred", shape, hv, hk, 128, 128, "float32", 4, "chain", b,
+                               us, "gdn_cov", 0.3)))  # fmt: skip
+
+    tp8, tp2 = "qwen3.5-35b-a3b-tp8", "qwen3.5-35b-a3b-tp2"
+    for name, rows in (("round7_gdn_cov.csv", [row(tp8, 4, 2, 1, 10.0), row(tp2, 16, 8, 1, 20.0)]),
+                       ("round8_gdn_cov.csv", [row(tp8, 4, 2, 256, 65.5), row(tp8, 4, 2, 64, 25.0),
+                                               row(tp2, 16, 8, 256, 80.0),
+                                               row(tp2, 16, 8, 64, 30.0)])):  # fmt: skip
+        with (tmp_path / name).open("w", newline="") as fh:
+            w = csv.DictWriter(fh, fieldnames=cols)
+            w.writeheader()
+            w.writerows(rows)
+    got = held_out(tmp_path, HELD_OUT8, "round8_gdn_*.csv", RUN_FILES8)
+    assert [(c["model_shape"], c["B"]) for c in got] == [(tp8, 64)]  # tp2 is no TP8 row
+    assert got[0]["predicted_us"] == pytest.approx(10.0 + 55.5 * 63 / 255, abs=0.01)
+    assert got[0]["error"] == pytest.approx(got[0]["predicted_us"] / 25.0 - 1, abs=1e-4)
