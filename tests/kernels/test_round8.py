@@ -10,12 +10,7 @@ pytest.importorskip("torch")
 
 from capsim_kernels.bench.gdn import round6
 from capsim_kernels.bench.gdn.round6_cells import TP_KERNELS, Cell
-from capsim_kernels.bench.gdn.round7_cells import (
-    COV_HEADS,
-    COV_REPLAY,
-    measured_points,
-    point_key,
-)
+from capsim_kernels.bench.gdn.round7_cells import COV_HEADS, COV_REPLAY, point_key
 from capsim_kernels.bench.gdn.round8_cells import (
     CELLS8,
     KC8_BASELINES,
@@ -38,6 +33,26 @@ def test_plan_r8_puts_coverage_first_and_ends_inside_the_budget():
     assert round6.warm_phases("r7") == round6.cell_phases("r7")  # round 7 unchanged
 
 
+@pytest.fixture
+def before_round8(monkeypatch):
+    """The packaged GDN table as the call found it: its rows less round 8's (the plan
+    drops measured points, and round 8's own rows are in the table since its ingest)."""
+    import csv
+    from pathlib import Path
+
+    import capsim.calibration as calibration
+    from capsim_kernels.bench.gdn import round7_cells
+
+    path = Path(calibration.__file__).parent / "data" / "h200_gdn_verify.csv"
+    with path.open(newline="") as fh:
+        done = frozenset(
+            (r["kernel"], int(r["Hv"]), int(r["Hk"]), int(r["dk"]), int(r["dv"]),
+             r["state_dtype"].removeprefix("torch."), int(r["T"]), r["tree"], int(r["B"]))
+            for r in csv.DictReader(fh) if not r["source"].startswith("round8_"))  # fmt: skip
+    monkeypatch.setattr(round7_cells, "measured_points", lambda: done)
+    return done
+
+
 def _curve_ends(cells, done, heads, kernels, windows):
     """Every (kernel, T) of ``windows`` at two batch sizes, measured or in ``cells``."""
     for k in kernels:
@@ -49,11 +64,12 @@ def _curve_ends(cells, done, heads, kernels, windows):
             assert len(have) >= 2, (k, t, have)
 
 
-def test_the_first_six_cells_give_curves_at_both_ends_of_every_depth():
+def test_the_first_six_cells_give_curves_at_both_ends_of_every_depth(before_round8):
     """T = 1 and 9 at the TP8 heads (every step kernel), T = 2 and 9 for replay at the TP2
     heads, each at two batch sizes, within the first six cells: the rest only sharpens."""
     cells = cov8_cells(False)
-    done = measured_points()
+    done = before_round8
+    assert len(cells) == 22  # what the call was planned with
     first = cells[:6]
     heads, rep = gdn_shape(*COV_HEADS).heads_key, gdn_shape(*COV_REPLAY).heads_key
     step = tuple(k for k in TP_KERNELS if k != "vllm_decode")
@@ -79,7 +95,7 @@ def test_kc_cells_time_every_incumbent_and_vllm_next_to_the_variants(monkeypatch
         kc8_kernels()
 
 
-def test_warm_up_covers_coverage_and_kc_only(monkeypatch):
+def test_warm_up_covers_coverage_and_kc_only(monkeypatch, before_round8):
     monkeypatch.setenv("R6_PLAN", "r8")
     warm = round6.warm_cells(False, round6.warm_phases("r8"))
     assert warm[0].shape.heads_key == gdn_shape(*COV_HEADS).heads_key  # gdn_cov first
