@@ -15,7 +15,10 @@ Async scheduling (the scheduler's ``async_scheduling``, vLLM's default since 0.1
 after a step's ``update`` the engine marks the moment (``Scheduler.mark_arrivals``) before
 the client hears of the finishes, so what the client sends then, and what arrives during
 the next step, is admitted one step later; finished requests' rows are recycled only once
-the scheduler has returned their blocks (``Scheduler.take_released``).
+the scheduler has returned their blocks (``Scheduler.take_released``). With a step model that
+says so (``output_deferred``: ``capsim.cost.engine_period``, the real engine's async step
+period) step n's output (token stamps, finishes, the client's resulting sends) is handed over
+when step n+1 ends, as vLLM processes it after launching n+1; the step-by-step path is used.
 """
 
 from __future__ import annotations
@@ -96,6 +99,18 @@ class EngineSim:
         scheduler.keep_released = self._async_recycle
         """Hand a finished request's store row back (its memos are dropped when it
         finishes; block hashes of unshared content are keyed by add order, not slot)."""
+        # a step model of the real async engine (capsim.cost.engine_period) says step n's
+        # output reaches the client at the end of step n+1 (two batches in flight: vLLM
+        # processes output n after launching n+1); the step-by-step path then holds each
+        # step's token stamps, finishes and client sends back one step
+        self._defer = self._async and bool(getattr(cost, "output_deferred", False))
+        if self._defer and compact:
+            raise ValueError(
+                "engine.engine_overhead with async scheduling holds each step's output one "
+                "step (capsim.cost.engine_period); the compact streaming path does not: "
+                "keep the requests table (streaming=False) or use --no-async-scheduling"
+            )
+        self._held: tuple[np.ndarray, list[int]] | None = None
         self._pending: deque[Request] = deque()
         # conversation turns: a request with a parent waits until the parent finished,
         # then goes to the head of the send queue (the same user continues)
@@ -223,12 +238,15 @@ class EngineSim:
         stats, pool = kv.prefix_stats, kv.pool
         compact = self.compact
         while not (self._client_done and self._num_finished >= self._expected):
+            if self._held is not None and not sched.has_work:
+                self._release_held(env.now)  # the engine goes idle: output n is out now
+                continue
             if not sched.has_work:
                 self._wake = env.event()
                 yield self._wake
                 self._wake = None
                 continue
-            if self.decode_runs and self._client_done:
+            if self.decode_runs and self._client_done and not self._defer:
                 # drain: nothing left to send, now or after any finish
                 drain = not self._pending and not self._children
                 run = sched.plan_decode_run(self.acceptance, self.window_tok, drain)
@@ -260,8 +278,14 @@ class EngineSim:
             yield env.timeout(step_s)
             finished = self._update(out)
             now = env.now
-            self._stamp_emitted(out, now)
-            self._finish(finished, now)
+            if self._defer:
+                self._release_held(now)
+                # workload indices, read now: a finished request's row (and handle) may be
+                # recycled before the held stamps are written
+                self._held = (self._emit_index(out), [req.index for req in finished])
+            else:
+                self._stamp_index(self._emit_index(out), now)
+                self._finish(finished, now)
             self._settle(finished)
             if self._async_recycle:
                 self._recycle(sched.take_released())
@@ -285,16 +309,31 @@ class EngineSim:
                     pool.num_evictions,
                 )
             )
-            if finished:
+            if finished and not self._defer:
                 self._send_ready()
 
-    def _stamp_emitted(self, out: SchedulerOutput, now: float) -> None:
+    def _release_held(self, now: float) -> None:
+        """Deferred output: the previous step's stamps, finishes and the client's sends."""
+        if self._held is None:
+            return
+        idx, finished = self._held
+        self._held = None
+        self._stamp_index(idx, now)
+        self._finish_index(finished, now)
+        if finished:
+            self._send_ready()
+
+    def _emit_index(self, out: SchedulerOutput) -> np.ndarray:
+        """Stamp-array index of this step's emitters (compact: store slot; else workload
+        index, read now: a finished request's row may be recycled before a held stamp)."""
+        emitted = out.emitted_slots
+        return emitted if self.compact else self.scheduler.store.cols.index[emitted]
+
+    def _stamp_index(self, idx: np.ndarray, now: float) -> None:
         """First-token times of the requests that emitted their first token this step, ITLs
         of the others, and every emitter's last-emit time."""
         # (read here: a send may have grown the compact stamp arrays)
         first_token, last_emit, rec = self.first_token_s, self.last_emit_s, self.recorder
-        emitted = out.emitted_slots
-        idx = emitted if self.compact else self.scheduler.store.cols.index[emitted]
         fresh = np.isnan(first_token[idx])
         num_fresh = int(np.count_nonzero(fresh))
         if num_fresh:
@@ -432,12 +471,24 @@ class EngineSim:
         for req in finished:
             req.finish_s = now
             self.finish_s[req.slot if self.compact else req.index] = now
-            if self._parent is not None:
-                self._done[req.index] = True
-                for child in reversed(self._children.pop(req.index, [])):
-                    self._pending.appendleft(child)
+            self._release_children(req.index)
         self._num_finished += len(finished)
         self._in_flight -= len(finished)
+
+    def _finish_index(self, finished: list[int], now: float) -> None:
+        """``_finish`` of held finishes, by workload index (not compact mode)."""
+        for i in finished:
+            self.finish_s[i] = now
+            self._release_children(i)
+        self._num_finished += len(finished)
+        self._in_flight -= len(finished)
+
+    def _release_children(self, index: int) -> None:
+        """Conversation turns: a finished parent's children go to the head of the queue."""
+        if self._parent is not None:
+            self._done[index] = True
+            for child in reversed(self._children.pop(index, [])):
+                self._pending.appendleft(child)
 
     # -- fed mode (capsim.fleet) --------------------------------------------------------
     def submit(self, req: Request) -> None:

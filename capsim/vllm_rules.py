@@ -104,8 +104,7 @@ RULES: tuple[VersionRule, ...] = (
         "Read again 2026-12-02 in the 0.27.0 and 0.28.0 wheels: 0.27.0 arg_utils.py:2604-2605 "
         "keeps 'and not model_config.is_hybrid', 0.28.0 arg_utils.py:2650 does not, and 0.28.0 "
         "model_executor/models/config.py:602-604 turns mamba_cache_mode 'none' into 'align' when "
-        "prefix caching is on. The same rule as capsim/memory/release_rules.py's (a test keeps "
-        "them equal)",
+        "prefix caching is on. Kept once, in capsim/vllm_rules.py (release_rules.py takes it)",
     ),
     VersionRule(
         "sm100_capture_ceiling",

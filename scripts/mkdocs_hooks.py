@@ -17,8 +17,6 @@ from pathlib import Path
 from typing import Any
 
 ROOT = Path(__file__).resolve().parents[1]
-if str(ROOT) not in sys.path:  # build from a checkout without installing it
-    sys.path.insert(0, str(ROOT))
 
 TOPICS: tuple[tuple[str, str], ...] = (
     ("vLLM engine runs", "engine.md"),
@@ -40,6 +38,10 @@ def on_config(config: Any) -> Any:
 
 
 def on_page_markdown(markdown: str, page: Any, config: Any, files: Any) -> str:
+    # NOTE: done here, not at import: MkDocs restores sys.path after loading a hook module,
+    # so a path added at import time is gone by the time pages are built
+    if str(ROOT) not in sys.path:  # build from a checkout without installing it
+        sys.path.insert(0, str(ROOT))
     from capsim.reports.reference import expand_markers
 
     return expand_markers(markdown, ROOT / "pyproject.toml")

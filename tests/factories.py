@@ -93,3 +93,36 @@ def reference_paths(monkeypatch) -> None:  # type: ignore[no-untyped-def]
 
     monkeypatch.setattr(Scheduler, "__init__", sequential)
     monkeypatch.setattr(EngineSim, "__init__", step_by_step)
+
+
+def run_keeping_engine(monkeypatch, cfg, **kw):  # type: ignore[no-untyped-def]
+    """``simulate(cfg, **kw)`` and the ``EngineSim`` it ran, as it stands after the run
+    (to count what a finished run still holds)."""
+    import capsim.engine as engine_mod
+    from capsim.simulate import simulate
+
+    seen = {}
+    real_run = engine_mod.EngineSim.run
+
+    def run(self):  # type: ignore[no-untyped-def]
+        real_run(self)
+        seen["sim"] = self
+
+    monkeypatch.setattr(engine_mod.EngineSim, "run", run)
+    res = simulate(cfg, **kw)
+    return res, seen["sim"]
+
+
+def one_line_error(res, *needles: str) -> str:  # type: ignore[no-untyped-def]
+    """A CLI run's answer to bad input (a click ``Result``): a non-zero exit, no traceback,
+    one ``Error:`` line and it is the last line, naming every needle. Returns that line."""
+    assert res.exit_code != 0, res.output
+    assert res.exception is None or isinstance(res.exception, SystemExit), repr(res.exception)
+    assert "Traceback" not in res.output, res.output
+    errors = [ln for ln in res.output.splitlines() if ln.startswith("Error:")]
+    assert len(errors) == 1, res.output
+    tail = res.output[res.output.index("Error:") :].strip()
+    assert "\n" not in tail, res.output
+    for n in needles:
+        assert n in tail, (n, tail)
+    return tail

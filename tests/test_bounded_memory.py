@@ -15,6 +15,7 @@ import math
 
 import numpy as np
 import pytest
+from factories import run_keeping_engine
 
 from capsim.acceptance_stream import StreamingAcceptanceDraws
 from capsim.config import EngineConfig, LoadConfig, SimConfig, SpecDecodeConfig
@@ -118,18 +119,8 @@ def test_streaming_summary_equals_the_exact_one(load) -> None:  # type: ignore[n
 
 
 def test_state_after_a_run_is_the_requests_in_flight(monkeypatch) -> None:  # type: ignore[no-untyped-def]
-    import capsim.engine as engine_mod
-
-    seen = {}
-    real_run = engine_mod.EngineSim.run
-
-    def run(self):  # type: ignore[no-untyped-def]
-        real_run(self)
-        seen["sim"] = self
-
-    monkeypatch.setattr(engine_mod.EngineSim, "run", run)
-    res = simulate(_cfg(1500, mode="rate", rate_req_per_s=60.0), streaming=True)
-    sim = seen["sim"]
+    cfg = _cfg(1500, mode="rate", rate_req_per_s=60.0)
+    res, sim = run_keeping_engine(monkeypatch, cfg, streaming=True)
     in_flight = int(res.summary["peak_running"]) + int(res.summary["peak_waiting"])
     # every request had its own row before issue 20 (1500 here)
     assert len(sim.scheduler.store.handles) <= in_flight + 64

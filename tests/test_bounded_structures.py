@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from factories import run_keeping_engine
 
 from capsim.acceptance_stream import StreamingAcceptanceDraws
 from capsim.config import EngineConfig, LoadConfig, SimConfig, SpecDecodeConfig
@@ -29,21 +30,6 @@ def _cfg(
     )
 
 
-def _run_and_keep(monkeypatch, cfg: SimConfig, **kw):  # type: ignore[no-untyped-def]
-    import capsim.engine as engine_mod
-
-    seen = {}
-    real_run = engine_mod.EngineSim.run
-
-    def run(self):  # type: ignore[no-untyped-def]
-        real_run(self)
-        seen["sim"] = self
-
-    monkeypatch.setattr(engine_mod.EngineSim, "run", run)
-    res = simulate(cfg, **kw)
-    return res, seen["sim"]
-
-
 def _sizes(sim) -> dict[str, int]:  # type: ignore[no-untyped-def]
     """Every per-run structure of the engine except RequestResults and the step columns."""
     acc = sim.acceptance
@@ -62,8 +48,8 @@ def _sizes(sim) -> dict[str, int]:  # type: ignore[no-untyped-def]
 def test_compact_run_structures_do_not_grow_with_the_request_count(monkeypatch) -> None:  # type: ignore[no-untyped-def]
     from capsim.loadgen import RELEASE_CHUNK
 
-    _, sim_s = _run_and_keep(monkeypatch, _cfg(800), streaming=True)
-    large, sim_l = _run_and_keep(monkeypatch, _cfg(2400), streaming=True)
+    _, sim_s = run_keeping_engine(monkeypatch, _cfg(800), streaming=True)
+    large, sim_l = run_keeping_engine(monkeypatch, _cfg(2400), streaming=True)
     a, b = _sizes(sim_s), _sizes(sim_l)
     in_flight = int(large.summary["peak_running"]) + int(large.summary["peak_waiting"])
     for key in ("store_rows", "handles", "stamps"):
@@ -113,7 +99,7 @@ def test_prefix_caching_store_is_bounded_by_the_requests_in_flight(
     monkeypatch, workload, load
 ) -> None:  # type: ignore[no-untyped-def]
     eng = EngineConfig(enable_prefix_caching=True)
-    res, sim = _run_and_keep(monkeypatch, _cfg(1500, eng, workload, **load), streaming=True)
+    res, sim = run_keeping_engine(monkeypatch, _cfg(1500, eng, workload, **load), streaming=True)
     in_flight = int(res.summary["peak_running"]) + int(res.summary["peak_waiting"])
     # before issue 20's last round every request kept its row (1500 here)
     assert len(sim.scheduler.store.handles) <= 2 * in_flight + 64
@@ -142,8 +128,8 @@ def test_compact_prefix_caching_run_is_bounded(monkeypatch) -> None:  # type: ig
     """Caching on, compact streaming path: the same counts as caching off, and every
     per-request memo of the coordinator and its managers freed at finish."""
     eng = EngineConfig(enable_prefix_caching=True)
-    _, sim_s = _run_and_keep(monkeypatch, _cfg(800, eng), streaming=True)
-    large, sim_l = _run_and_keep(monkeypatch, _cfg(2400, eng), streaming=True)
+    _, sim_s = run_keeping_engine(monkeypatch, _cfg(800, eng), streaming=True)
+    large, sim_l = run_keeping_engine(monkeypatch, _cfg(2400, eng), streaming=True)
     b = _sizes(sim_l)
     in_flight = int(large.summary["peak_running"]) + int(large.summary["peak_waiting"])
     for key in ("store_rows", "handles", "stamps"):

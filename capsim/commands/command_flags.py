@@ -15,7 +15,6 @@ from capsim.commands.opt import Opt, raw_opt
 from capsim.commands.param_types import FiniteFloat, ListOf, OutDir, TreeShapes
 from capsim.commit_modes import COMMIT_MODES
 from capsim.config import MAX_CONCURRENCY, MAX_TOKENS
-from capsim.sweep.executors import EXECUTORS
 from capsim.sweep.grid import PUBLISHED_GRID
 
 MODES = ListOf(click.Choice(COMMIT_MODES))
@@ -169,20 +168,9 @@ COMMAND_FLAGS: dict[str, Opt] = {
         show_default=True,
         help="results directory; rerunning into it resumes",
     ),
-    "sweep.executor": raw_opt(
-        "--executor",
-        type=click.Choice(EXECUTORS),
-        default="local",
-        show_default=True,
-        help="where points run: serial, a local process pool (--jobs) or dask (--scheduler)",
-    ),
-    "sweep.scheduler": raw_opt(
-        "--scheduler", default=None, help="dask scheduler address (with --executor dask)"
-    ),
     "sweep.steps": raw_opt(
         "--steps/--no-steps", default=True, help="keep per-step time series in steps/"
     ),
-    "sweep.progress": raw_opt("--progress/--no-progress", default=True, help="show a progress bar"),
     "knee.csv": raw_opt(
         "--csv", "csv_out", is_flag=True, help="also write knee.csv and memory_bound.csv"
     ),
@@ -192,12 +180,6 @@ COMMAND_FLAGS: dict[str, Opt] = {
         type=click.Path(file_okay=False, path_type=Path),
         default=None,
         help="where to write PNGs and report.html (default: RESULT_DIR/report)",
-    ),
-    "whatif.ttft_p99_ms": raw_opt(
-        "--ttft-p99-ms",
-        type=FiniteFloat(0.0, None, min_open=True),
-        default=None,
-        help="p99 TTFT target (ms)",
     ),
     "whatif.tpot_ms": raw_opt(
         "--tpot-ms",
@@ -239,9 +221,6 @@ COMMAND_FLAGS: dict[str, Opt] = {
         default=1024.0,
         show_default=True,
         help="search limit (concurrent requests or req/s)",
-    ),
-    "whatif.progress": raw_opt(
-        "--progress/--no-progress", default=True, help="show a progress bar"
     ),
     "main.debug": raw_opt(
         "--debug", is_flag=True, help="show Python tracebacks (also CAPSIM_DEBUG=1)"

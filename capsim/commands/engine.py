@@ -122,6 +122,7 @@ def record_cmd(results: Path, dest: Path) -> None:
         if csv.exists():
             old = pd.read_csv(csv)
             new = pd.concat([old[~old["job"].isin(new["job"])], new], ignore_index=True)
+        new = new.convert_dtypes()  # counts stay integers where a column has gaps (kv-only rows)
         tmp = csv.with_name(csv.name + ".tmp")
         new.to_csv(tmp, index=False)
         tmp.replace(csv)

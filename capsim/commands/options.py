@@ -25,7 +25,7 @@ from typing import Any
 import click
 
 from capsim.commands.command_flags import COMMAND_FLAGS
-from capsim.commands.opt import Opt, dc_default
+from capsim.commands.opt import Opt, dc_default, raw_opt
 from capsim.commands.param_types import (
     SPEC_METHODS,
     FiniteFloat,
@@ -57,6 +57,7 @@ from capsim.config import (
 from capsim.draft_rank import MAX_TEMPERATURE, TREE_MODELS
 from capsim.gpus import GPUS
 from capsim.models import QUANT_METHOD_FORMATS
+from capsim.sweep.executors import EXECUTORS
 from capsim.treeshape import format_tree
 from capsim.units import GiB
 from capsim.vllm_rules import DEFAULT_VLLM_VERSION, rules_for
@@ -327,8 +328,27 @@ SHARED_OPTIONS: dict[str, Opt] = {
         default=None,
         help="worker processes (default: cores; never more than there are tasks)",
     ),
+    # how sweep, whatif and plan run their simulations, and their latency targets
+    "executor": raw_opt(
+        "--executor",
+        type=click.Choice(EXECUTORS),
+        default="local",
+        show_default=True,
+        help="where simulations run: serial, a local process pool (--jobs) or dask "
+        "(--scheduler); the results are the same",
+    ),
+    "scheduler": raw_opt(
+        "--scheduler", default=None, help="dask scheduler address (with --executor dask)"
+    ),
+    "progress": raw_opt("--progress/--no-progress", default=True, help="show a progress bar"),
+    "ttft_p99_ms": raw_opt(
+        "--ttft-p99-ms",
+        type=FiniteFloat(0.0, None, min_open=True),
+        default=None,
+        help="p99 TTFT target (ms)",
+    ),
 }
-"""Flags several commands share: engine (``target="engine"``), speculation, load."""
+"""Flags several commands share: engine (``target="engine"``), speculation, load, runs."""
 
 OPTIONS: dict[str, Opt] = {**SHARED_OPTIONS, **COMMAND_FLAGS, **PLAN_FLAGS}
 """The one option registry: every flag of every ``capsim`` command is an entry here

@@ -9,7 +9,6 @@ from capsim.commands.opt import Opt, raw_opt
 from capsim.commands.param_types import FiniteFloat, ListOf, TreeShapes
 from capsim.commit_modes import COMMIT_MODES
 from capsim.gpus import GPUS
-from capsim.sweep.executors import EXECUTORS
 
 _MS = FiniteFloat(0.0, None, min_open=True)  # a latency target in ms, > 0
 _INT_OR_DEFAULT = click.STRING
@@ -20,9 +19,6 @@ PLAN_FLAGS: dict[str, Opt] = {
     ),
     "plan.plan_cmd.ttft_p50_ms": raw_opt(
         "--ttft-p50-ms", type=_MS, default=None, help="median TTFT target (ms)"
-    ),
-    "plan.plan_cmd.ttft_p99_ms": raw_opt(
-        "--ttft-p99-ms", type=_MS, default=None, help="p99 TTFT target (ms)"
     ),
     "plan.plan_cmd.tpot_ms": raw_opt(
         "--tpot-ms",
@@ -187,16 +183,6 @@ PLAN_FLAGS: dict[str, Opt] = {
     "plan.plan_cmd.day_standin": raw_opt(
         "--day-standin", is_flag=True, help="plan a day on the shipped STAND-IN profile"
     ),
-    "plan.plan_cmd.executor": raw_opt(
-        "--executor",
-        type=click.Choice(EXECUTORS),
-        default="local",
-        show_default=True,
-        help="where simulations run (same results)",
-    ),
-    "plan.plan_cmd.scheduler": raw_opt(
-        "--scheduler", default=None, help="dask scheduler address (--executor dask)"
-    ),
     "plan.plan_cmd.out": raw_opt(
         "--out",
         "-o",
@@ -207,9 +193,6 @@ PLAN_FLAGS: dict[str, Opt] = {
     ),
     "plan.plan_cmd.as_json": raw_opt(
         "--json", "as_json", is_flag=True, help="print the answer as JSON"
-    ),
-    "plan.plan_cmd.progress": raw_opt(
-        "--progress/--no-progress", default=True, help="show a progress bar"
     ),
     "plan.plan_cmd.report": raw_opt("--report/--no-report", default=True, help="write plan.html"),
     "plan.plan_cmd.fleet_check": raw_opt(

@@ -88,11 +88,10 @@ def skipped_gmu(spec: SweepSpec, gmu: tuple[float, ...] | None) -> list[str]:
     },
 )
 @options("sweep.out")
-@options("sweep.executor")
-@options("sweep.scheduler")
+@options("executor", "scheduler")
 @options("jobs")
 @options("sweep.steps")
-@options("sweep.progress")
+@options("progress")
 @options(*POOL_OPTIONS, **_GRID_OVERRIDE)  # type: ignore[arg-type]
 def sweep_cmd(
     grid_path: Path | None,
@@ -241,7 +240,7 @@ def report_cmd(result_dir: Path, out_dir: Path | None) -> None:
 
 @click.command("whatif")
 @options("model", "gpu", "tp", "dataset")
-@options("whatif.ttft_p99_ms")
+@options("ttft_p99_ms")
 @options("whatif.tpot_ms")
 @options("whatif.tpot_stat")
 @options(
@@ -258,7 +257,7 @@ def report_cmd(result_dir: Path, out_dir: Path | None) -> None:
     "jobs",
     num_prompts={"default": 200, "help": "requests per short simulation (at least)"},
 )
-@options("whatif.progress")
+@options("progress")
 @options(*POOL_OPTIONS, "prefix_caching")
 @options("sweep.whatif_cmd.ks")
 @options("step_time", "max_model_len", "max_num_seqs")

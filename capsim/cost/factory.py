@@ -11,7 +11,11 @@ from capsim.models import ModelSpec
 STEP_TIME_MODELS: tuple[str, ...] = ("roofline", "calibrated")
 
 
-def build_step_time_model(cfg: SimConfig, model: ModelSpec, gpu: GpuSpec) -> StepTimeModel:
+def build_step_time_model(
+    cfg: SimConfig, model: ModelSpec, gpu: GpuSpec, *, async_period: bool = True
+) -> StepTimeModel:
+    """``async_period=False``: the engine terms as main c4fa656 priced them under async
+    scheduling too (max(kernels, host) + delta; the out-of-sample table's old column)."""
     base = _kernel_model(cfg, model, gpu)
     if cfg.engine.engine_overhead is None:
         return base
@@ -35,6 +39,12 @@ def build_step_time_model(cfg: SimConfig, model: ModelSpec, gpu: GpuSpec) -> Ste
             max_capture_tok=eng.max_cudagraph_capture_size,
         )
     )
+    if eng.async_scheduling and async_period:
+        # the next step's host work overlaps this one's GPU work (capsim.cost.engine_period)
+        from capsim.cost.engine_period import AsyncStepPeriod, get_async_period
+
+        period = get_async_period(eng.engine_overhead)
+        return AsyncStepPeriod(base, period, descs, cfg.spec.num_draft_nodes)
     return HostBoundStepTime(base, fit, descs)
 
 

@@ -18,6 +18,7 @@ from pathlib import Path
 
 import numpy as np
 
+from capsim.live.workload import length_rows
 from capsim.traces.table import RequestTable
 
 _WORD = re.compile(r"^\u0120[a-z]{3,9}$")  # "Ġword": a space + 3-9 lowercase letters
@@ -49,13 +50,7 @@ def workload_rows(
     ][:num_requests]
     if keep.size < num_requests:
         raise ValueError(f"workload {workload!r}: only {keep.size} rows fit the caps")
-    src = table.source_id or tuple(f"{workload}:{i}" for i in range(table.num_requests))
-    return RequestTable(
-        name=workload,
-        prompt_tok=table.prompt_tok[keep],
-        output_tok=table.output_tok[keep],
-        source_id=tuple(src[i] for i in keep),
-    )
+    return length_rows(table, keep, workload)
 
 
 def write_custom_dataset(

@@ -16,8 +16,12 @@ from typing import Any
 
 DEFAULT_ACCEPTANCE = 0.8522  # capsim's default conditional acceptance per depth
 KV_DONE_MARKERS = ("GPU KV cache size:",)
+# vLLM 0.26 checks max_num_seqs against the Mamba blocks after it prints the KV lines
+# (config/compilation.py resolve_cudagraph_mode_and_sizes), so a "kv" job sees it only after
+# its KV line; the runner looks for it once the server is stopped.
+REFUSAL_AFTER_KV = "exceeds available Mamba cache blocks"
 FAIL_MARKERS = (
-    "exceeds available Mamba cache blocks",
+    REFUSAL_AFTER_KV,
     "Engine core initialization failed",
     "EngineCore failed to start",
     "CUDA out of memory",

@@ -165,14 +165,17 @@ def simulate_run(
     num_gpu_blocks: int | None = None,
     engine_overhead: str | None = None,
     async_scheduling: bool | None = None,
+    async_period: bool = True,
 ) -> dict[str, float]:
-    """capsim's metrics for the real run's configuration (same lengths, same load)."""
+    """capsim's metrics for the real run's configuration (same lengths, same load);
+    ``async_period=False``: main c4fa656's engine terms (no async step period)."""
     from capsim.cost.factory import build_step_time_model
     from capsim.gpus import get_gpu
     from capsim.simulate import simulate
 
     cfg = sim_config(run, num_gpu_blocks, engine_overhead, async_scheduling)
-    cost = build_step_time_model(cfg, cfg.model_spec(), get_gpu(cfg.gpu))
+    gpu = get_gpu(cfg.gpu)
+    cost = build_step_time_model(cfg, cfg.model_spec(), gpu, async_period=async_period)
     if delta_s:
         cost = PlusOverhead(cost, delta_s)
     s = simulate(cfg, workload=request_table(run), cost=cost).summary
@@ -203,25 +206,31 @@ def within(metric: str, real: float, pred: float) -> bool | None:
 
 
 def startup_blocks(startups_csv: Path, server: dict[str, Any]) -> int | None:
-    """num_gpu_blocks of the real start-up with the run's gmu, k and max_num_seqs."""
+    """num_gpu_blocks of the real start-up with the run's gmu, k, max_num_seqs,
+    max_num_batched_tokens and prefix caching (0.26's default for hybrids: off)."""
     st = pd.read_csv(startups_csv)
     mns = server["max_num_seqs"]
     mnbt = server.get("max_num_batched_tokens") or 8192  # vLLM 0.26's default on the H200
+    pc = bool(server.get("enable_prefix_caching"))
     hit = st[
         (st["gmu"] == server["gpu_memory_utilization"])
         & (st["num_speculative_tokens"] == server["num_speculative_tokens"])
         & (st["max_num_seqs"].isna() if mns is None else st["max_num_seqs"] == mns)
         & (st["max_num_batched_tokens"].fillna(8192) == mnbt)
+        & (st["enable_prefix_caching"].fillna(0).astype(bool) == pc)
+        & st["num_gpu_blocks"].notna()
     ]
     return int(hit["num_gpu_blocks"].iloc[0]) if len(hit) else None
 
 
 def table(runs_root: Path, startups_csv: Path | None = None) -> tuple[pd.DataFrame, float]:
-    """One row per (run, metric): real, capsim, capsim+delta, capsim+engine terms, % errors,
-    fit/predict per column, pass; plus two diagnostic columns of capsim+engine terms: on the
-    real start-up's block count, and with async scheduling off (vLLM 0.26 runs it on; PLAN.md
-    2026-12-02 01:57)."""
-    from capsim.live.engine_fit import FIT_RUNS as ENGINE_FIT_RUNS
+    """One row per (run, metric): real, capsim, capsim+delta, capsim main c4fa656 (its engine
+    terms: max(kernels, host) + delta), capsim+engine (the async step period, PLAN.md
+    2026-12-02 05:20 / 05:44), % errors, fit/predict per column, pass; plus two diagnostic
+    columns: capsim+engine on the real start-up's block count, and the engine terms with async
+    scheduling off (vLLM 0.26 runs it on; PLAN.md 2026-12-02 01:57)."""
+    from capsim.live.engine_fit import FIT_RUNS as MAIN_FIT_RUNS
+    from capsim.live.engine_period_fit import FIT_RUNS as ENGINE_FIT_RUNS
 
     runs = [load_run(d) for d in sorted(p for p in runs_root.iterdir() if p.is_dir())]
     by = {r.name: r for r in runs}
@@ -231,6 +240,7 @@ def table(runs_root: Path, startups_csv: Path | None = None) -> tuple[pd.DataFra
     for r in runs:
         shipped, plus = simulate_run(r), simulate_run(r, delta)
         eng = simulate_run(r, engine_overhead=ENGINE_OVERHEAD)
+        main = simulate_run(r, engine_overhead=ENGINE_OVERHEAD, async_period=False)
         blocks = startup_blocks(startups_csv, r.server) if startups_csv else None
         diag = simulate_run(r, 0.0, blocks, ENGINE_OVERHEAD) if blocks else {}
         sync = simulate_run(r, engine_overhead=ENGINE_OVERHEAD, async_scheduling=False)
@@ -242,9 +252,13 @@ def table(runs_root: Path, startups_csv: Path | None = None) -> tuple[pd.DataFra
                     "metric": m,
                     "role": "fit" if r.name in FIT_RUNS else "predict",
                     "role_engine": "fit" if r.name in ENGINE_FIT_RUNS else "predict",
+                    "role_main": "fit" if r.name in MAIN_FIT_RUNS else "predict",
                     "real": real,
                     "capsim": a,
                     "capsim_delta": b,
+                    "capsim_main": main[m],
+                    "err_main_pct": _pct(main[m], real),
+                    "pass_main": within(m, real, main[m]),
                     "capsim_engine": e,
                     "err_capsim_pct": _pct(a, real),
                     "err_delta_pct": _pct(b, real),

@@ -137,6 +137,10 @@ def record_startup(jdir: Path, dest_root: Path) -> dict[str, Any]:
     parsed.pop("lines_read", None)
     m = re.search(r"max_num_seqs \((\d+)\) exceeds available Mamba cache blocks \((\d+)\)", log)
     parsed["refusal"] = m.group(0) if m else None
+    if (
+        m and row["outcome"] == "kv_line"
+    ):  # the runner stopped at the KV line; vLLM refused after it
+        row["outcome"] = "refused"
     prom = jdir / "metrics_idle.txt"  # vllm:cache_config_info labels (full start-ups only)
     if prom.exists():
         line = next(

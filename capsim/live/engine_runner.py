@@ -43,6 +43,7 @@ try:  # as a package module, or as a script beside engine_jobs.py on the GPU mac
         FAIL_MARKERS,
         KV_DONE_MARKERS,
         PER_POSITION,
+        REFUSAL_AFTER_KV,
         SAMPLED_METRICS,
         STEPLOG_DIR,
         BenchSpec,
@@ -59,6 +60,7 @@ except ImportError:  # the script form: engine_jobs.py sits in the same folder
         FAIL_MARKERS,
         KV_DONE_MARKERS,
         PER_POSITION,
+        REFUSAL_AFTER_KV,
         SAMPLED_METRICS,
         STEPLOG_DIR,
         BenchSpec,
@@ -362,9 +364,15 @@ class Runner:
             if job.mode == "full" and http_get(self.base_url() + "/health", 2.0)[0] == 200:
                 outcome = "ready"
                 break
+        startup_s = round(time.monotonic() - t0, 1)
+        if outcome != "ready":
+            time.sleep(2.0)  # let the engine print its traceback
+            self.stop_server()
+            if outcome == "kv_line" and log_has(log, (REFUSAL_AFTER_KV,)):
+                outcome = "refused"  # vLLM 0.26 refuses after the KV line (Mamba-blocks check)
         res = {
             "outcome": outcome,
-            "startup_s": round(time.monotonic() - t0, 1),
+            "startup_s": startup_s,
             "kv_line_s": None if t_kv is None else round(t_kv, 1),
         }
         if outcome == "ready":
@@ -374,9 +382,6 @@ class Runner:
             ):
                 code, text = http_get(self.base_url() + path, 10.0)
                 atomic_write(jdir / name, text if code == 200 else f"HTTP {code}: {text}")
-        else:
-            time.sleep(2.0)  # let the engine print its traceback
-            self.stop_server()
         return res
 
     def _bench_proc(self, argv: list[str], log: Path, timeout_s: float) -> int:

@@ -27,10 +27,15 @@ def live_table(
             f"workload {workload!r}: only {keep.size} of {want} rows fit "
             f"max_model_len={max_model_len}; lower --num-requests or raise the length"
         )
-    src = table.source_id or tuple(f"{workload}:{i}" for i in range(table.num_requests))
+    return length_rows(table, keep, workload)
+
+
+def length_rows(table: RequestTable, keep: np.ndarray, name: str) -> RequestTable:
+    """Rows ``keep`` of ``table`` as lengths only, named ``name``: a live run sends at its
+    own pace, so arrivals, shared segments and parents are not carried (``take`` keeps them)."""
     return RequestTable(
-        name=workload,
+        name=name,
         prompt_tok=table.prompt_tok[keep],
         output_tok=table.output_tok[keep],
-        source_id=tuple(src[i] for i in keep),
+        source_id=tuple(table.source_id[i] for i in keep),
     )

@@ -82,7 +82,7 @@ def sampler_held_bytes(model: ModelSpec, num_reqs: int, max_num_batched_tokens: 
 
 
 def encoder_profile_bytes(
-    model: ModelSpec, tp: int, max_num_batched_tokens: int
+    model: ModelSpec, tp: int, max_num_batched_tokens: int, *, pixel_copy_held: bool = True
 ) -> tuple[int, int]:
     """(encoder_cache_bytes, vision_forward_peak_bytes) of profile_run's multimodal pass.
 
@@ -90,8 +90,7 @@ def encoder_profile_bytes(
     size, where ``encoder_budget = max(max_num_batched_tokens, max_tok)``
     (``compute_mm_encoder_budget``), and keeps their outputs ([tokens, out_hidden *
     (1 + deepstack)] bf16) in ``encoder_cache`` during the decoder forward. The vision
-    forward peak is estimated from shapes: per patch, the residual stream, the qkv output
-    and the MLP hidden of one block (bf16, split by tp), as for the decoder.
+    forward peak is ``vision_bytes_per_patch`` per patch.
     """
     v = model.vision
     if v is None:
@@ -102,8 +101,37 @@ def encoder_profile_bytes(
     tokens = items * max_tok
     cache = tokens * v.out_hidden_size * (1 + v.num_deepstack) * b
     patches = tokens * v.spatial_merge_size**2
-    per_patch = 2 * v.hidden_size + max(3 * v.hidden_size, v.intermediate_size) // tp
-    return cache, patches * per_patch * b
+    return cache, patches * vision_bytes_per_patch(model, tp, pixel_copy_held=pixel_copy_held)
+
+
+def vision_bytes_per_patch(model: ModelSpec, tp: int, *, pixel_copy_held: bool = True) -> int:
+    """Bytes per patch live at the vision tower's peak in ``profile_run`` (session 4, read in
+    0.26.0 ``v1/worker/gpu_model_runner.py:profile_run/_get_mm_dummy_batch``,
+    ``multimodal/utils.py:group_and_batch_mm_kwargs`` and ``model_executor/models/qwen3_vl.py``
+    ``_process_image_input``, ``Qwen3_VisionTransformer.forward``, ``Qwen3_VisionBlock``;
+    the same code path in 0.24.0, which Qwen3.5 uses through ``qwen3_5.py``):
+
+    - held for the whole pass: the dummy ``pixel_values`` as the HF image processor returns them
+      (fp32; ``group_and_batch_mm_kwargs`` moves them to the GPU without a cast) and
+      ``_process_image_input``'s ``.type(self.visual.dtype)`` copy, ``C * T * P * P`` values
+      per patch each (the copy only before 0.32, release rule ``vision_pixel_copy_freed``);
+      ``encoder_metadata["pos_embeds"]`` [patches, hidden] and the residual
+      stream [patches, hidden];
+    - the larger of one block's attention half (``norm1(x)`` [hidden], the qkv projection
+      [3 hidden / tp], the q/k concatenation and its rotated copy [2 x 2 hidden / tp], the
+      attention output [hidden / tp]) and its MLP half (``norm2(x)`` [hidden], fc1 output and
+      its activation [2 x intermediate / tp]).
+    """
+    v = model.vision
+    if v is None:
+        return 0
+    b = dtype_bytes(model.weight_dtype)
+    h = v.hidden_size
+    pixels = v.in_channels * v.temporal_patch_size * v.patch_size**2
+    held = pixels * (4 + (b if pixel_copy_held else 0)) + 2 * h * b
+    attn = (h + (3 * h + 4 * h + h) // tp) * b
+    mlp = (h + 2 * v.intermediate_size // tp) * b
+    return held + max(attn, mlp)
 
 
 def rejection_row_vocab_elems(num_reqs: int, vocab: int) -> int:

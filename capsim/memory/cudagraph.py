@@ -163,6 +163,48 @@ def estimate_bytes(descs: CaptureDescs, samples: dict[str, GraphSamples]) -> int
 FA_MAX_NUM_SPLITS_FOR_CUDA_GRAPH: int = 32
 
 
+def flash_attn_split_buffers(compute_capability: tuple[int, int], kv_cache_dtype: str) -> bool:
+    """Whether a FULL capture holds FlashAttention's split-KV buffers on this GPU: only where
+    the default attention backend is FLASH_ATTN running FA3. vLLM fixes ``max_num_splits`` to
+    ``flash_attn_max_num_splits_for_cuda_graph`` only ``if self.use_full_cuda_graph and
+    self.aot_schedule``, and ``aot_schedule = get_flash_attn_version() == 3``
+    (v1/attention/backends/flash_attn.py, the same in 0.20.1, 0.24.0, 0.26.0, 0.27.1, 0.33.0);
+    ``get_flash_attn_version`` picks FA3 only on ``device_capability.major == 9``, FA4 on 10,
+    FA2 elsewhere (v1/attention/backends/fa_utils.py); FA2 and FA4 run with ``num_splits = 0``
+    (the kernel's heuristic: one split at the largest capture sizes). On SM100
+    ``platforms/cuda.py:_get_backend_priorities`` puts FLASHINFER first (0.26.0, 0.33.0) for
+    causal attention, so no FA buffers there either (nor where ``attention_backend`` picks
+    FLASHINFER for the KV dtype)."""
+    fa = attention_backend(compute_capability, kv_cache_dtype) == "FLASH_ATTN"
+    return fa and compute_capability[0] == 9
+
+
+def attention_backend(compute_capability: tuple[int, int], kv_cache_dtype: str) -> str:
+    """vLLM's default attention backend for a full-attention layer: FLASHINFER first on the
+    SM100 family, else FLASH_ATTN (``platforms/cuda.py:_get_backend_priorities``, 0.20.1-0.33.0),
+    unless FlashAttention cannot hold the KV dtype: a quantized (fp8) KV cache needs FA3 on SM90
+    (or FA4 on SM100), and fp8_e5m2 is never supported (``fa_utils.py:flash_attn_supports_fp8``
+    in 0.20.1, ``flash_attn_supports_kv_cache_dtype`` in 0.27.1/0.33.0), so the next backend in
+    the list, FLASHINFER, is chosen."""
+    if compute_capability[0] == 10:
+        return "FLASHINFER"
+    quantized = kv_cache_dtype.startswith("fp8")
+    if quantized and (kv_cache_dtype == "fp8_e5m2" or compute_capability[0] != 9):
+        return "FLASHINFER"
+    return "FLASH_ATTN"
+
+
+def full_graphs_with_drafts(compute_capability: tuple[int, int], kv_cache_dtype: str) -> bool:
+    """Whether FULL decode graphs survive 1 + k > 1 query tokens per request. FlashInfer reports
+    ``UNIFORM_SINGLE_TOKEN_DECODE`` unless trtllm-gen attention runs (SM100 only:
+    ``FlashInferMetadataBuilder.get_cudagraph_support``, 0.20.1-0.33.0), and vLLM then sets
+    cudagraph_mode=PIECEWISE with drafts ("FULL_AND_PIECEWISE is not supported with spec-decode
+    for attention backend FlashInferBackend", config/compilation.py; logged by club-3090 #104).
+    FlashAttention reports ALWAYS (FA3) or UNIFORM_BATCH (FA2): FULL graphs stay."""
+    backend = attention_backend(compute_capability, kv_cache_dtype)
+    return backend == "FLASH_ATTN" or compute_capability[0] == 10
+
+
 def fa_split_buffer_bytes(num_tok: int, q_heads_per_rank: int, head_dim: int) -> int:
     """FlashAttention's split-KV accumulators of one FULL capture of ``num_tok`` tokens."""
     n = FA_MAX_NUM_SPLITS_FOR_CUDA_GRAPH
@@ -252,7 +294,11 @@ def modelled_samples(
         )
     if descs.full_tok:
         top = descs.full_tok[0]
-        label = "modelled: FA split buffers (32 splits) at the largest size"
+        label = (
+            "modelled: FA split buffers (32 splits) at the largest size"
+            if fa_split_at(top)
+            else "modelled: forward at the largest size (no FA3 split buffers off SM90)"
+        )
         if transient_bytes:
             label += (
                 f" + GDN transient {transient_bytes / MiB:.0f} MiB ({GDN_TRANSIENT_FIT_SOURCE})"

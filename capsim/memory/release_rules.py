@@ -14,6 +14,8 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
+from capsim.vllm_rules import RULES as VERSION_RULES
+
 Release = tuple[int, int, int]
 
 
@@ -25,6 +27,13 @@ class ReleaseRule:
     since_value: object
     since: Release
     source: str
+
+
+def _from_version_rules(key: str) -> ReleaseRule:
+    """A rule both tables need, kept once in ``capsim/vllm_rules.py`` (where it is
+    minor-exact: its first release is an X.Y.0 wheel)."""
+    r = next(r for r in VERSION_RULES if r.key == key)
+    return ReleaseRule(r.key, r.what, r.before, r.since_value, (*r.since, 0), r.source)
 
 
 RELEASE_RULES: tuple[ReleaseRule, ...] = (
@@ -116,17 +125,19 @@ RELEASE_RULES: tuple[ReleaseRule, ...] = (
         "profile_seq_lens code itself is already in 0.20.0 gpu_model_runner.py:"
         "profile_cudagraph_memory; what grew in 0.26 is the GDN path it drives",
     ),
+    _from_version_rules("hybrid_prefix_caching_default"),
     ReleaseRule(
-        "hybrid_prefix_caching_default",
-        "prefix caching is on by default for hybrid (GDN/mamba) generative models when the "
-        "user does not decide (mamba_cache_mode 'align')",
+        "vision_pixel_copy_freed",
+        "the vision tower casts the dummy pixel_values inside its forward (input_norm), so no "
+        "model-dtype copy of them is held through the blocks; before, _process_image_input held "
+        "a .type(visual.dtype) copy for the whole vision forward",
         False,
         True,
-        (0, 28, 0),
-        "engine/arg_utils.py default_prefix_caching = model_config.is_prefix_caching_supported: "
-        "config/model.py returns False for hybrids in 0.19.0-0.21.0; 0.26.0 and 0.27.0 return "
-        "True but keep hybrids opt-in ('and not model_config.is_hybrid'); 0.28.0-0.33.0 drop "
-        "the opt-in. The vllm#40691 row (0.19.0, no flag) logs 45 blocks per request: mode none",
+        (0, 32, 0),
+        "model_executor/models/qwen3_vl.py: _process_image_input has "
+        "'image_input[\"pixel_values\"].type(self.visual.dtype)' in 0.20.1-0.31.0 and passes "
+        "pixel_values uncast in 0.32.0/0.33.0, where Qwen3_VisionTransformer.forward starts with "
+        "self.input_norm(x, self.dtype) (reassigned by patch_embed)",
     ),
     ReleaseRule(
         "runner_buffers_charged",

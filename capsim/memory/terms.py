@@ -101,7 +101,10 @@ def activation_term(p: PlanInputs) -> tuple[Term, dict[str, int]]:
     over max_num_batched_tokens, the dummy sampler over ``min(max_num_seqs, mnbt)`` rows and,
     with drafts, the rejection-sampler dummy run over the same rows."""
     m, tp, mnbt = p.model, p.engine.tp, p.max_num_batched_tokens
-    enc_cache, enc_fwd = encoder_profile_bytes(m, tp, mnbt) if p.multimodal else (0, 0)
+    held_copy = not rule("vision_pixel_copy_freed", p.vllm_version)
+    enc_cache, enc_fwd = (
+        encoder_profile_bytes(m, tp, mnbt, pixel_copy_held=held_copy) if p.multimodal else (0, 0)
+    )
     fwd = forward_parts_bytes(m, tp, mnbt)
     measured: list[str] = []
     moe = p.measured("moe_workspace", mnbt) if fwd["moe"] else None
@@ -143,6 +146,11 @@ def activation_term(p: PlanInputs) -> tuple[Term, dict[str, int]]:
         return logged, parts
     sampler += held
     peak = max(enc_fwd, enc_cache + kept + max(forward, sampler, rejection))
+    if enc_fwd == peak and enc_fwd:
+        why = (
+            "peak in the vision encoder pass (one largest image; activation.vision_bytes_per_patch)"
+        )
+        return Term(peak, Source.MODELLED, why), parts
     top = max(
         (("forward", forward), ("sampler", sampler), ("rejection_sampler", rejection)),
         key=lambda kv: kv[1],
@@ -224,13 +232,17 @@ def non_torch_term(p: PlanInputs) -> Term:
 def capture_descs_for(p: PlanInputs) -> cg.CaptureDescs:
     if p.engine.enforce_eager:
         return cg.CaptureDescs((), ())
+    full = p.engine.cudagraph_full_graphs and (
+        p.spec.num_draft_nodes == 0
+        or cg.full_graphs_with_drafts(p.gpu.compute_capability, p.engine.kv_cache_dtype)
+    )
     return cg.capture_descs(
         vllm_version=p.vllm_version,
         max_num_seqs=p.max_num_seqs,
         num_spec_tok=p.spec.num_draft_nodes,
         max_num_batched_tokens=p.max_num_batched_tokens,
         sm100=p.gpu.is_sm100_family,
-        full_graphs=p.engine.cudagraph_full_graphs,
+        full_graphs=full,
         max_capture_tok=p.engine.max_cudagraph_capture_size,  # vLLM --max-cudagraph-capture-size
     )
 
@@ -258,7 +270,11 @@ def cudagraph_term(p: PlanInputs) -> tuple[Term, cg.CaptureDescs, int]:
         descs,
         lambda n: forward_activation_bytes(m, tp, n),
         attn_layers=m.num_attn_layers + (m.num_mtp_layers if p.spec.depth > 0 else 0),
-        fa_split_at=lambda n: cg.fa_split_buffer_bytes(n, heads, m.head_dim),
+        fa_split_at=(
+            (lambda n: cg.fa_split_buffer_bytes(n, heads, m.head_dim))
+            if cg.flash_attn_split_buffers(p.gpu.compute_capability, p.engine.kv_cache_dtype)
+            else (lambda n: 0)
+        ),
         transient_bytes=transient,
     )
     est = cg.estimate_bytes(descs, samples)

@@ -10,7 +10,9 @@ full) the one before it is done, so the gap is max(this batch's host launch, the
 The gap between consecutive outputs (``t_done_s``) is shifted by one: a decode step followed
 by an eager one shows the eager launch in its own output gap. Steps after an idle engine
 (gap > 1 s) are dropped. Compared with capsim's kernel price of the same shape (calibrated tables,
-k of the run) and capsim + the fitted engine terms (capsim.cost.engine_overhead). Shapes
+k of the run), main c4fa656's engine terms (capsim.cost.engine_overhead: max(kernels, host)
++ delta) and the async step period (capsim.cost.engine_period: max(host, kernels - excess),
+fitted on four of these logs, PLAN.md 2026-12-02 05:20 / 05:44). Shapes
 are rebuilt from the log's counts: decode contexts at their mean, the prefill tokens split
 evenly over the step's prefill requests, each at 0 computed tokens (the log does not say
 how far each chunk is into its prompt: an approximation, stated). Grouped by CUDA-graph
@@ -20,8 +22,8 @@ mode, requests and tokens (groups of >= 2 steps); medians. Writes step_diagnosti
 from __future__ import annotations
 
 import json
-import re
 import os
+import re
 import sys
 from pathlib import Path
 
@@ -29,10 +31,11 @@ import numpy as np
 import pandas as pd
 
 from capsim.config import SpecDecodeConfig
-from capsim.cost.base import BatchShape
 from capsim.cost.calibrated import CalibratedStepTime
 from capsim.cost.engine_overhead import MEASURED_H200_VLLM026, HostBoundStepTime, graph_mode
+from capsim.cost.engine_period import MEASURED_H200_VLLM026_ASYNC, AsyncStepPeriod
 from capsim.gpus import get_gpu
+from capsim.live.engine_period_fit import step_shapes
 from capsim.memory.cudagraph import capture_descs
 from capsim.models import get_model
 
@@ -52,27 +55,6 @@ RUNS = (
 )
 
 
-def shapes(steps: pd.DataFrame, k: int) -> list[BatchShape]:
-    out = []
-    for r in steps.itertuples():
-        n_pre = int(r.num_req - r.num_decode_req)
-        dec = int(r.num_decode_req)
-        ctx = r.decode_ctx_tok / dec if dec else 0
-        pre = np.full(n_pre, r.num_prefill_tok // max(n_pre, 1), np.int64)
-        if n_pre:
-            pre[0] += r.num_prefill_tok - pre.sum()
-        out.append(
-            BatchShape(
-                num_decode_req=dec,
-                query_tok_per_decode=1 + k,
-                decode_context_tok=np.full(dec, int(ctx), np.int64),
-                prefill_new_tok=pre,
-                prefill_computed_tok=np.zeros(n_pre, np.int64),
-            )
-        )
-    return out
-
-
 def diagnose(run: str) -> pd.DataFrame:
     d = HERE / "runs" / run
     steps = pd.read_csv(d / "steps.csv")
@@ -88,7 +70,8 @@ def diagnose(run: str) -> pd.DataFrame:
         max_num_batched_tokens=int(srv["max_num_batched_tokens"] or 8192),
     )
     eng = HostBoundStepTime(base, MEASURED_H200_VLLM026, descs)
-    sh = shapes(steps, k)
+    per = AsyncStepPeriod(base, MEASURED_H200_VLLM026_ASYNC, descs, k)
+    sh = step_shapes(steps, k)
     df = pd.DataFrame(
         {
             "mode": [graph_mode(s, descs) for s in sh],
@@ -98,6 +81,7 @@ def diagnose(run: str) -> pd.DataFrame:
             "period_ms": 1e3 * (steps["t_sched_s"].shift(-1) - steps["t_sched_s"]),
             "capsim_ms": [1e3 * base.step_time_s(s) for s in sh],
             "engine_ms": [1e3 * eng.step_time_s(s) for s in sh],
+            "async_ms": [1e3 * per.step_time_s(s) for s in sh],
         }
     ).iloc[:-1]
     return df[df["period_ms"] < 1e3]
@@ -113,22 +97,25 @@ def summary(run: str, df: pd.DataFrame) -> str:
         real_ms=("period_ms", "median"),
         capsim_ms=("capsim_ms", "median"),
         engine_ms=("engine_ms", "median"),
+        async_ms=("async_ms", "median"),
     )
     g = g[g["steps"] >= 2].reset_index()
     lines = [
         f"### {run}",
         "",
         "| mode | prefill in step | requests | tokens | steps | tokens (median) | "
-        "real sched-to-sched ms | capsim ms (err) | capsim+engine ms (err) |",
-        "|" + "---|" * 9,
+        "real sched-to-sched ms | capsim ms (err) | main c4fa656 engine ms (err) | "
+        "async step period ms (err) |",
+        "|" + "---|" * 10,
     ]
     for r in g.itertuples():
         e1, e2 = (100 * (r.capsim_ms / r.real_ms - 1), 100 * (r.engine_ms / r.real_ms - 1))
+        e3 = 100 * (r.async_ms / r.real_ms - 1)
         lines.append(
             f"| {r.mode} | {'yes' if r.prefill else 'no'} | {r.req_bin} | {r.tok_bin} | "
             f"{r.steps} | "
             f"{r.tokens:.0f} | {r.real_ms:.2f} | {r.capsim_ms:.2f} ({e1:+.0f}%) | "
-            f"{r.engine_ms:.2f} ({e2:+.0f}%) |"
+            f"{r.engine_ms:.2f} ({e2:+.0f}%) | {r.async_ms:.2f} ({e3:+.0f}%) |"
         )
     return "\n".join(lines) + "\n"
 
@@ -139,7 +126,8 @@ def decomposition(runs: list[str], frames: dict[str, pd.DataFrame]) -> str:
     (max(kernels, host) - kernels), plus delta on every step."""
     delta_ms = 1e3 * MEASURED_H200_VLLM026.delta_s
     lines = [
-        "### Where the engine column's step time goes wrong (sums over the logged steps)",
+        "### Where main c4fa656's engine column's step time goes wrong (sums over the logged "
+        "steps)",
         "",
         "Seconds; excess = capsim+engine - real = (kernels - real) + host term + delta.",
         "",
@@ -164,9 +152,7 @@ def decomposition(runs: list[str], frames: dict[str, pd.DataFrame]) -> str:
 
 
 def _modes(num_tok: pd.Series, prefill_tok: pd.Series, largest_tok: int) -> np.ndarray:
-    return np.where(
-        num_tok > largest_tok, "NONE", np.where(prefill_tok > 0, "PIECEWISE", "FULL")
-    )
+    return np.where(num_tok > largest_tok, "NONE", np.where(prefill_tok > 0, "PIECEWISE", "FULL"))
 
 
 def step_mix(runs: list[str]) -> str:
@@ -178,7 +164,7 @@ def step_mix(runs: list[str]) -> str:
     from capsim.simulate import simulate
 
     lines = [
-        "### Step mix: capsim + engine terms' own schedule vs the real engine",
+        "### Step mix: capsim + the async step period's own schedule vs the real engine",
         "",
         "Steps and seconds per CUDA-graph mode (real: sched-to-sched periods, idle gaps "
         "> 1 s dropped).",
@@ -240,7 +226,7 @@ def replay_open_loop(run: str) -> str:
         "peak running": (m["peak_running"], float(s["peak_running"])),
     }
     lines = [
-        f"### {run} with the bench's send times replayed (capsim + engine terms)",
+        f"### {run} with the bench's send times replayed (capsim + the async step period)",
         "",
         "| metric | real | capsim, replayed arrivals | err % |",
         "|---|---|---|---|",

@@ -16,7 +16,8 @@ from types import MappingProxyType
 
 import torch
 
-__all__ = ["DEFAULT_POLICY", "MEASURED_POLICY_R7", "LaunchPolicy", "PipeConfig"]
+__all__ = ["DEFAULT_POLICY", "MEASURED_POLICY_R7", "MEASURED_POLICY_S4", "LaunchPolicy",
+           "PipeConfig"]
 
 
 def _frozen(table: dict) -> Mapping:
@@ -235,3 +236,16 @@ DEFAULT_POLICY = LaunchPolicy()
 # with DEFAULT_POLICY.
 MEASURED_POLICY_R7 = LaunchPolicy(pipe_verify=PipeConfig(stages=2, block_v=64, num_warps=4,
                                                          bkc=32))  # fmt: skip
+
+# Session 4 (round 8, H200, 2026-12-02 ~06:00 UTC call, stage s4-kbench 762182b = s4-kcode
+# a140f15, copy 4238.7 GB/s, every row float64-checked over all requests): pipe_d with the
+# keys and queries packed into one operand (variants "pipe_r", verify). 35B TP1 fp32 B = 256:
+# verify T = 4 207.2 us vs pipe_d 216.3 (-4.2%), T = 2 199.2 vs 211.3 (-5.7%), T = 9 (W = 10,
+# packing off: the same kernel) 230.8 vs 232.6; B = 64 T = 4 62.9 vs 64.3, T = 2 61.5 vs
+# 63.5; B = 1 equal (12.2-12.3 us). verify+commit T = 4 478.1 us (1.21x its floor) vs 487.6.
+# The rule declared before the call (>= 3% faster than pipe_d at B = 256 T = 4 and T = 2)
+# held. Deferred keeps the round-6 kernel: the best variant (pipe_s, pipe_f at 3 stages,
+# 488.4 us at T = 4) was 0.985x of min(default 495.7, pipe_f 492.5), not <= 0.95x, and slower
+# than the default at T = 2 (481.2 vs 473.2). Opt-in, like MEASURED_POLICY_R7.
+MEASURED_POLICY_S4 = LaunchPolicy(pipe_verify=PipeConfig(stages=2, block_v=64, num_warps=4,
+                                                         bkc=32, pack_qk=True))  # fmt: skip

@@ -11,6 +11,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 from click.testing import CliRunner
+from factories import one_line_error
 
 from capsim.commands.main import main
 from capsim.commands.options import dc_default
@@ -24,17 +25,6 @@ def run(args: list[str]):  # type: ignore[no-untyped-def]
     res = CliRunner().invoke(main, [str(a) for a in args])
     res.wall_s = time.perf_counter() - t0  # type: ignore[attr-defined]
     return res
-
-
-def one_line_error(res, *needles: str) -> str:  # type: ignore[no-untyped-def]
-    assert res.exit_code != 0, res.output
-    assert res.exception is None or isinstance(res.exception, SystemExit), repr(res.exception)
-    assert "Traceback" not in res.output
-    tail = res.output[res.output.index("Error:") :].strip()
-    assert "\n" not in tail, res.output
-    for n in needles:
-        assert n in tail, (n, tail)
-    return tail
 
 
 @pytest.fixture

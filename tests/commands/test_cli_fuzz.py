@@ -22,6 +22,7 @@ import time
 import click
 import pytest
 from click.testing import CliRunner
+from factories import one_line_error
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -124,13 +125,7 @@ FUZZED = [pair for path in BASE for pair in _fuzzable(path)]
 
 
 def _check_one_line_error(res, names: tuple[str, ...] | None) -> None:  # type: ignore[no-untyped-def]
-    assert res.exit_code != 0, res.output
-    assert res.exception is None or isinstance(res.exception, SystemExit), repr(res.exception)
-    assert "Traceback" not in res.output
-    errors = [ln for ln in res.output.splitlines() if ln.startswith("Error:")]
-    assert len(errors) == 1, res.output
-    tail = res.output[res.output.index("Error:") :].strip()
-    assert "\n" not in tail, res.output  # the error is the last line, and one line
+    tail = one_line_error(res)
     if names is not None:
         assert any(n in tail for n in names), (names, tail)
 

@@ -7,19 +7,15 @@ from pathlib import Path
 
 import pytest
 from click.testing import CliRunner
+from factories import one_line_error as assert_one_line_error
 
 import capsim.simulate as simulate_mod
 from capsim.commands.main import main
 
 
 def one_line_error(args: list[str], *needles: str) -> str:
-    res = CliRunner().invoke(main, [str(a) for a in args])
-    assert res.exit_code != 0, res.output
-    assert "internal error" not in res.output and "Traceback" not in res.output, res.output
-    tail = res.output[res.output.index("Error:") :].strip()
-    assert "\n" not in tail, res.output
-    for n in needles:
-        assert n in tail, (n, tail)
+    tail = assert_one_line_error(CliRunner().invoke(main, [str(a) for a in args]), *needles)
+    assert "internal error" not in tail, tail
     return tail
 
 

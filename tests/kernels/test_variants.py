@@ -91,3 +91,10 @@ def test_measured_policy_is_the_pipe_d_variant():
     from capsim_kernels.gdn_verify.policy import MEASURED_POLICY_R7
 
     assert VARIANTS["pipe_d"] == MEASURED_POLICY_R7
+
+
+def test_session4_measured_policy_is_the_packed_verify_of_pipe_r():
+    from capsim_kernels.gdn_verify.policy import MEASURED_POLICY_S4
+
+    assert MEASURED_POLICY_S4.pipe_verify == VARIANTS["pipe_r"].pipe_verify
+    assert MEASURED_POLICY_S4.pipe_deferred is None  # deferred: the round-6 kernel (round 8)

@@ -217,6 +217,48 @@ def test_runner_records_refusal(tmp_path, fake_env, monkeypatch):
     assert "exceeds available Mamba cache blocks (339)" in log
 
 
+def test_kv_job_records_refusal_printed_after_the_kv_line(tmp_path, fake_env, monkeypatch):
+    # vLLM 0.26 prints the KV lines, then refuses (call 10's s_g060_k0_pc_kv): a "kv" job
+    # stops at the KV line, and must still say the start-up was refused
+    monkeypatch.setenv("FAKE_VLLM_REFUSE", "1")
+    jobs, _ = er.parse_jobs(
+        {
+            "jobs": [
+                {
+                    "name": "s",
+                    "kind": "startup",
+                    "mode": "kv",
+                    "est_s": 20,
+                    "server": {"port": _free_port(), "gpu_memory_utilization": 0.6},
+                }
+            ]
+        }
+    )
+    summary = _runner(tmp_path, 60).run(jobs)
+    assert summary[0]["outcome"] == "refused" and summary[0]["kv_line_s"] is not None
+
+
+def test_record_marks_a_refusal_after_the_kv_line(tmp_path):
+    from capsim.live.engine_record import record_startup
+
+    jdir = tmp_path / "s_kv"
+    jdir.mkdir()
+    (jdir / "server.log").write_text(
+        "INFO [gpu_worker.py:560] Available KV cache memory: 13.3 GiB\n"
+        "INFO [kv_cache_utils.py:2177] GPU KV cache size: 678,490 tokens\n"
+        "ValueError: max_num_seqs (1024) exceeds available Mamba cache blocks (660). Each\n"
+    )
+    srv = {"gpu_memory_utilization": 0.6, "num_speculative_tokens": 0, "max_num_seqs": None}
+    srv |= {"max_num_batched_tokens": None, "enable_prefix_caching": True}
+    (jdir / "job.json").write_text(json.dumps({"server": srv}))
+    res = {"outcome": "kv_line", "startup_s": 87.0, "kv_line_s": 87.0}
+    (jdir / "result.json").write_text(json.dumps(res))
+    row = record_startup(jdir, tmp_path / "dest")
+    assert row["outcome"] == "refused"
+    assert row["refusal"] == "max_num_seqs (1024) exceeds available Mamba cache blocks (660)"
+    assert row["available_kv_gib"] == 13.3 and row["kv_cache_tokens"] == 678490
+
+
 def test_main_rejects_bad_job_list(tmp_path, capsys):
     p = tmp_path / "jobs.json"
     p.write_text(

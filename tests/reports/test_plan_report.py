@@ -2,15 +2,13 @@
 
 from __future__ import annotations
 
-import shutil
-import subprocess
-
 import numpy as np
 import pytest
 
 from capsim.plan.inputs import PlanInputs, PlanSlo, SearchSettings, SearchSpace, Traffic
 from capsim.plan.output import write_plan
 from capsim.plan.search import run_plan
+from capsim.reports.browser import chromium, screenshot
 from capsim.reports.plan_figures import GPU_COLOUR
 from capsim.reports.plan_report import build_plan_report
 
@@ -43,30 +41,9 @@ def test_page_is_self_contained(plan_dir):
     assert "list prices" in page and "Cheapest" in page
 
 
-CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
-
-
-@pytest.mark.skipif(CHROMIUM is None, reason="headless Chromium not installed")
+@pytest.mark.skipif(chromium() is None, reason="headless Chromium not installed")
 def test_plan_page_renders_in_headless_chromium(plan_dir, tmp_path):
-    html_path = build_plan_report(plan_dir)
-    shot = tmp_path / "shot.png"
-    cmd = [
-        CHROMIUM,
-        "--headless",
-        "--no-sandbox",
-        "--disable-gpu",
-        "--disable-quic",
-        "--no-first-run",
-        "--disable-background-networking",
-        "--disable-component-update",
-        "--disable-sync",
-        f"--user-data-dir={tmp_path / 'profile'}",
-        "--hide-scrollbars",
-        "--window-size=1200,1600",
-        f"--screenshot={shot}",
-        html_path.as_uri(),
-    ]
-    subprocess.run(cmd, check=True, capture_output=True, timeout=120)
+    shot = screenshot(build_plan_report(plan_dir), tmp_path / "shot.png", 1200, 1600)
     from matplotlib.image import imread
 
     rgb = imread(shot)[..., :3]
