@@ -207,7 +207,10 @@ def main(argv: list[str] | None = None) -> int:
         sys.path.insert(0, str(REPO))
         from capsim.calibration.build import build
 
-        files = build(args.results)["files"]
+        results = args.results.resolve()
+        if results.is_relative_to(Path.cwd().resolve()):  # the manifest records the path:
+            results = results.relative_to(Path.cwd().resolve())  # not the checkout's place
+        files = build(results)["files"]
         print("built", sorted(files))
     return 0
 
