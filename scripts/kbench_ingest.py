@@ -1,12 +1,15 @@
-"""Ingest a kernels device call (round6.py --plan r7) into the results and calibration tables.
+"""Ingest a kernels device call (round6.py --plan r7 / r8) into the results and calibration tables.
 
     python3 scripts/kbench_ingest.py --src /work/notes/s3/kbench_results [--no-build]
 
 ``--src`` holds what the call returned: ``r7/`` (round7_gdn_<phase>.csv,
-round7_step_ops.csv, round7_meta.json), ``round7_log.txt`` and ``nvsmi.txt``. Steps:
+round7_step_ops.csv, round7_meta.json), ``round7_log.txt`` and ``nvsmi.txt``; or, from
+round 8, ``r8.tar.gz`` (``r8/round8_*``, ``nvsmi.txt``: the device returns at most 8 files),
+unpacked next to it into ``x/`` first, and ``round8_log.txt``. The round (``round7``,
+``round8``) is read from the metadata's file name (``--prefix`` forces it). Steps:
 
 1. the GDN CSVs, metadata, log and nvidia-smi output go to ``kernels/results/h200/``
-   under their round-7 names (``round7_*``); when the call was cut after its last save
+   under their round's names (``round7_*``, ``round8_*``); when the call was cut after its last save
    (the metadata counts fewer rows than the CSVs hold), the checks summary is recomputed
    from the CSVs with round6._collect's rule and the metadata says so;
 2. the step operators go to ``model_step_run<N>_round7.csv`` (N = --step-run) and a run
@@ -29,10 +32,11 @@ import json
 import os
 import shutil
 import sys
+import tarfile
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
-PREFIX = "round7"
+PREFIXES = ("round8", "round7")
 
 
 def _atomic_text(path: Path, text: str) -> None:
@@ -66,12 +70,12 @@ def checks_summary(gdn_rows: list[dict]) -> dict:
     }  # fmt: skip
 
 
-def ingest_gdn(run: Path, src: Path, dst: Path) -> dict:
-    meta_path = run / f"{PREFIX}_meta.json"
+def ingest_gdn(run: Path, src: Path, dst: Path, prefix: str) -> dict:
+    meta_path = run / f"{prefix}_meta.json"
     if not meta_path.is_file():
-        raise SystemExit(f"--src={src}: no {PREFIX}_meta.json under {run}")
+        raise SystemExit(f"--src={src}: no {prefix}_meta.json under {run}")
     meta = json.loads(meta_path.read_text())
-    gdn = sorted(run.glob(f"{PREFIX}_gdn_*.csv"))
+    gdn = sorted(run.glob(f"{prefix}_gdn_*.csv"))
     rows = [r for p in gdn for r in _rows(p)]
     summary = checks_summary(rows)
     if meta.get("num_rows") != summary["num_rows"]:
@@ -81,16 +85,20 @@ def ingest_gdn(run: Path, src: Path, dst: Path) -> dict:
             "with round6._collect's rule (scripts/kbench_ingest.py)"
         )
         meta.update(summary)
+    for key, value in summary.items():  # a metadata without the summary: the CSVs'
+        meta.setdefault(key, value)
     if not summary["checks_ok"]:
         raise SystemExit(f"{meta_path}: checks_ok=False ({summary['failed_checks'][:3]}): "
                          "refusing to ingest GDN timings that failed their float64 check")  # fmt: skip
     for p in gdn:
         _copy(p, dst / p.name)
-    for name, new in (("round7_log.txt", "round7_log.txt"), ("nvsmi.txt", "round7_nvsmi.txt")):
-        cand = next((c for c in (src / name, run / name) if c.is_file()), None)
+    for name, new in ((f"{prefix}_log.txt", f"{prefix}_log.txt"),
+                      ("nvsmi.txt", f"{prefix}_nvsmi.txt")):  # fmt: skip
+        cand = next((c for c in (src / name, run / name, run.parent / name) if c.is_file()),
+                    None)  # fmt: skip
         if cand is not None:
             _copy(cand, dst / new)
-    _atomic_text(dst / f"{PREFIX}_meta.json", json.dumps(meta, indent=1, default=str) + "\n")
+    _atomic_text(dst / f"{prefix}_meta.json", json.dumps(meta, indent=1, default=str) + "\n")
     return meta
 
 
@@ -101,9 +109,9 @@ def _nvsmi_lines(src: Path) -> list[str]:
     return [ln.rstrip() for ln in path.read_text().splitlines() if "H200" in ln or "Driver" in ln][:4]
 
 
-def step_rows(run: Path) -> list[dict] | None:
+def step_rows(run: Path, prefix: str) -> list[dict] | None:
     """The call's step-operator rows (None: no such file); refuses a non-positive timing."""
-    path = run / f"{PREFIX}_step_ops.csv"
+    path = run / f"{prefix}_step_ops.csv"
     if not path.is_file():
         return None
     rows = _rows(path)
@@ -114,13 +122,13 @@ def step_rows(run: Path) -> list[dict] | None:
     return rows
 
 
-def ingest_step(run: Path, src: Path, dst: Path, meta: dict, step_run: int,
+def ingest_step(run: Path, src: Path, dst: Path, meta: dict, step_run: int, prefix: str,
                 note: str = "") -> Path | None:  # fmt: skip
-    rows = step_rows(run)
+    rows = step_rows(run, prefix)
     if rows is None:
         return None
-    path = run / f"{PREFIX}_step_ops.csv"
-    out = dst / f"model_step_run{step_run}_{PREFIX}.csv"
+    path = run / f"{prefix}_step_ops.csv"
+    out = dst / f"model_step_run{step_run}_{prefix}.csv"
     _copy(path, out)
     step = meta.get("step_ops", {})
     entry = {
@@ -142,6 +150,32 @@ def ingest_step(run: Path, src: Path, dst: Path, meta: dict, step_run: int,
     return out
 
 
+def unpack(src: Path) -> Path:
+    """``src`` itself, or, when it holds a round-8 tarball (r8.tar.gz) and no r8/ folder,
+    the tarball unpacked into ``src/x`` (members outside it refused)."""
+    tar = src / "r8.tar.gz"
+    if (src / "r8").is_dir() or not tar.is_file():
+        return src
+    out = src / "x"
+    if not (out / "r8").is_dir():
+        with tarfile.open(tar) as tf:
+            tf.extractall(out, filter="data")
+    for name in ("round8_log.txt",):  # returned next to the tarball
+        if (src / name).is_file() and not (out / name).is_file():
+            _copy(src / name, out / name)
+    return out
+
+
+def run_dir(src: Path, prefix: str | None) -> tuple[Path, str]:
+    """The folder holding ``<prefix>_meta.json`` (src/r8, src/r7 or src) and the prefix."""
+    for pre in (prefix,) if prefix else PREFIXES:
+        for run in (src / f"r{pre[-1]}", src):
+            if (run / f"{pre}_meta.json").is_file():
+                return run, pre
+    want = prefix or "/".join(PREFIXES)
+    raise SystemExit(f"--src={src}: no {want}_meta.json under it or its r7/ r8/ folder")
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--src", type=Path, required=True)
@@ -151,18 +185,21 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--step-src", type=Path, default=None,
                     help="folder of round7_step_ops.csv + round7_meta.json (default: --src's)")
     ap.add_argument("--step-note", default="")
+    ap.add_argument("--prefix", choices=PREFIXES, default=None,
+                    help="the round's file prefix (default: the metadata found)")  # fmt: skip
     args = ap.parse_args(argv)
-    run = args.src / "r7" if (args.src / "r7").is_dir() else args.src
+    src = unpack(args.src)
+    run, prefix = run_dir(src, args.prefix)
     step_run = args.step_src or run
-    step_rows(step_run)  # every refusal before anything is written
+    step_rows(step_run, prefix)  # every refusal before anything is written
     step_meta = None
     if args.step_src is not None:
-        path = args.step_src / f"{PREFIX}_meta.json"
+        path = args.step_src / f"{prefix}_meta.json"
         if not path.is_file():
-            raise SystemExit(f"--step-src={args.step_src}: no {PREFIX}_meta.json")
+            raise SystemExit(f"--step-src={args.step_src}: no {prefix}_meta.json")
         step_meta = json.loads(path.read_text())
-    meta = ingest_gdn(run, args.src, args.results)
-    step = ingest_step(step_run, args.src, args.results, step_meta or meta, args.step_run,
+    meta = ingest_gdn(run, src, args.results, prefix)
+    step = ingest_step(step_run, src, args.results, step_meta or meta, args.step_run, prefix,
                        args.step_note)  # fmt: skip
     print(f"GDN: {meta['num_timed']} timed rows, checks_ok {meta['checks_ok']}, "
           f"contract misses {len(meta.get('contract_misses', []))}; step rows -> {step}")  # fmt: skip
@@ -170,7 +207,10 @@ def main(argv: list[str] | None = None) -> int:
         sys.path.insert(0, str(REPO))
         from capsim.calibration.build import build
 
-        files = build(args.results)["files"]
+        results = args.results.resolve()
+        if results.is_relative_to(Path.cwd().resolve()):  # the manifest records the path:
+            results = results.relative_to(Path.cwd().resolve())  # not the checkout's place
+        files = build(results)["files"]
         print("built", sorted(files))
     return 0
 

@@ -62,7 +62,13 @@ def test_calibrated_without_speculation_prices_vllms_plain_decode() -> None:
 
 
 def test_calibrated_unmeasured_deployment_fails_fast_naming_the_field() -> None:
-    # 35B TP4 is measured since round 7; TP8 still has no GDN rows at its per-GPU heads
-    result = CliRunner().invoke(main, ["simulate", "-k", "3", "--tp", "8", "-c", "4", "-n", "8"])
+    # 35B TP8 is priced since round 8 (2026-12-02) at k <= 8; its per-GPU heads have GDN
+    # windows T = 1, 2, 4, 9 only, so k = 9 (T = 10) lies outside the measured hull
+    result = CliRunner().invoke(main, ["simulate", "-k", "9", "--tp", "8", "-c", "4", "-n", "8"])
     assert result.exit_code != 0
-    assert "tensor_parallel_size=8" in result.output
+    assert "T=10" in result.output and "--step-time roofline" in result.output
+
+
+def test_calibrated_35b_tp8_is_priced_since_round_8() -> None:
+    result = CliRunner().invoke(main, ["simulate", "-k", "3", "--tp", "8", "-c", "4", "-n", "8"])
+    assert result.exit_code == 0, result.output

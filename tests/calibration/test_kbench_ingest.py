@@ -76,3 +76,28 @@ def test_a_non_positive_step_timing_is_refused(tmp_path):
     with pytest.raises(SystemExit, match="p50_us='0'"):
         ingest.main(["--src", str(src), "--results", str(dst), "--no-build"])
     assert not (dst / "round7_gdn_cov.csv").exists()  # refused before anything is written
+
+
+def test_a_round8_tarball_is_unpacked_and_ingested_under_its_round(tmp_path):
+    """Round 8 returns r8.tar.gz (r8/round8_*, nvsmi.txt) next to round8_log.txt."""
+    import tarfile
+
+    pack, dst = tmp_path / "pack", tmp_path / "dst"
+    (pack / "r8").mkdir(parents=True)
+    dst.mkdir()
+    _csv(pack / "r8/round8_gdn_cov.csv", GDN, [_g(), _g()])
+    (pack / "r8/round8_meta.json").write_text(json.dumps({"num_rows": 2, "checks_ok": True}))
+    (pack / "nvsmi.txt").write_text("| NVIDIA H200 ... |\n")
+    src = tmp_path / "src"
+    src.mkdir()
+    with tarfile.open(src / "r8.tar.gz", "w:gz") as tf:
+        tf.add(pack, arcname=".")
+    (src / "round8_log.txt").write_text("round8 done\n")
+    assert ingest.main(["--src", str(src), "--results", str(dst), "--no-build"]) == 0
+    names = {p.name for p in dst.iterdir()}
+    assert {"round8_gdn_cov.csv", "round8_meta.json", "round8_log.txt",
+            "round8_nvsmi.txt"} <= names  # fmt: skip
+    assert not any(n.startswith("round7") for n in names)
+    with pytest.raises(SystemExit, match="no round7_meta.json"):
+        ingest.main(["--src", str(src), "--results", str(dst), "--no-build",
+                     "--prefix", "round7"])  # fmt: skip

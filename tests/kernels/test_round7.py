@@ -71,7 +71,11 @@ def test_kcode_cells_time_vllms_store_all_in_the_same_cell():
 
 
 def test_warm_up_follows_the_plans_phases(monkeypatch):
+    from capsim_kernels.bench.gdn import round7_cells
+
     monkeypatch.setenv("R6_PLAN", "r7")
+    # the table before round 7's call (its coverage points are measured since round 8)
+    monkeypatch.setattr(round7_cells, "measured_points", lambda: frozenset())
     warm = round6.warm_cells(False, tuple(CELLS7))
     first = warm[0]
     assert first.shape.heads_key == gdn_shape(*COV_REPLAY).heads_key  # gdn_cov first

@@ -131,8 +131,13 @@ def test_both_tree_spellings_in_toml(tmp_path) -> None:  # type: ignore[no-untyp
 @pytest.mark.parametrize(
     ("old", "new", "needle"),
     [
-        # 35B TP8: no operator rows at its per-GPU shapes yet (TP2 was measured 2026-12-02)
-        ("tp = 1", "tp = 8", "tensor_parallel_size=8"),
+        # 35B TP8 at k = 9: its per-GPU heads have GDN windows T = 1, 2, 4, 9 only (round 8,
+        # 2026-12-02), so T = 10 cannot be interpolated (TP8 itself is priced since round 8)
+        ("num_requests = 30\n\n[[block]]\nname = \"main\"\n  [[block.deployment]]\n"
+         "  model = \"qwen3.5-35b-a3b\"\n  gpu = \"B200\"\n  tp = 1",
+         "num_requests = 30\nnum_spec_tok = 9\n\n[[block]]\nname = \"main\"\n"
+         "  [[block.deployment]]\n  model = \"qwen3.5-35b-a3b\"\n  gpu = \"B200\"\n  tp = 8",
+         "no window T=10"),
         ("num_requests = 30", "num_requests = 30\nnum_spec_tok = 45", "q_tok=46"),
     ],
 )

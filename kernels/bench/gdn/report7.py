@@ -35,10 +35,10 @@ def _point(r: dict) -> tuple:
             r["state_dtype"], int(r["T"]), r["tree"], int(r["B"]))  # fmt: skip
 
 
-def newest_points(results: Path) -> dict[tuple, dict]:
-    """Timed serving-gate rows of every run, the newest per point (RUN_FILES order)."""
+def newest_points(results: Path, run_files: tuple[str, ...] = RUN_FILES) -> dict[tuple, dict]:
+    """Timed serving-gate rows of every run, the newest per point (``run_files``: old -> new)."""
     out: dict[tuple, dict] = {}
-    for pattern in RUN_FILES:
+    for pattern in run_files:
         for p in sorted(results.glob(pattern)):
             for r in timed(read(p)):
                 if float(r.get("gate_floor") or 0.3) == 0.3:
@@ -46,14 +46,19 @@ def newest_points(results: Path) -> dict[tuple, dict]:
     return out
 
 
-def held_out(results: Path) -> list[dict]:
-    """The HELD_OUT checks: one row per predicted point (measured, predicted, error)."""
-    points = newest_points(results)
-    new = [r for p in sorted(results.glob("round7_gdn_*.csv")) for r in timed(read(p))]
+def held_out(results: Path, declared: tuple = HELD_OUT, new_files: str = "round7_gdn_*.csv",
+             run_files: tuple[str, ...] = RUN_FILES) -> list[dict]:  # fmt: skip
+    """The ``declared`` checks (default: round 7's HELD_OUT) on the rows of ``new_files``:
+    one row per predicted point (measured, predicted, error); the lines go through the
+    newest row per fit point of ``run_files``."""
+    points = newest_points(results, run_files)
+    new = [r for p in sorted(results.glob(new_files)) for r in timed(read(p))]
     out = []
-    for name, axis, fit, phases in HELD_OUT:
+    for name, axis, fit, phases, *only in declared:  # only: (model_shape, kernel) if given
         for r in new:
             if r["phase"] not in phases or r["tree"] != "chain":
+                continue
+            if only and (r["model_shape"] != only[0] or only[1:] and r["kernel"] != only[1]):
                 continue
             key = _point(r)
             x = key[8] if axis == "B" else key[6]
@@ -71,9 +76,9 @@ def held_out(results: Path) -> list[dict]:
     return out
 
 
-def held_out_table(checks: list[dict]) -> str:
+def held_out_table(checks: list[dict], declared: tuple = HELD_OUT) -> str:
     lines = ["| check | kernel | n | median abs err | max abs err |", "|---|---|---|---|---|"]
-    for name, *_ in HELD_OUT:
+    for name, *_ in declared:
         for kern in sorted({c["kernel"] for c in checks if c["check"] == name}):
             e = sorted(abs(c["error"]) for c in checks if c["check"] == name
                        and c["kernel"] == kern)  # fmt: skip

@@ -76,10 +76,19 @@ PHASE_END_R7 = {
 }  # fmt: skip
 PHASE_ORDER_R7 = ("step_ops", "gdn_cov", "gdn_kc", "gdn_tp64", "gdn_cal", "gdn_tpT")
 DEFAULT_PHASES_R7 = "warm," + ",".join(PHASE_ORDER_R7)
+# --plan r8 (round 8, round8_cells.py): the owed coverage cells under their own deadline,
+# kcode's deferred variants, then round 7's unfinished points; no step operators
+PHASE_END_R8 = {
+    "warm": 0.28, "gdn_cov": 0.56, "gdn_kc": 0.80, "gdn_tp64": 0.85, "gdn_tpT": 0.89,
+    "gdn_cal": 0.93,
+}  # fmt: skip
+PHASE_ORDER_R8 = ("gdn_cov", "gdn_kc", "gdn_tp64", "gdn_tpT", "gdn_cal")
 PLANS = {
     "r6": {"end": PHASE_END, "order": PHASE_ORDER, "phases": DEFAULT_PHASES, "prefix": "round6"},
     "r7": {"end": PHASE_END_R7, "order": PHASE_ORDER_R7, "phases": DEFAULT_PHASES_R7,
            "prefix": "round7"},
+    "r8": {"end": PHASE_END_R8, "order": PHASE_ORDER_R8,
+           "phases": "warm," + ",".join(PHASE_ORDER_R8), "prefix": "round8"},
 }  # fmt: skip
 WORK = Path(os.environ.get("R6_WORK", "/tmp/r6work"))  # progress files (not returned)
 
@@ -111,18 +120,36 @@ def plan_cells(phase: str, dry: bool, plan: str | None = None) -> list[Cell]:
     if plan == "r6":
         return phase_cells(phase, dry)
     from .round6_cells import smoke
-    from .round7_cells import CELLS7
 
-    cells = CELLS7[phase](dry)
+    cells = _cell_table(plan)[phase](dry)
     return smoke(cells) if os.environ.get("R6_SMOKE") == "1" else cells
 
 
-def cell_phases(plan: str) -> tuple[str, ...]:
+def _cell_table(plan: str) -> dict:
+    """The plan's phase -> cells function (r7: round7_cells, r8: round8_cells)."""
     if plan == "r6":
-        return tuple(CELLS)
-    from .round7_cells import CELLS7
+        return CELLS
+    if plan == "r7":
+        from .round7_cells import CELLS7
 
-    return tuple(CELLS7)
+        return CELLS7
+    from .round8_cells import CELLS8
+
+    return CELLS8
+
+
+def cell_phases(plan: str) -> tuple[str, ...]:
+    """The phases of ``plan`` that have GDN cells."""
+    return tuple(_cell_table(plan))
+
+
+def warm_phases(plan: str) -> tuple[str, ...]:
+    """The phases whose compiles the warm-up covers (r8: WARM8; else every cell phase)."""
+    if plan == "r8":
+        from .round8_cells import WARM8
+
+        return WARM8
+    return cell_phases(plan)
 # vLLM's GDN ops take the batch as a tl.constexpr (fused_sigmoid_gating.py, the packed
 # decode's strides): one compile per batch size, so they are warmed at every B of the run
 PER_BATCH_KERNELS = ("vllm_storeall", "vllm_decode")
@@ -196,7 +223,7 @@ def warm(workers: int, vllm_src: Path, deadline: float, dry: bool, notes: list[s
     t0 = time.monotonic()
     plan = os.environ.get("R6_PLAN", "r6")
     env = {**os.environ, "R6_DRY": "1" if dry else "0", "PYTHONUNBUFFERED": "1",
-           "R6_WARM_PHASES": ",".join(p for p in phases if p in cell_phases(plan)),
+           "R6_WARM_PHASES": ",".join(p for p in phases if p in warm_phases(plan)),
            "CAPSIM_VLLM_SRC": str(vllm_src)}  # fmt: skip
     procs = [
         subprocess.Popen(
@@ -358,7 +385,8 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--smoke", action="store_true",
                    help="each phase's first cell per kernel set only (R6_SMOKE=1)")  # fmt: skip
     p.add_argument("--plan", choices=tuple(PLANS), default="r6",
-                   help="r6: round 6's phases; r7: round 7's (round7_cells.py)")  # fmt: skip
+                   help="r6: round 6's phases; r7: round 7's (round7_cells.py); r8: round "
+                   "8's (round8_cells.py)")  # fmt: skip
     p.add_argument("--phases", default=None, help="comma list (default: the plan's)")
     p.add_argument("--phase-end", default="",
                    help="override shares of the budget, e.g. warm=0.2,gdn_kc=0.8")  # fmt: skip
