@@ -15,7 +15,9 @@ from __future__ import annotations
 
 import json
 import sys
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pandas as pd
@@ -108,16 +110,22 @@ def fit_engine_overhead(runs: Path) -> EngineOverheadFit:
     )
 
 
-def main(argv: list[str] | None = None) -> int:
+def fit_main(argv: list[str] | None, module: str, fit_fn: Callable[[Path], Any]) -> int:
+    """A fit command's ``main``: ``python3 -m MODULE RUNS_DIR`` prints the fit (a
+    dataclass) as JSON, its fields in order; exit 2 with a usage line otherwise."""
     args = sys.argv[1:] if argv is None else argv
     if len(args) != 1:
-        print("usage: python3 -m capsim.live.engine_fit RUNS_DIR", file=sys.stderr)
+        print(f"usage: python3 -m {module} RUNS_DIR", file=sys.stderr)
         return 2
-    fit = fit_engine_overhead(Path(args[0]))
+    fit = fit_fn(Path(args[0]))
     print(
         json.dumps({k: getattr(fit, k) for k in fit.__dataclass_fields__}, indent=1, default=list)
     )
     return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    return fit_main(argv, "capsim.live.engine_fit", fit_engine_overhead)
 
 
 if __name__ == "__main__":

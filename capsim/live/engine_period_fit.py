@@ -20,7 +20,6 @@ period it is fitted to): then the period would not measure the host term.
 
 from __future__ import annotations
 
-import json
 import sys
 from pathlib import Path
 
@@ -30,6 +29,7 @@ import pandas as pd
 from capsim.cost.base import BatchShape
 from capsim.cost.engine_overhead import FULL, NONE, PIECEWISE, graph_mode
 from capsim.cost.engine_period import AsyncPeriodFit
+from capsim.live.engine_fit import fit_main
 
 EXCESS_RUN = "g090_k0_rand_c1"
 SPEC_RUNS: tuple[str, str] = ("g090_k1_rand_c1", "g090_k3_rand_c1_steps")
@@ -133,15 +133,7 @@ def fit_async_period(runs: Path) -> AsyncPeriodFit:
 
 
 def main(argv: list[str] | None = None) -> int:
-    args = sys.argv[1:] if argv is None else argv
-    if len(args) != 1:
-        print("usage: python3 -m capsim.live.engine_period_fit RUNS_DIR", file=sys.stderr)
-        return 2
-    fit = fit_async_period(Path(args[0]))
-    print(
-        json.dumps({k: getattr(fit, k) for k in fit.__dataclass_fields__}, indent=1, default=list)
-    )
-    return 0
+    return fit_main(argv, "capsim.live.engine_period_fit", fit_async_period)
 
 
 if __name__ == "__main__":
