@@ -260,28 +260,27 @@ def _check_treewy(c: Cell, c2: Cell, tree, args, refs, policy) -> dict:  # type:
     return res
 
 
+def _fla_figures(res: dict, name: str, o_ht, o_ref, st_ref) -> None:  # type: ignore[no-untyped-def]
+    """Record one fla kernel's output and final-state errors as ``fla_<name>_o/_state``."""
+    o, ht = o_ht
+    res[f"fla_{name}_o"] = _rel(o_ref, o)
+    res[f"fla_{name}_state"] = _rel(st_ref[:, -1], ht)
+
+
 def _check_fla(c: Cell, s0, args, o_ref, st_ref) -> dict:  # type: ignore[no-untyped-def]
     """fla's recurrent and chunked kernels on a chain (an import or run error noted)."""
     res: dict = {}
+    common = {"initial_state": s0, "output_final_state": True,
+              "use_qk_l2norm_in_kernel": True, "state_v_first": True}  # fmt: skip
     try:
         from fla.ops.gated_delta_rule import fused_recurrent_gated_delta_rule
 
-        o, ht = fused_recurrent_gated_delta_rule(
-            *args[:3], g=c.log_gate, beta=c.beta, initial_state=s0,
-            output_final_state=True, use_qk_l2norm_in_kernel=True,
-            state_v_first=True,
-        )  # fmt: skip
-        res["fla_recurrent_o"] = _rel(o_ref, o)
-        res["fla_recurrent_state"] = _rel(st_ref[:, -1], ht)
+        o_ht = fused_recurrent_gated_delta_rule(*args[:3], g=c.log_gate, beta=c.beta, **common)
+        _fla_figures(res, "recurrent", o_ht, o_ref, st_ref)
         from fla.ops.gated_delta_rule import chunk_gated_delta_rule
 
-        o, ht = chunk_gated_delta_rule(
-            *args[:3], c.log_gate, c.beta, initial_state=s0,
-            output_final_state=True, use_qk_l2norm_in_kernel=True,
-            state_v_first=True,
-        )  # fmt: skip
-        res["fla_chunk_o"] = _rel(o_ref, o)
-        res["fla_chunk_state"] = _rel(st_ref[:, -1], ht)
+        o_ht = chunk_gated_delta_rule(*args[:3], c.log_gate, c.beta, **common)
+        _fla_figures(res, "chunk", o_ht, o_ref, st_ref)
     except Exception as e:
         res["fla_error"] = repr(e)[:200]
     return res
