@@ -269,16 +269,21 @@ def interp_check(rows: list[dict]) -> list[dict]:
     return out
 
 
-def interp_summary(checks: list[dict]) -> str:
-    """Median and max |error| per (axis, kernel)."""
-    lines = ["| axis | kernel | n | median abs err | max abs err |", "|---|---|---|---|---|"]
-    for axis in ("B", "T"):
-        for kern in sorted({c["kernel"] for c in checks if c["axis"] == axis}):
-            e = sorted(abs(c["error"]) for c in checks if c["axis"] == axis
+def error_table(checks: list[dict], key: str, groups) -> str:  # type: ignore[no-untyped-def]
+    """Median (upper middle) and max |error| per (``key`` value in ``groups`` order, kernel)."""
+    lines = [f"| {key} | kernel | n | median abs err | max abs err |", "|---|---|---|---|---|"]
+    for group in groups:
+        for kern in sorted({c["kernel"] for c in checks if c[key] == group}):
+            e = sorted(abs(c["error"]) for c in checks if c[key] == group
                        and c["kernel"] == kern)  # fmt: skip
-            lines.append(f"| {axis} | {_short(kern)} | {len(e)} | {e[len(e) // 2]:.1%} | "
+            lines.append(f"| {group} | {_short(kern)} | {len(e)} | {e[len(e) // 2]:.1%} | "
                          f"{e[-1]:.1%} |")  # fmt: skip
     return "\n".join(lines)
+
+
+def interp_summary(checks: list[dict]) -> str:
+    """Median and max |error| per (axis, kernel)."""
+    return error_table(checks, "axis", ("B", "T"))
 
 
 def report_rerun(results: Path) -> int:

@@ -16,7 +16,7 @@ import csv
 import json
 from pathlib import Path
 
-from .report6 import _lin, _short, read, side_by_side, target_table, timed, variant_table
+from .report6 import _lin, error_table, read, side_by_side, target_table, timed, variant_table
 
 # Declared 2026-12-02 02:00 UTC, before the call (kernels/BENCHMARKS.md "Round 7"): each
 # check predicts the round-7 rows of its phases from lines through the fit coordinates
@@ -77,14 +77,7 @@ def held_out(results: Path, declared: tuple = HELD_OUT, new_files: str = "round7
 
 
 def held_out_table(checks: list[dict], declared: tuple = HELD_OUT) -> str:
-    lines = ["| check | kernel | n | median abs err | max abs err |", "|---|---|---|---|---|"]
-    for name, *_ in declared:
-        for kern in sorted({c["kernel"] for c in checks if c["check"] == name}):
-            e = sorted(abs(c["error"]) for c in checks if c["check"] == name
-                       and c["kernel"] == kern)  # fmt: skip
-            lines.append(f"| {name} | {_short(kern)} | {len(e)} | {e[len(e) // 2]:.1%} | "
-                         f"{e[-1]:.1%} |")  # fmt: skip
-    return "\n".join(lines)
+    return error_table(checks, "check", [name for name, *_ in declared])
 
 
 def fp8_table(step_rows: list[dict], committed: list[dict]) -> str:
