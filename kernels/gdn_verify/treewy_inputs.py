@@ -3,17 +3,18 @@
 ``check_inputs`` validates shapes and dtypes, ``check_parent`` the DFS-preorder parent
 array (on the host, before any launch; skipped under CUDA-graph capture), and
 ``launch_split`` launches ``kernel[(num_v_tiles, B * Hv)]`` in pieces of at most
-65,535 programs along axis 1.
+65,535 programs along axis 1. ``pending_operands`` picks the pending-path operands of a
+launch (the pending window's, or stand-ins the kernel never reads).
 """
 
 from __future__ import annotations
 
 import torch
 
-from ._jit import grid_chunks
+from ._jit import grid_chunks, pad_window
 from .tree import validate_parent
 
-__all__ = ["check_inputs", "check_parent", "launch_split"]
+__all__ = ["check_inputs", "check_parent", "launch_split", "pending_operands"]
 
 
 def check_inputs(q, k, v, log_gate, beta, state_pool, parent) -> tuple[int, int, int, int, int]:
@@ -60,6 +61,20 @@ def check_parent(parent: torch.Tensor, num_nodes: int) -> None:
         validate_parent(parent.tolist())
     except ValueError as e:
         raise ValueError(f"parent: {e}") from None
+
+
+def pending_operands(pending: tuple | None, stand_ins: tuple, w: int, bwp: int) -> tuple:
+    """(pk, pvt, pg, pparent, paccepted, WP, BWP) of a launch: ``pending``'s five tensors
+    and its padded width, or (pending None) ``stand_ins`` (five tensors the kernel does not
+    read with PENDING off), WP = ``w`` and BWP = ``bwp``."""
+    if pending is not None:
+        pk, pvt, pg, pparent, paccepted = pending
+        wp = pk.shape[1]
+        bwp, _ = pad_window(wp)
+    else:
+        pk, pvt, pg, pparent, paccepted = stand_ins
+        wp = w
+    return pk, pvt, pg, pparent, paccepted, wp, bwp
 
 
 def launch_split(kernel, num_v_tiles: int, num_heads_total: int, *args, **kwargs) -> None:

@@ -55,13 +55,13 @@ from ._jit import (
     chain_scale,
     grid_chunks,
     packed_rows,
-    pad_window,
     path_scale,
     pick_block_v,
     segment_log_decay,
     xdot,
 )
 from .policy import DEFAULT_POLICY, LaunchPolicy
+from .treewy_inputs import pending_operands
 
 __all__ = ["KERNEL_MAX_W", "launch_small", "small_window_math"]
 
@@ -328,66 +328,52 @@ def launch_small(
     hk, hv = num_heads
     bsz, w, _, dk = q.shape
     dv = v.shape[3]
-    if w > KERNEL_MAX_W:
-        raise ValueError(f"the single-launch kernel takes W <= {KERNEL_MAX_W}, got W={w}")
-    half = 8 if w <= 8 else 16
-    variant = "fused" if accepted is not None else "verify"
-    policy = DEFAULT_POLICY if policy is None else policy
-    cfg = policy.small_config(half, variant) if config is None else config
-    bk = triton.next_power_of_2(dk)
-    bv = pick_block_v(bsz * hv, dv, widest=cfg["block_v"])
-    if pending is not None:
-        pk, pvt, pg, pparent, paccepted = pending
-        wp = pk.shape[1]
-        bwp, _ = pad_window(wp)
-    else:
-        pk, pvt, pg, pparent, paccepted = k, o, log_gate, parent, state_slot
-        wp, bwp = w, 16
-    has_pending = pending is not None
+    half, cfg, bk, bv = _small_sizes(w, bsz * hv, (dk, dv), accepted is not None, config, policy)
+    pk, pvt, pg, pparent, paccepted, wp, bwp = pending_operands(
+        pending, (k, o, log_gate, parent, state_slot), w, 16
+    )
     for bh0, count in grid_chunks(bsz * hv):
         treewy_small_kernel[(triton.cdiv(dv, bv), count)](
-            q,
-            k,
-            v,
-            log_gate,
-            beta,
-            state_pool,
-            state_slot,
-            parent,
-            o,
+            q, k, v, log_gate, beta, state_pool, state_slot, parent, o,
             vt if vt is not None else o,
             accepted if accepted is not None else state_slot,
-            pk,
-            pvt,
-            pg,
-            pparent,
-            paccepted,
+            pk, pvt, pg, pparent, paccepted,
             k_out if k_out is not None else k,
             g_out if g_out is not None else log_gate,
             replay_flush if replay_flush is not None else state_slot,
             scale,
-            H=hk,
-            HV=hv,
-            W=w,
-            K=dk,
-            V=dv,
-            HALF=half,
-            LOG2_HALF=half.bit_length() - 1,
-            P=2 * half,
-            BK=bk,
-            BV=bv,
-            WP=wp,
-            BWP=bwp,
+            H=hk, HV=hv, W=w, K=dk, V=dv,
+            HALF=half, LOG2_HALF=half.bit_length() - 1, P=2 * half,
+            BK=bk, BV=bv, WP=wp, BWP=bwp,
             STORE_VT=vt is not None,
             COMMIT=accepted is not None,
-            PENDING=has_pending,
+            PENDING=pending is not None,
             REPLAY=replay_flush is not None,
-            STATE_PREC=prec.state,
-            SMALL_PREC=prec.small,
-            SOLVE_PREC=SOLVE_PRECISION,
-            GRAM_PREC=prec.gram,
-            NATIVE_DOT=prec.native,
+            STATE_PREC=prec.state, SMALL_PREC=prec.small, SOLVE_PREC=SOLVE_PRECISION,
+            GRAM_PREC=prec.gram, NATIVE_DOT=prec.native,
             EARLY_S=cfg["early_s"],
             BH0=bh0,
             num_warps=cfg["num_warps"],
-        )
+        )  # fmt: skip
+
+
+def _small_sizes(
+    w: int,
+    num_heads_total: int,
+    dims: tuple[int, int],
+    fused: bool,
+    config: dict | None,
+    policy: LaunchPolicy | None,
+) -> tuple[int, dict, int, int]:
+    """(HALF, launch config, BK, BV) of a single-launch window of ``w`` nodes over
+    ``num_heads_total`` = B * Hv programs, ``dims`` = (dk, dv); refused past KERNEL_MAX_W."""
+    dk, dv = dims
+    if w > KERNEL_MAX_W:
+        raise ValueError(f"the single-launch kernel takes W <= {KERNEL_MAX_W}, got W={w}")
+    half = 8 if w <= 8 else 16
+    variant = "fused" if fused else "verify"
+    policy = DEFAULT_POLICY if policy is None else policy
+    cfg = policy.small_config(half, variant) if config is None else config
+    bk = triton.next_power_of_2(dk)
+    bv = pick_block_v(num_heads_total, dv, widest=cfg["block_v"])
+    return half, cfg, bk, bv

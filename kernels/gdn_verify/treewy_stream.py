@@ -26,7 +26,7 @@ import triton.language as tl
 
 from ._jit import chain_scale, dot_precision, pad_window, path_scale, pick_block_v, xdot
 from .policy import DEFAULT_POLICY, LaunchPolicy
-from .treewy_inputs import check_inputs, check_parent, launch_split
+from .treewy_inputs import check_inputs, check_parent, launch_split, pending_operands
 from .treewy_persistent import PERSISTENT_BLOCK_V, PERSISTENT_WARPS, launch_persistent_stream
 from .treewy_pipe import launch_pipe_stream
 from .treewy_pipe_small import PIPE_SMALL_MAX_W, launch_pipe_small
@@ -202,27 +202,10 @@ def treewy_stream_kernel(
 
 
 def launch_window(
-    q,
-    k,
-    v,
-    log_gate,
-    beta,
-    state_pool,
-    state_slot,
-    parent,
-    *,
-    scale,
-    store_vt,
-    accepted=None,
-    pending=None,
-    k_out=None,
-    g_out=None,
-    replay_flush=None,
-    vt=None,
-    out=None,
-    state_math=None,
-    policy: LaunchPolicy | None = None,
-):
+    q, k, v, log_gate, beta, state_pool, state_slot, parent, *, scale, store_vt,
+    accepted=None, pending=None, k_out=None, g_out=None, replay_flush=None, vt=None, out=None,
+    state_math=None, policy: LaunchPolicy | None = None,
+):  # fmt: skip
     """Launch the per-head window kernel, then the streaming kernel; returns (o, vt or
     None). Shared by all variants. ``replay_flush`` [B] int32 (with ``pending`` = the
     ring as a chain): the replay mode (replay.py), the state written only where != 0."""
@@ -234,10 +217,7 @@ def launch_window(
     dk = q.shape[3]
     if scale is None:
         scale = dk**-0.5
-    bw, _ = pad_window(w)
-    bk = triton.next_power_of_2(dk)
-    cfg = policy.stream_config(bw, "deferred" if pending is not None else "verify")
-    bv = pick_block_v(bsz * hv, dv, widest=cfg["block_v"])
+    bw, bk, cfg, bv = _stream_sizes(policy, w, bsz * hv, (dk, dv), pending is not None)
     o = torch.empty_like(v) if out is None else out
     if store_vt and vt is None:
         vt = torch.empty(v.shape, dtype=torch.float32, device=v.device)
@@ -249,40 +229,16 @@ def launch_window(
             replay_flush=replay_flush, prec=prec, policy=policy,
         )  # fmt: skip
         return o, vt
-    if pending is not None:
-        pk, pvt, pg, pparent, paccepted = pending
-        wp = pk.shape[1]
-        bwp, _ = pad_window(wp)
-    else:
-        pk, pvt, pg, pparent, paccepted = k, o, log_gate, parent, state_slot
-        wp, bwp = w, bw
+    pk, pvt, pg, pparent, paccepted, wp, bwp = pending_operands(
+        pending, (k, o, log_gate, parent, state_slot), w, bw
+    )
     pipe = policy.pipe_config(pending is not None)
     # BW <= 32 only: at BW = 64 (W = 40) it spills (sm_90: 255 registers + 192 bytes)
     if pipe is not None and bw <= 32 and accepted is None and replay_flush is None and store_vt:
-        if pipe.fused_window and w <= PIPE_SMALL_MAX_W:
-            launch_pipe_small(
-                q, k, v, log_gate, beta, state_pool, state_slot, parent, o, vt,
-                num_heads=(hk, hv), scale=scale, num_warps=pipe.num_warps,
-                block_v=pick_block_v(bsz * hv, dv, widest=pipe.block_v),
-                ctas_per_sm=pipe.ctas_per_sm, num_stages=pipe.stages, prec=prec, bkc=pipe.bkc,
-                maxnreg=pipe.maxnreg, pending=pending, k_out=k_out, g_out=g_out,
-            )  # fmt: skip
-            return o, vt
-        hoisted = None
-        stage1 = {"scale": scale, "num_heads": (hk, hv), "gram_precision": prec.gram,
-                  "policy": policy}  # fmt: skip
-        if pending is not None and pipe.pending_in_stage1:
-            stage1 |= {"pending": pending, "k_out": k_out, "g_out": g_out,
-                       "pending_gram": pipe.pending_gram}  # fmt: skip
-            mats, cols, hoisted = launch_prep(q, k, log_gate, beta, parent, **stage1)
-        else:
-            mats, cols = launch_prep(q, k, log_gate, beta, parent, **stage1)
-        launch_pipe_stream(
-            q, k, v, log_gate, state_pool, state_slot, mats, cols, o, vt, num_heads=(hk, hv),
-            block_v=pick_block_v(bsz * hv, dv, widest=pipe.block_v), num_warps=pipe.num_warps,
-            ctas_per_sm=pipe.ctas_per_sm, num_stages=pipe.stages, prec=prec, bkc=pipe.bkc,
-            pending=pending, k_out=k_out, g_out=g_out, hoisted=hoisted, maxnreg=pipe.maxnreg,
-            gram=pipe.pending_gram, pack=pipe.pack_qk,
+        _launch_pipe(
+            pipe, q, k, v, log_gate, beta, state_pool, state_slot, parent, o, vt,
+            num_heads=(hk, hv), scale=scale, prec=prec, policy=policy, pending=pending,
+            k_out=k_out, g_out=g_out,
         )  # fmt: skip
         return o, vt
     mats, cols = launch_prep(
@@ -297,51 +253,74 @@ def launch_window(
         )  # fmt: skip
         return o, vt
     launch_split(
-        treewy_stream_kernel,
-        triton.cdiv(dv, bv),
-        bsz * hv,
-        q,
-        k,
-        v,
-        log_gate,
-        state_pool,
-        state_slot,
-        parent,
-        mats[0],
-        mats[1],
-        cols[0],
-        cols[1],
-        o,
+        treewy_stream_kernel, triton.cdiv(dv, bv), bsz * hv,
+        q, k, v, log_gate, state_pool, state_slot, parent,
+        mats[0], mats[1], cols[0], cols[1], o,
         vt if vt is not None else o,
         accepted if accepted is not None else state_slot,
-        pk,
-        pvt,
-        pg,
-        pparent,
-        paccepted,
+        pk, pvt, pg, pparent, paccepted,
         k_out if k_out is not None else k,
         g_out if g_out is not None else log_gate,
         replay_flush if replay_flush is not None else state_slot,
-        H=hk,
-        HV=hv,
-        W=w,
-        K=dk,
-        V=dv,
-        BW=bw,
-        BK=bk,
-        BKC=min(bk, cfg["bkc"]),
-        BV=bv,
-        WP=wp,
-        BWP=bwp,
+        H=hk, HV=hv, W=w, K=dk, V=dv, BW=bw, BK=bk, BKC=min(bk, cfg["bkc"]), BV=bv,
+        WP=wp, BWP=bwp,
         STORE_VT=store_vt,
         COMMIT=accepted is not None,
         PENDING=pending is not None,
         REPLAY=replay_flush is not None,
-        STATE_PREC=prec.state,
-        SMALL_PREC=prec.small,
-        NATIVE=prec.native,
+        STATE_PREC=prec.state, SMALL_PREC=prec.small, NATIVE=prec.native,
         num_warps=cfg["num_warps"],
         # a register cap (policy "maxnreg", round 7 candidate): the GPU compiler only
         **({"maxnreg": cfg["maxnreg"]} if cfg.get("maxnreg") and prec.native else {}),
-    )
+    )  # fmt: skip
     return o, vt
+
+
+def _stream_sizes(
+    policy: LaunchPolicy, w: int, num_heads_total: int, dims: tuple[int, int], deferred: bool
+) -> tuple[int, int, dict, int]:
+    """(BW, BK, stream launch config, BV) of the streaming kernel for a window of ``w``
+    nodes over ``num_heads_total`` = B * Hv programs, ``dims`` = (dk, dv)."""
+    dk, dv = dims
+    bw, _ = pad_window(w)
+    bk = triton.next_power_of_2(dk)
+    cfg = policy.stream_config(bw, "deferred" if deferred else "verify")
+    bv = pick_block_v(num_heads_total, dv, widest=cfg["block_v"])
+    return bw, bk, cfg, bv
+
+
+def _launch_pipe(
+    pipe, q, k, v, log_gate, beta, state_pool, state_slot, parent, o, vt, *, num_heads,
+    scale, prec, policy, pending, k_out, g_out,
+) -> None:  # fmt: skip
+    """The pipelined stream (treewy_pipe.py) of a window with BW <= 32, no commit, no
+    replay, vt stored: the fused-window kernel (W <= PIPE_SMALL_MAX_W), else stage 1
+    (with the hoisted pending coefficients where ``pipe.pending_in_stage1``), then the
+    pipelined stream."""
+    dv, num_heads_total = v.shape[3], q.shape[0] * num_heads[1]
+    block_v = pick_block_v(num_heads_total, dv, widest=pipe.block_v)
+    if pipe.fused_window and q.shape[1] <= PIPE_SMALL_MAX_W:
+        launch_pipe_small(
+            q, k, v, log_gate, beta, state_pool, state_slot, parent, o, vt,
+            num_heads=num_heads, scale=scale, num_warps=pipe.num_warps,
+            block_v=block_v,
+            ctas_per_sm=pipe.ctas_per_sm, num_stages=pipe.stages, prec=prec, bkc=pipe.bkc,
+            maxnreg=pipe.maxnreg, pending=pending, k_out=k_out, g_out=g_out,
+        )  # fmt: skip
+        return
+    hoisted = None
+    stage1 = {"scale": scale, "num_heads": num_heads, "gram_precision": prec.gram,
+              "policy": policy}  # fmt: skip
+    if pending is not None and pipe.pending_in_stage1:
+        stage1 |= {"pending": pending, "k_out": k_out, "g_out": g_out,
+                   "pending_gram": pipe.pending_gram}  # fmt: skip
+        mats, cols, hoisted = launch_prep(q, k, log_gate, beta, parent, **stage1)
+    else:
+        mats, cols = launch_prep(q, k, log_gate, beta, parent, **stage1)
+    launch_pipe_stream(
+        q, k, v, log_gate, state_pool, state_slot, mats, cols, o, vt, num_heads=num_heads,
+        block_v=block_v, num_warps=pipe.num_warps,
+        ctas_per_sm=pipe.ctas_per_sm, num_stages=pipe.stages, prec=prec, bkc=pipe.bkc,
+        pending=pending, k_out=k_out, g_out=g_out, hoisted=hoisted, maxnreg=pipe.maxnreg,
+        gram=pipe.pending_gram, pack=pipe.pack_qk,
+    )  # fmt: skip
