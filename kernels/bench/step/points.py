@@ -188,6 +188,44 @@ def measure_vllm_gdn(shp: StepShapes, out: Writer, dev, gen, replays, deadline) 
             _free()
 
 
+def _kv_buffer(shp: StepShapes, grid: dict, dev: str, gen, kernels: str):  # type: ignore[no-untyped-def]
+    """The decode-attention KV buffer of one (model, tp): vLLM's paged cache (its hybrid
+    block size, enough blocks for ``max_kv_tok`` plus one per batch row and 2 spare) with
+    ``kernels='vllm'``, else a (K, V) pair of [max_kv_tok, Hkv, head_dim] bf16 tensors."""
+    if kernels == "vllm":
+        from . import vllm_ops as vops
+
+        block = vops.hybrid_block_size(shp)
+        nblk = -(-grid["max_kv_tok"] // block) + max(grid["batch"]) + 2
+        return vops.kv_cache(nblk, block, shp.attn_hkv, shp.head_dim, dev, gen)
+    shape = (grid["max_kv_tok"], shp.attn_hkv, shp.head_dim)
+    k_buf = torch.empty(shape, device=dev, dtype=torch.bfloat16).normal_(generator=gen)
+    return (k_buf, torch.empty_like(k_buf).normal_(generator=gen))
+
+
+def _time_point(pt: OpPoint, out: Writer, replays: int) -> None:
+    """Build and time one point as a CUDA graph, eagerly if that fails, and write its row;
+    a point failing both ways is reported on stderr and writes nothing."""
+    built = None
+    for use_graph in (True, False):
+        try:
+            built = pt.make() if built is None else built
+            how, pct = time_calls(built[0], replays, graph=use_graph)
+            extra = built[3] if len(built) > 3 else ""
+            out.write(_row(
+                pt.op, pt.key, how, pct, flops=built[1], bytes_=built[2],
+                copies=len(built[0]), impl=pt.impl.format(extra=extra), **pt.dims,
+            ))  # fmt: skip
+            break
+        except Exception as exc:  # one failing point must not lose the others
+            print(
+                f"FAILED {pt.tag} graph={use_graph}: {type(exc).__name__}: {exc}"[:400],
+                file=sys.stderr,
+            )
+            if torch.cuda.is_available():
+                torch.cuda.synchronize()
+
+
 def _run_once(pt: OpPoint, ops_: frozenset[str]) -> None:
     """The compile warm-up of one point: build it and run its first callable once."""
     if pt.op not in ops_:
@@ -239,16 +277,7 @@ def measure_shapes(
             and ("attn_prefill", shp.attn_key) not in skip)
     )  # fmt: skip
     if fresh and time.monotonic() < deadline:
-        if kernels == "vllm":
-            from . import vllm_ops as vops
-
-            block = vops.hybrid_block_size(shp)
-            nblk = -(-grid["max_kv_tok"] // block) + max(grid["batch"]) + 2
-            kv = vops.kv_cache(nblk, block, shp.attn_hkv, shp.head_dim, dev, gen)
-        else:
-            shape = (grid["max_kv_tok"], shp.attn_hkv, shp.head_dim)
-            k_buf = torch.empty(shape, device=dev, dtype=torch.bfloat16).normal_(generator=gen)
-            kv = (k_buf, torch.empty_like(k_buf).normal_(generator=gen))
+        kv = _kv_buffer(shp, grid, dev, gen, kernels)
     points = operator_points(shp, grid, dev, gen, None if kernels == "vllm" else kv)
     if kernels == "vllm":
         vpts = vllm_operator_points(shp, grid, dev, gen, kv)
@@ -261,25 +290,7 @@ def measure_shapes(
         if warm_ops is not None:
             _run_once(pt, warm_ops)
             continue
-        built = None
-        for use_graph in (True, False):
-            try:
-                built = pt.make() if built is None else built
-                how, pct = time_calls(built[0], replays, graph=use_graph)
-                extra = built[3] if len(built) > 3 else ""
-                out.write(_row(
-                    pt.op, pt.key, how, pct, flops=built[1], bytes_=built[2],
-                    copies=len(built[0]), impl=pt.impl.format(extra=extra), **pt.dims,
-                ))  # fmt: skip
-                break
-            except Exception as exc:  # one failing point must not lose the others
-                print(
-                    f"FAILED {pt.tag} graph={use_graph}: {type(exc).__name__}: {exc}"[:400],
-                    file=sys.stderr,
-                )
-                if torch.cuda.is_available():
-                    torch.cuda.synchronize()
-        built = None
+        _time_point(pt, out, replays)
         _free()
     if kv is not None:
         done.add(("attn_buf", shp.attn_key))
