@@ -122,16 +122,7 @@ def run_grid(
                         return rows
                     w = tree.num_nodes
                     c = Cell(shape, sd, batch, tree, seed=batch * 1000 + w)
-                    sa_pool = torch.empty(
-                        (batch * (w + 1), *c.pool.shape[1:]),
-                        dtype=c.pool.dtype,
-                        device="cuda",
-                    )
-                    sa_pool[:batch] = c.pool
-                    sa_init = torch.arange(batch, dtype=torch.int32, device="cuda")
-                    sa_slots = (
-                        batch + torch.arange(batch * w, dtype=torch.int32, device="cuda")
-                    ).view(batch, w)
+                    sa_pool, sa_init, sa_slots = _storeall_pools(c, batch, w)
                     for kernel in KERNELS:
                         if kernel in CHAIN_ONLY and not tree.is_chain:
                             continue
@@ -153,33 +144,56 @@ def run_grid(
                             notes.append(note[:400])
                             print("FAILED", note[:400], flush=True)
                             continue
-                        nbytes = bytes_moved(kernel, shape, sd, w, batch)
-                        rows.append(
-                            {
-                                "kernel": kernel,
-                                "model_shape": shape.name,
-                                "state_dtype": sd,
-                                "T": w,
-                                "tree": tree.label,
-                                "B": batch,
-                                "Hv": shape.num_v_heads,
-                                "Hk": shape.num_k_heads,
-                                "dk": shape.dk,
-                                "dv": shape.dv,
-                                "p20_us": round(p20, 2),
-                                "p50_us": round(p50, 2),
-                                "p80_us": round(p80, 2),
-                                "bytes_moved": nbytes,
-                                "achieved_gbps": round(nbytes / (p50 * 1e-6) / 1e9, 1),
-                                "floor_us": round(nbytes / (copy_gbps * 1e9) * 1e6, 2),
-                                "copy_gbps": round(copy_gbps, 1),
-                            }
-                        )
+                        rows.append(_grid_row(kernel, c, sd, (p20, p50, p80), copy_gbps))
                     del c, sa_pool
                     torch.cuda.empty_cache()
                     write_csv(csv_path, rows, COLUMNS)
                 print(f"grid {shape.name} {sd} B={batch} done ({len(rows)} rows)", flush=True)
     return rows
+
+
+def _storeall_pools(c: Cell, batch: int, w: int):  # type: ignore[no-untyped-def]
+    """The store-all kernel's pool for one cell: the committed states in slots 0..B-1
+    (``c.pool``), then W fresh slots per request; (pool, initial slots, [B, W] slots)."""
+    import torch
+
+    sa_pool = torch.empty(
+        (batch * (w + 1), *c.pool.shape[1:]),
+        dtype=c.pool.dtype,
+        device="cuda",
+    )
+    sa_pool[:batch] = c.pool
+    sa_init = torch.arange(batch, dtype=torch.int32, device="cuda")
+    sa_slots = (batch + torch.arange(batch * w, dtype=torch.int32, device="cuda")).view(batch, w)
+    return sa_pool, sa_init, sa_slots
+
+
+def _grid_row(kernel: str, c: Cell, sd: str, pct_us: tuple, copy_gbps: float) -> dict:
+    """One grid row (the calibration schema, COLUMNS) of ``kernel`` timed at ``pct_us`` =
+    (p20, p50, p80) on cell ``c``."""
+    p20, p50, p80 = pct_us
+    shape, tree, batch = c.shape, c.tree, c.batch
+    w = tree.num_nodes
+    nbytes = bytes_moved(kernel, shape, sd, w, batch)
+    return {
+        "kernel": kernel,
+        "model_shape": shape.name,
+        "state_dtype": sd,
+        "T": w,
+        "tree": tree.label,
+        "B": batch,
+        "Hv": shape.num_v_heads,
+        "Hk": shape.num_k_heads,
+        "dk": shape.dk,
+        "dv": shape.dv,
+        "p20_us": round(p20, 2),
+        "p50_us": round(p50, 2),
+        "p80_us": round(p80, 2),
+        "bytes_moved": nbytes,
+        "achieved_gbps": round(nbytes / (p50 * 1e-6) / 1e9, 1),
+        "floor_us": round(nbytes / (copy_gbps * 1e9) * 1e6, 2),
+        "copy_gbps": round(copy_gbps, 1),
+    }
 
 
 def _parser() -> argparse.ArgumentParser:
