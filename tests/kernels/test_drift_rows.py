@@ -12,7 +12,6 @@ import json
 import os
 
 import pytest
-import torch
 from capsim_kernels.bench.gdn import vllm_storeall
 from capsim_kernels.bench.gdn.drift import run_drift
 from capsim_kernels.bench.gdn.shapes import ModelShape

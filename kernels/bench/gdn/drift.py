@@ -61,6 +61,55 @@ class _Pools:
         self.pending = None  # deferred mode: the previous window's PendingCommit
 
 
+def _step_kernels(ck, p: _Pools, kernels, args, acc, parent, tree, step: int, truths):  # type: ignore[no-untyped-def]
+    """One speculative step of each capsim kernel on its own pool: kernel -> (its committed
+    state, the float64 truth it is held to); ``truths`` = (this step's, the previous
+    step's). The deferred kernel's pool holds the previous step's path (none at step 1)."""
+    _, k, v, log_gate, _ = args
+    truth, truth_prev = truths
+    b = p.b
+    got: dict[str, tuple[torch.Tensor, torch.Tensor]] = {}  # kernel -> (state, truth)
+    for name in kernels:
+        if name in ("treewy", "treewy_tf32"):
+            sm = "tf32" if name == "treewy_tf32" else None
+            pool = p.pools[name]
+            _, vt = ck.treewy_verify(*args, pool, p.slot, parent, state_math=sm)
+            ck.treewy_commit(pool, p.slot, k, vt, log_gate, parent, acc, state_math=sm)
+            got[name] = (pool, truth)
+        elif name == "treewy_deferred":
+            pool = p.pools[name]
+            out = ck.PendingCommit.empty(k, v, parent)
+            if p.pending is None:
+                p.pending = ck.PendingCommit.empty(k, v, parent)  # nothing pending (-1)
+            ck.treewy_deferred_verify(*args, pool, p.slot, parent, p.pending, out)
+            out.accepted.copy_(acc)  # the engine sets it after sampling
+            p.pending = out
+            if step > 1:  # the previous step's path is in the pool now
+                got[name] = (pool, truth_prev)
+        elif name == "storeall":
+            ck.storeall_verify(*args, p.sa, p.slot, p.sa_slots, parent,
+                               is_chain=tree.is_chain)  # fmt: skip
+            p.sa[:b] = p.sa[p.sa_slots[torch.arange(b), acc.long()].long()]
+            got[name] = (p.sa[:b], truth)
+    return got
+
+
+def _step_vllm(vllm_ops, vllm_op, p: _Pools, args, acc, tree, step: int, s0):  # type: ignore[no-untyped-def]
+    """One step of vLLM's store-all kernel: (its accepted state, its own float64 truth)."""
+    q, k, v, log_gate, beta = args
+    b = p.b
+    gates, (g_eff, beta_eff) = vllm_ops.gate_inputs(log_gate, beta)
+    call = vllm_ops.make_call(vllm_op, q, k, v, gates, p.vl, p.vl_slots, p.vl_num_acc)
+    call()
+    p.vl_num_acc = acc + 1
+    # vLLM's truth uses the gates it computes (fp32 softplus/sigmoid of its inputs)
+    if step == 1:
+        p.vl_truth = s0.double()
+    _, vst = recurrence_reference(q, k, v, g_eff, beta_eff, p.vl_truth, tree.parent)
+    p.vl_truth = vst[torch.arange(b), acc.long()]
+    return (p.vl[p.vl_slots[torch.arange(b), acc.long()].long()], p.vl_truth)
+
+
 def run_drift(
     shape: ModelShape,
     state_dtype: str,
@@ -103,41 +152,9 @@ def run_drift(
         args = (q, k, v, log_gate, beta)
         _, states = recurrence_reference(*args, truth, tree.parent)
         truth_prev, truth = truth, states[torch.arange(b), acc.long()]
-        got: dict[str, tuple[torch.Tensor, torch.Tensor]] = {}  # kernel -> (state, truth)
-        for name in kernels:
-            if name in ("treewy", "treewy_tf32"):
-                sm = "tf32" if name == "treewy_tf32" else None
-                pool = p.pools[name]
-                _, vt = ck.treewy_verify(*args, pool, p.slot, parent, state_math=sm)
-                ck.treewy_commit(pool, p.slot, k, vt, log_gate, parent, acc, state_math=sm)
-                got[name] = (pool, truth)
-            elif name == "treewy_deferred":
-                pool = p.pools[name]
-                out = ck.PendingCommit.empty(k, v, parent)
-                if p.pending is None:
-                    p.pending = ck.PendingCommit.empty(k, v, parent)  # nothing pending (-1)
-                ck.treewy_deferred_verify(*args, pool, p.slot, parent, p.pending, out)
-                out.accepted.copy_(acc)  # the engine sets it after sampling
-                p.pending = out
-                if step > 1:  # the previous step's path is in the pool now
-                    got[name] = (pool, truth_prev)
-            elif name == "storeall":
-                ck.storeall_verify(*args, p.sa, p.slot, p.sa_slots, parent,
-                                   is_chain=tree.is_chain)  # fmt: skip
-                p.sa[:b] = p.sa[p.sa_slots[torch.arange(b), acc.long()].long()]
-                got[name] = (p.sa[:b], truth)
+        got = _step_kernels(ck, p, kernels, args, acc, parent, tree, step, (truth, truth_prev))
         if use_vllm:
-            gates, (g_eff, beta_eff) = vllm_ops.gate_inputs(log_gate, beta)
-            call = vllm_ops.make_call(vllm_op, q, k, v, gates, p.vl, p.vl_slots, p.vl_num_acc)
-            call()
-            p.vl_num_acc = acc + 1
-            # vLLM's truth uses the gates it computes (fp32 softplus/sigmoid of its inputs)
-            if step == 1:
-                p.vl_truth = s0.double()
-            _, vst = recurrence_reference(q, k, v, g_eff, beta_eff, p.vl_truth, tree.parent)
-            p.vl_truth = vst[torch.arange(b), acc.long()]
-            got["vllm_triton"] = (p.vl[p.vl_slots[torch.arange(b), acc.long()].long()],
-                                  p.vl_truth)  # fmt: skip
+            got["vllm_triton"] = _step_vllm(vllm_ops, vllm_op, p, args, acc, tree, step, s0)
         for name, (st, want) in got.items():
             err = rel_err(want, st)
             worst[name] = max(worst[name], err)
