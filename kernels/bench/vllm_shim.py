@@ -372,6 +372,14 @@ def install(src: Path = DEFAULT_SRC) -> None:
     import triton.language as tl
     import triton.language.extra.libdevice as tldevice
 
+    _install_base(src, triton, tl, tldevice)
+    _install_kv_stand_ins()
+    _install_moe_stand_ins()
+
+
+def _install_base(src: Path, triton, tl, tldevice) -> None:  # type: ignore[no-untyped-def]
+    """The package tree over ``src``'s files and vLLM's environment, logger, platform,
+    Triton and utility modules (install's first part)."""
     root = _package("vllm", src / "vllm")
     root._capsim_shim = str(src)
     for pkg in (
@@ -421,6 +429,10 @@ def install(src: Path = DEFAULT_SRC) -> None:
     )
     _module("vllm.utils.gpu_sync_debug", gpu_sync_allowed=nullcontext)
 
+
+def _install_kv_stand_ins() -> None:
+    """vLLM's KV-cache quantization modes and the attention backends' slot constants."""
+
     class KVQuantMode(enum.IntEnum):  # vllm/v1/kv_cache_interface.py
         NONE = 0
         FP8_PER_TENSOR = 1
@@ -431,6 +443,11 @@ def install(src: Path = DEFAULT_SRC) -> None:
 
     _module("vllm.v1.kv_cache_interface", KVQuantMode=KVQuantMode)
     _module("vllm.v1.attention.backends.utils", PAD_SLOT_ID=-1, NULL_BLOCK_ID=0)
+
+
+def _install_moe_stand_ins() -> None:
+    """The fused-MoE config, utils and modular-kernel pieces the bench's fused_moe needs,
+    the silu_and_mul stand-in, then vLLM's activation module (its files)."""
 
     class FusedMoEQuantConfig:  # the functional fused_experts_impl path takes flags
         pass
