@@ -110,7 +110,9 @@ ASYNC_VERDICTS: dict[str, dict[str, str]] = {
     "g090m16_k3_rand_r8": {THR: "ok", TTFT: "-", P99: "ok", TPOT: "-", PEAK: "-"},
     "g090pc_k0_sg_c64": {THR: "ok", TTFT: "ok", P99: "ok", TPOT: "+", PEAK: "ok"},
     "g090pc_k0_rand_c128": {THR: "ok", TTFT: "ok", P99: "ok", TPOT: "ok", PEAK: "ok"},
-    "g075_k1_sg_c64": {THR: "ok", TTFT: "ok", P99: "ok", TPOT: "-", PEAK: "ok"},
+    # TPOT -9.99988%: inside 10% by 1e-4 points since the round-8 tables (-10.02% on round 7,
+    # the frozen model's own tables): a borderline pass, reported as such in the closing note
+    "g075_k1_sg_c64": {THR: "ok", TTFT: "ok", P99: "ok", TPOT: "ok", PEAK: "ok"},
 }
 # per metric, predict runs within the threshold: (main c4fa656, async) over the async model's
 # 19 predict runs, and over the 3 runs of calls 9-10 (out_of_sample.md's pass-count table)
@@ -118,7 +120,7 @@ PASS_COUNTS: dict[str, tuple[int, int, int, int]] = {
     THR: (8, 12, 1, 3),
     TTFT: (15, 15, 2, 3),
     P99: (18, 17, 2, 3),
-    TPOT: (8, 10, 1, 1),
+    TPOT: (8, 11, 1, 2),
     PEAK: (18, 18, 3, 3),
 }
 
