@@ -126,3 +126,25 @@ def one_line_error(res, *needles: str) -> str:  # type: ignore[no-untyped-def]
     for n in needles:
         assert n in tail, (n, tail)
     return tail
+
+
+def decode_shape(reqs: int, k: int, context_tok: int = 1024) -> BatchShape:
+    """A decode-only batch: ``reqs`` requests at ``context_tok`` each, ``1 + k`` query tokens."""
+    return BatchShape(
+        num_decode_req=reqs,
+        query_tok_per_decode=1 + k,
+        decode_context_tok=np.full(reqs, context_tok, np.int64),
+        prefill_new_tok=np.zeros(0, np.int64),
+        prefill_computed_tok=np.zeros(0, np.int64),
+    )
+
+
+def prefill_shape(tok: int, k: int = 3) -> BatchShape:
+    """One request's first prefill chunk of ``tok`` tokens (nothing computed), no decodes."""
+    return BatchShape(
+        num_decode_req=0,
+        query_tok_per_decode=1 + k,
+        decode_context_tok=np.zeros(0, np.int64),
+        prefill_new_tok=np.array([tok]),
+        prefill_computed_tok=np.array([0]),
+    )

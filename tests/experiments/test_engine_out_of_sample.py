@@ -19,9 +19,9 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 import pytest
+from factories import decode_shape, prefill_shape
 
 from capsim.config import EngineConfig, SimConfig, SpecDecodeConfig
-from capsim.cost.base import BatchShape
 from capsim.cost.engine_overhead import (
     FULL,
     MEASURED_H200_VLLM026,
@@ -175,28 +175,8 @@ def test_engine_constants_are_the_fit_of_the_committed_step_logs(computed):
     eng = HostBoundStepTime(base, MEASURED_H200_VLLM026, descs)
     for run in ENGINE_FIT_RUNS:
         fs = first_steps(ROOT / "runs" / run)
-        shape = _prefill(int(fs["num_tok"].iloc[0]))
+        shape = prefill_shape(int(fs["num_tok"].iloc[0]))
         assert eng.step_time_s(shape) == pytest.approx(float(np.median(fs["lat_s"])), rel=1e-9)
-
-
-def _prefill(tok: int, k: int = 3) -> BatchShape:
-    return BatchShape(
-        num_decode_req=0,
-        query_tok_per_decode=1 + k,
-        decode_context_tok=np.zeros(0, np.int64),
-        prefill_new_tok=np.array([tok]),
-        prefill_computed_tok=np.array([0]),
-    )
-
-
-def _decode(reqs: int, k: int) -> BatchShape:
-    return BatchShape(
-        num_decode_req=reqs,
-        query_tok_per_decode=1 + k,
-        decode_context_tok=np.full(reqs, 1024, np.int64),
-        prefill_new_tok=np.zeros(0, np.int64),
-        prefill_computed_tok=np.zeros(0, np.int64),
-    )
 
 
 def test_graph_modes_follow_vllm_026_capture_sizes():
@@ -207,13 +187,13 @@ def test_graph_modes_follow_vllm_026_capture_sizes():
     # the H200 start-ups: "PIECEWISE=49 (largest=512), FULL=49" at k=3, 51 / 51 at k=0
     assert (d3.count("PIECEWISE"), d3.count("FULL"), d3.largest_tok) == (49, 49, 512)
     assert (d0.count("PIECEWISE"), d0.count("FULL"), d0.largest_tok) == (51, 51, 512)
-    assert graph_mode(_decode(1, 3), d3) == FULL
-    assert graph_mode(_decode(128, 3), d3) == FULL  # 512 tokens
-    assert graph_mode(_decode(129, 3), d3) == NONE  # 516 tokens: eager, decode or not
-    assert graph_mode(_decode(256, 0), d0) == FULL
-    assert graph_mode(_prefill(128), d3) == PIECEWISE
-    assert graph_mode(_prefill(512), d3) == PIECEWISE
-    assert graph_mode(_prefill(1024), d3) == NONE
+    assert graph_mode(decode_shape(1, 3), d3) == FULL
+    assert graph_mode(decode_shape(128, 3), d3) == FULL  # 512 tokens
+    assert graph_mode(decode_shape(129, 3), d3) == NONE  # 516 tokens: eager, decode or not
+    assert graph_mode(decode_shape(256, 0), d0) == FULL
+    assert graph_mode(prefill_shape(128), d3) == PIECEWISE
+    assert graph_mode(prefill_shape(512), d3) == PIECEWISE
+    assert graph_mode(prefill_shape(1024), d3) == NONE
 
 
 def test_engine_overhead_is_off_by_default():

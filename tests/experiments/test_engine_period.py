@@ -9,9 +9,9 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from factories import decode_shape, prefill_shape
 
 from capsim.config import EngineConfig, SimConfig, SpecDecodeConfig
-from capsim.cost.base import BatchShape
 from capsim.cost.engine_overhead import HostBoundStepTime
 from capsim.cost.engine_period import (
     MEASURED_H200_VLLM026_ASYNC,
@@ -23,26 +23,6 @@ from capsim.live.engine_period_fit import FIT_RUNS, fit_async_period, run_period
 
 RUNS = Path(__file__).resolve().parents[2] / "experiments" / "engine" / "runs"
 FIT = MEASURED_H200_VLLM026_ASYNC
-
-
-def _decode(reqs: int, k: int) -> BatchShape:
-    return BatchShape(
-        num_decode_req=reqs,
-        query_tok_per_decode=1 + k,
-        decode_context_tok=np.full(reqs, 1024, np.int64),
-        prefill_new_tok=np.zeros(0, np.int64),
-        prefill_computed_tok=np.zeros(0, np.int64),
-    )
-
-
-def _prefill(tok: int, k: int) -> BatchShape:
-    return BatchShape(
-        num_decode_req=0,
-        query_tok_per_decode=1 + k,
-        decode_context_tok=np.zeros(0, np.int64),
-        prefill_new_tok=np.array([tok]),
-        prefill_computed_tok=np.array([0]),
-    )
 
 
 def _cfg(k: int, async_scheduling: bool) -> SimConfig:
@@ -82,31 +62,33 @@ def test_fit_reproduces_its_runs_mean_periods():
         full = df[df["mode"] == "FULL"]
         m = _model(k)
         if k:
-            assert m.host_s(_decode(1, k)) == pytest.approx(full["period_s"].mean(), rel=1e-9)
+            assert m.host_s(decode_shape(1, k)) == pytest.approx(full["period_s"].mean(), rel=1e-9)
         else:  # no host floor at k = 0: the kernel price less the excess
-            got = np.mean([m.base.step_time_s(_decode(1, 0))]) - FIT.kernel_excess_s
+            got = np.mean([m.base.step_time_s(decode_shape(1, 0))]) - FIT.kernel_excess_s
             assert 3.5e-3 < got < 5.5e-3  # the real k=0 one-request period: 4.42 ms mean
 
 
 def test_async_period_is_max_of_host_and_gpu_not_their_sum():
     m = _model(3)
     assert isinstance(m, AsyncStepPeriod)
-    big = _decode(128, 3)  # 512 tokens: FULL, GPU-bound
+    big = decode_shape(128, 3)  # 512 tokens: FULL, GPU-bound
     assert m.step_time_s(big) == pytest.approx(m.base.step_time_s(big) - FIT.kernel_excess_s)
-    one = _decode(1, 3)  # host-bound: the MTP FULL floor
+    one = decode_shape(1, 3)  # host-bound: the MTP FULL floor
     assert m.step_time_s(one) == pytest.approx(FIT.full_host_s(3))
-    assert m.step_time_s(_prefill(1024, 3)) == pytest.approx(FIT.eager_host_s)
-    assert m.step_time_s(_prefill(128, 3)) == pytest.approx(FIT.piecewise_host_s)
+    assert m.step_time_s(prefill_shape(1024, 3)) == pytest.approx(FIT.eager_host_s)
+    assert m.step_time_s(prefill_shape(128, 3)) == pytest.approx(FIT.piecewise_host_s)
     # no delta on top: a loaded step is never above its kernel price
     for r in (16, 64, 128):
-        assert m.step_time_s(_decode(r, 3)) <= max(m.base.step_time_s(_decode(r, 3)), 0.0111)
+        assert m.step_time_s(decode_shape(r, 3)) <= max(
+            m.base.step_time_s(decode_shape(r, 3)), 0.0111
+        )
 
 
 def test_sync_keeps_the_additive_engine_term():
     m = _model(3, async_scheduling=False)
     assert isinstance(m, HostBoundStepTime)
     assert not getattr(m, "output_deferred", False)
-    s = _decode(64, 3)
+    s = decode_shape(64, 3)
     assert m.step_time_s(s) == max(m.base.step_time_s(s), 0.0) + m.fit.delta_s
 
 
