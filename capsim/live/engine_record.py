@@ -29,7 +29,16 @@ _KEEP = re.compile(
     r"Maximum concurrency|CUDA graph pool memory|Free memory on device|"
     r"Initializing a V1 LLM engine|non-default args|version|Graph capturing|"
     r"exceeds available|Error|WARNING|Traceback|torch.compile|init engine|"
-    r"Asynchronous scheduling"
+    r"Asynchronous scheduling|Chunked prefill is enabled"
+)
+# A DEBUG-level start-up (server.log_level "DEBUG") prints thousands of lines; of its DEBUG lines
+# only these are kept: vLLM 0.26's per-mode CUDA-graph estimate (gpu_model_runner.py
+# profile_cudagraph_memory: "Estimated FULL CUDA graph memory: X MiB first-capture + (n-1) x Y
+# MiB per-graph"), the worker's memory snapshot / request and the profiling summary.
+_DEBUG_LEVEL = re.compile(r"\bDEBUG \d\d-\d\d ")
+_KEEP_DEBUG = re.compile(
+    r"Estimated \w+ CUDA graph memory|memory snapshot|requested memory|Memory profiling takes|"
+    r"Defaulting max_num"
 )
 _STAMP = re.compile(r"(\d\d)-(\d\d) (\d\d):(\d\d):(\d\d)")
 STARTUP_COLUMNS = (
@@ -42,6 +51,7 @@ STARTUP_COLUMNS = (
     "max_num_seqs",
     "max_num_batched_tokens",
     "enable_prefix_caching",
+    "log_level",
 )
 
 
@@ -111,13 +121,21 @@ def _jit_lines(log: Path, date: str, s: dict[str, Any]) -> list[str]:
     return out
 
 
+def excerpt_lines(log: str) -> list[str]:
+    """The start-up lines kept in ``startups/<job>.log`` (each cut at 600 characters)."""
+    keep = []
+    for ln in log.splitlines():
+        if "Capturing CUDA" in ln:
+            continue
+        pattern = _KEEP_DEBUG if _DEBUG_LEVEL.search(ln) else _KEEP
+        if pattern.search(ln):
+            keep.append(ln[:600] + "\n")
+    return keep
+
+
 def record_startup(jdir: Path, dest_root: Path) -> dict[str, Any]:
     log = (jdir / "server.log").read_text(errors="replace")
-    keep = [
-        ln[:600] + "\n"
-        for ln in log.splitlines()
-        if _KEEP.search(ln) and "Capturing CUDA" not in ln
-    ]
+    keep = excerpt_lines(log)
     _write(dest_root / "startups" / f"{jdir.name}.log", "".join(keep))
     job = json.loads((jdir / "job.json").read_text())
     res = json.loads((jdir / "result.json").read_text())
@@ -132,8 +150,15 @@ def record_startup(jdir: Path, dest_root: Path) -> dict[str, Any]:
         "max_num_seqs": srv["max_num_seqs"],
         "max_num_batched_tokens": srv["max_num_batched_tokens"],
         "enable_prefix_caching": srv["enable_prefix_caching"],
+        "log_level": srv.get("log_level"),  # None: vLLM's default (INFO)
     }
-    parsed = parse_vllm_log(log).as_dict()
+    # DEBUG lines other than the kept ones are not parsed (a "torch version 2.11.0" line before
+    # vLLM's banner would otherwise be read as vLLM's version); an INFO log is parsed whole
+    parsed = parse_vllm_log(
+        "\n".join(
+            ln for ln in log.splitlines() if not _DEBUG_LEVEL.search(ln) or _KEEP_DEBUG.search(ln)
+        )
+    ).as_dict()
     parsed.pop("lines_read", None)
     m = re.search(r"max_num_seqs \((\d+)\) exceeds available Mamba cache blocks \((\d+)\)", log)
     parsed["refusal"] = m.group(0) if m else None
