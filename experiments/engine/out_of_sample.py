@@ -49,6 +49,15 @@ S4_RUNS: tuple[str, ...] = (
     "g075_k1_sg_c64",
     "g075_k1_sg_r16",
 )
+# serving runs of device calls 14-15 (session 5; PLAN.md 2026-12-02 07:58: predict runs for every
+# model column, none calibrates anything)
+S5_RUNS: tuple[str, ...] = (
+    "g060_k3_sg_c64",
+    "g060_k3_rand_r8",
+    "g060_k3_in2048_c64",
+    "g060m256_k0_sg_c256",
+    "g060m256_k0_rand_c128",
+)
 
 
 def _ok(v: object) -> str:
@@ -72,24 +81,26 @@ def pass_counts(df: pd.DataFrame, runs: set[str] | None = None) -> pd.DataFrame:
 
 
 def _counts_md(df: pd.DataFrame) -> list[str]:
-    s4 = set(S4_RUNS) & set(df["run"])
+    groups = [("runs of calls 9-12", set(S4_RUNS)), ("runs of calls 14-15", set(S5_RUNS))]
+    groups = [(name, runs & set(df["run"])) for name, runs in groups]
+    head = "".join(f" {name} | main c4fa656 | async step period |" for name, _ in groups)
     lines = [
         "Pass counts, issue 21's thresholds, on the async model's predict runs "
         "(main c4fa656 / async step period):",
         "",
-        "| metric | threshold | predict runs | main c4fa656 | async step period | "
-        "runs of calls 9-12 | main c4fa656 | async step period |",
-        "|" + "---|" * 8,
+        "| metric | threshold | predict runs | main c4fa656 | async step period |" + head,
+        "|" + "---|" * (5 + 3 * len(groups)),
     ]
-    allc, newc = pass_counts(df), pass_counts(df, s4)
+    allc = pass_counts(df)
+    subs = [pass_counts(df, runs) for _, runs in groups]
     for m, r in allc.iterrows():
         rel, floor = THRESHOLDS[m]
         thr = f"{100 * rel:.0f}%" + (f" or {floor:.0f} ms" if floor else "")
-        n = newc.loc[m] if m in newc.index else pd.Series({"runs": 0, "main": 0, "async": 0})
-        lines.append(
-            f"| {SHORT[m]} | {thr} | {r['runs']} | {r['main']} | {r['async']} | "
-            f"{n['runs']} | {n['main']} | {n['async']} |"
-        )
+        cells = ""
+        for sub in subs:
+            n = sub.loc[m] if m in sub.index else pd.Series({"runs": 0, "main": 0, "async": 0})
+            cells += f" {n['runs']} | {n['main']} | {n['async']} |"
+        lines.append(f"| {SHORT[m]} | {thr} | {r['runs']} | {r['main']} | {r['async']} |" + cells)
     return [*lines, ""]
 
 
@@ -114,6 +125,8 @@ def markdown(df: pd.DataFrame, delta_s: float) -> str:
         "last, main's engine terms with `--no-async-scheduling` (diagnostic).",
         "role: delta column / main column / async column. pass: issue 21's threshold.",
         f"Runs of device calls 9-12 (predict, session 4): {', '.join(S4_RUNS)}.",
+        f"Runs of device calls 14-15 (predict, session 5, PLAN.md 2026-12-02 07:58): "
+        f"{', '.join(S5_RUNS)}.",
         "",
         *_counts_md(df),
         "| run | role | metric | real | capsim | err % | capsim+delta | err % | "
