@@ -9,15 +9,20 @@ into the per-layer excess of the stand-ins at M tokens::
 
     excess(M) = sum over the ops of one MoE layer of  table_impl p50 - engine_impl p50
 
-- ``topk_softmax``, ``silu_and_mul_experts`` ([8M, 2I]), ``moe_sum``: stand-in vs vLLM's op;
-- ``moe_align_block_size``: only where vLLM runs it (M * top_k * 4 > E; below that both vLLM
-  0.26 and 0.33 take the naive block assignment, so the table has no stand-in call either);
-- ``silu_and_mul_shared`` ([M, 2S]): stand-in vs torch's silu * mul, what vLLM 0.26 runs for
-  the shared expert (``SiluAndMul.forward_native`` inside the opaque ``moe_forward_shared``
-  op, ``custom_ops`` 'none' by default with inductor).
+- ``topk_softmax``, ``silu_and_mul_experts`` ([8M, 2I]), ``moe_sum``: stand-in vs vLLM's op
+  (``TritonExperts`` calls ``torch.ops._C.silu_and_mul`` and ``ops.moe_sum`` directly);
+- ``moe_align_block_size``: only where vLLM runs it, M * top_k * 4 > E (M > 8 here; below it
+  vLLM 0.26 and 0.33 take the naive block assignment and the tables have no call either):
+  its excess is interpolated over the measured counts that run it, clamped down to the
+  first token count that does, and added only there (a step, not a ramp from 8 to 16);
+- the shared expert's ``SiluAndMul`` is left as the tables have it: vLLM 0.26 runs it as
+  ``forward_native`` inside the opaque ``moe_forward_shared`` op (``custom_ops`` 'none' with
+  inductor) and, with ``compile_native=True``, torch-compiles it (``CustomOp.maybe_compile``):
+  one generated Triton pointwise kernel, the same kind as the stand-in. Not timed in call 16
+  (its ``torch`` rows are the eager form, 1.7-3.3 us slower; vLLM's CUDA op 0.5 us slower):
+  taken as no difference, an uncertainty of about +-0.5 us per layer.
 
-``corrected(moe)`` is the ``moe`` curve minus the excess, linear in M between the measured
-token counts, clamped to the nearest measured count outside them (the largest is 512: a
+Above and below the measured token counts the excess is clamped (the largest is 512: a
 prefill chunk's MoE gets the excess measured at 512 tokens, a stated rule). A measurement,
 not a fit: nothing here is tuned to an engine end-to-end number.
 """
@@ -27,6 +32,7 @@ from __future__ import annotations
 import csv
 from bisect import bisect_left
 from dataclasses import dataclass
+from itertools import pairwise
 from pathlib import Path
 
 from capsim.calibration.interp import Curve
@@ -37,47 +43,52 @@ SOURCE = (
     "kernels/results/h200/moe_ops_call16.csv (scripts/engine_moe_ops.py on the vLLM 0.26 "
     "engine's H200, device call 16, 2026-12-02)"
 )
-# (op, implementation the step tables timed, implementation the vLLM 0.26 engine runs)
+# (op, implementation the step tables timed, implementation the vLLM 0.26 engine runs); the
+# shared expert's silu_and_mul is not here (see the module docstring)
 LAYER_OPS: tuple[tuple[str, str, str], ...] = (
     ("topk_softmax", "standin", "vllm"),
     ("moe_align_block_size", "standin", "vllm"),
     ("silu_and_mul_experts", "standin", "vllm"),
-    ("silu_and_mul_shared", "standin", "torch"),
     ("moe_sum", "standin", "vllm"),
 )
 
 
 @dataclass(frozen=True, slots=True)
 class MoeOpsCorrection:
-    """Per-MoE-layer excess (seconds) of the stand-ins over vLLM's ops, by token count."""
+    """Per-MoE-layer excess (seconds) of the stand-ins over vLLM's ops, by token count:
+    ``excess_s`` without ``moe_align_block_size``, ``align_excess_s`` at ``align_tokens``
+    (the counts where vLLM runs it), added from ``align_from_tok`` tokens on."""
 
     moe_key: str
     tokens: tuple[int, ...]
     excess_s: tuple[float, ...]
+    align_tokens: tuple[int, ...]
+    align_excess_s: tuple[float, ...]
+    align_from_tok: int
     parts_us: tuple[tuple[tuple[str, float], ...], ...]  # per token count: (op, excess us)
     source: str
 
     def __post_init__(self) -> None:
-        if not self.tokens or len(self.tokens) != len(self.excess_s):
-            raise ValueError(f"moe ops correction {self.moe_key}: tokens and excess_s differ")
-        if any(b <= a for a, b in zip(self.tokens, self.tokens[1:], strict=False)):
-            raise ValueError(f"moe ops correction: tokens={self.tokens} must be increasing")
+        for xs, ys in ((self.tokens, self.excess_s), (self.align_tokens, self.align_excess_s)):
+            if not xs or len(xs) != len(ys):
+                raise ValueError(f"moe ops correction {self.moe_key}: no points or unequal")
+            if any(b <= a for a, b in pairwise(xs)):
+                raise ValueError(f"moe ops correction: tokens={xs} must be increasing")
 
     def at(self, m: float) -> float:
         """Excess seconds per MoE layer at m tokens (linear; clamped outside the grid)."""
-        xs, ys = self.tokens, self.excess_s
-        if m <= xs[0]:
-            return ys[0]
-        if m >= xs[-1]:
-            return ys[-1]
-        i = bisect_left(xs, m)
-        return ys[i - 1] + (ys[i] - ys[i - 1]) * (m - xs[i - 1]) / (xs[i] - xs[i - 1])
+        out = _interp(self.tokens, self.excess_s, m)
+        if m >= self.align_from_tok:
+            out += _interp(self.align_tokens, self.align_excess_s, m)
+        return out
 
     def subtract(self, curve: Curve, layers: float) -> Curve:
-        """``curve`` minus ``layers`` x the excess, exact on the union of both grids (up to
-        the curve's top; its rule above it is kept)."""
+        """``curve`` minus ``layers`` x the excess, exact at every integer token count (the
+        union of both grids up to the curve's top; its rule above it is kept)."""
         top = curve.x_max
-        xs = sorted({*curve.xs, *(float(t) for t in self.tokens if t <= top)})
+        # the excess' breakpoints, and align's step between align_from_tok - 1 and it
+        knots = (*self.tokens, *self.align_tokens, self.align_from_tok - 1, self.align_from_tok)
+        xs = sorted({*curve.xs, *(float(t) for t in knots if curve.xs[0] <= t <= top)})
         ys = []
         for x in xs:
             y = curve(x) - layers * self.at(x)
@@ -92,12 +103,20 @@ class MoeOpsCorrection:
     def describe(self) -> dict[str, object]:
         return {
             "moe_key": self.moe_key,
-            "excess_us_per_layer": {
-                t: round(e * 1e6, 3) for t, e in zip(self.tokens, self.excess_s, strict=True)
-            },
-            "rule": "linear in tokens between measured counts, clamped outside them",
+            "excess_us_per_layer": {t: round(self.at(t) * 1e6, 3) for t in self.tokens},
+            "rule": "linear in tokens between measured counts, clamped outside them; "
+            f"moe_align_block_size from {self.align_from_tok} tokens on",
             "source": self.source,
         }
+
+
+def _interp(xs: tuple[int, ...], ys: tuple[float, ...], m: float) -> float:
+    if m <= xs[0]:
+        return ys[0]
+    if m >= xs[-1]:
+        return ys[-1]
+    i = bisect_left(xs, m)
+    return ys[i - 1] + (ys[i] - ys[i - 1]) * (m - xs[i - 1]) / (xs[i] - xs[i - 1])
 
 
 def _p50(rows: list[dict], op: str, impl: str, n: int, where: Path) -> float:
@@ -111,22 +130,28 @@ def _p50(rows: list[dict], op: str, impl: str, n: int, where: Path) -> float:
 
 def from_rows(rows: list[dict], moe_key: str, where: Path, source: str) -> MoeOpsCorrection:
     """The correction from engine_moe_ops.py's CSV rows (columns op, impl, tokens, p50_us,
-    in_vllm_step, error)."""
+    in_vllm_step, error) for ``moe_key`` ('e<E>_k<topk>_...')."""
+    experts, topk = (int(part[1:]) for part in moe_key.split("_")[:2])
+    align_from = experts // (4 * topk) + 1  # vLLM: align when tokens * topk * 4 > experts
     tokens = sorted({int(r["tokens"]) for r in rows})
-    excess, parts = [], []
+    excess, parts, align = [], [], []
     for n in tokens:
-        used = {r["op"]: r["in_vllm_step"] == "1" for r in rows if int(r["tokens"]) == n}
         per = []
         for op, table_impl, engine_impl in LAYER_OPS:
-            if op not in used:
-                raise ValueError(f"{where}: no row op={op} impl={table_impl} tokens={n}")
-            if not used[op]:
-                continue
             d = _p50(rows, op, table_impl, n, where) - _p50(rows, op, engine_impl, n, where)
-            per.append((op, round(d, 3)))
+            if op != "moe_align_block_size":
+                per.append((op, round(d, 3)))
+            elif n >= align_from:
+                per.append((op, round(d, 3)))
+                align.append((n, d * 1e-6))
         parts.append(tuple(per))
-        excess.append(sum(d for _, d in per) * 1e-6)
-    return MoeOpsCorrection(moe_key, tuple(tokens), tuple(excess), tuple(parts), source)
+        excess.append(sum(d for op, d in per if op != "moe_align_block_size") * 1e-6)
+    if not align:
+        raise ValueError(f"{where}: no moe_align_block_size rows at tokens >= {align_from}")
+    return MoeOpsCorrection(
+        moe_key, tuple(tokens), tuple(excess), tuple(n for n, _ in align),
+        tuple(e for _, e in align), align_from, tuple(parts), source,
+    )  # fmt: skip
 
 
 def load_moe_correction(

@@ -50,14 +50,16 @@ def _corr() -> MoeOpsCorrection:
 
 def test_excess_sums_the_ops_the_engine_runs() -> None:
     c = _corr()
-    # N = 1: no align; shared silu against torch (4.5), not vLLM's op (99)
-    assert c.at(1) == pytest.approx((3.0 + 1.0 + 0.5 + 0.5) * 1e-6)
-    assert dict(c.parts_us[0]).keys() == {"topk_softmax", "silu_and_mul_experts",
-                                          "silu_and_mul_shared", "moe_sum"}  # fmt: skip
+    # N = 1: no align; the shared expert's silu is not in the correction
+    assert c.at(1) == pytest.approx((3.0 + 1.0 + 0.5) * 1e-6)
+    assert dict(c.parts_us[0]).keys() == {"topk_softmax", "silu_and_mul_experts", "moe_sum"}
     # N = 16 (x2 stand-in times): align included
-    assert c.at(16) == pytest.approx((9.0 + 14.0 + 6.0 + 5.5 + 4.5) * 1e-6)
-    # linear between 8 and 16, clamped outside 1..512
-    assert c.at(12) == pytest.approx((c.at(8) + c.at(16)) / 2)
+    assert c.at(16) == pytest.approx((9.0 + 14.0 + 6.0 + 4.5) * 1e-6)
+    # align is a step at vLLM's rule (tokens * 8 * 4 > 256: from 9 tokens), not a ramp
+    assert c.align_from_tok == 9
+    assert c.at(9) - c.at(8) == pytest.approx(14.0e-6 + (c.at(16) - 14e-6 - c.at(8)) / 8)
+    # linear between measured counts, clamped outside 1..512
+    assert c.at(12) == pytest.approx((c.at(9) + c.at(15)) / 2)
     assert c.at(0.5) == c.at(1) and c.at(4096) == c.at(512)
 
 
