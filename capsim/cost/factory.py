@@ -12,11 +12,18 @@ STEP_TIME_MODELS: tuple[str, ...] = ("roofline", "calibrated")
 
 
 def build_step_time_model(
-    cfg: SimConfig, model: ModelSpec, gpu: GpuSpec, *, async_period: bool = True
+    cfg: SimConfig,
+    model: ModelSpec,
+    gpu: GpuSpec,
+    *,
+    async_period: bool = True,
+    vllm_moe_ops: bool = False,
 ) -> StepTimeModel:
     """``async_period=False``: the engine terms as main c4fa656 priced them under async
-    scheduling too (max(kernels, host) + delta; the out-of-sample table's old column)."""
-    base = _kernel_model(cfg, model, gpu)
+    scheduling too (max(kernels, host) + delta; the out-of-sample table's old column).
+    ``vllm_moe_ops``: calibrated MoE layers priced with vLLM's compiled routing ops in place
+    of the tables' stand-ins (``capsim.cost.moe_native``, measured on the engine's H200)."""
+    base = _kernel_model(cfg, model, gpu, vllm_moe_ops)
     if cfg.engine.engine_overhead is None:
         return base
     from capsim.cost.engine_overhead import HostBoundStepTime, get_engine_overhead
@@ -48,7 +55,11 @@ def build_step_time_model(
     return HostBoundStepTime(base, fit, descs)
 
 
-def _kernel_model(cfg: SimConfig, model: ModelSpec, gpu: GpuSpec) -> StepTimeModel:
+def _kernel_model(
+    cfg: SimConfig, model: ModelSpec, gpu: GpuSpec, vllm_moe_ops: bool = False
+) -> StepTimeModel:
+    if vllm_moe_ops and cfg.step_time != "calibrated":
+        raise ValueError(f"vllm_moe_ops: sim.step_time={cfg.step_time!r} must be 'calibrated'")
     if cfg.step_time == "roofline":
         return RooflineStepTime(
             model, gpu, cfg.engine.tp, cfg.spec, state_dtype=cfg.engine.ssm_state_dtype
@@ -56,6 +67,10 @@ def _kernel_model(cfg: SimConfig, model: ModelSpec, gpu: GpuSpec) -> StepTimeMod
     if cfg.step_time == "calibrated":
         from capsim.cost.calibrated import CalibratedStepTime
 
+        if vllm_moe_ops:
+            from capsim.cost.moe_native import VllmMoeOpsStepTime
+
+            return VllmMoeOpsStepTime.from_config(model, gpu, cfg.engine.tp, cfg.spec)
         # k = 0 prices vLLM's plain GDN decode (the T = 1 rows); the model refuses, naming
         # the field, where its tables lack a window or a (model, tp, weights) shape
         return CalibratedStepTime.from_config(model, gpu, cfg.engine.tp, cfg.spec)
