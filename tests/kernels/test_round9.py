@@ -32,8 +32,10 @@ def test_plan_r9_times_the_variants_first_and_ends_inside_the_budget(monkeypatch
     # the warm-up's first keys are gdn_kc's: one per worker before any gdn_tpT compile
     warm, kc_warm = round6.warm_cells(False, WARM9), round6.warm_cells(False, ("gdn_kc",))
     assert 0 < len(kc_warm) <= 15 < len(warm)  # 15 workers: one gdn_kc key each at most
-    assert [(c.tree.parent, c.batch, c.kernels) for c in warm[:len(kc_warm)]] == [
-        (c.tree.parent, c.batch, c.kernels) for c in kc_warm]
+    # (a key shared with a later phase also warms that phase's kernels there)
+    for got, want in zip(warm[:len(kc_warm)], kc_warm):
+        assert (got.tree.parent, got.batch) == (want.tree.parent, want.batch)
+        assert set(want.kernels) <= set(got.kernels)
 
 
 def _row(kernel: str, t: int, b: int, p50: float, ok: str = "True") -> dict:
