@@ -1,11 +1,12 @@
-"""Ingest a kernels device call (round6.py --plan r7 / r8) into the results and calibration tables.
+"""Ingest a kernels device call (round6.py --plan r7 / r8 / r9) into the results and calibration tables.
 
     python3 scripts/kbench_ingest.py --src /work/notes/s3/kbench_results [--no-build]
 
 ``--src`` holds what the call returned: ``r7/`` (round7_gdn_<phase>.csv,
 round7_step_ops.csv, round7_meta.json), ``round7_log.txt`` and ``nvsmi.txt``; or, from
 round 8, ``r8.tar.gz`` (``r8/round8_*``, ``nvsmi.txt``: the device returns at most 8 files),
-unpacked next to it into ``x/`` first, and ``round8_log.txt``. The round (``round7``,
+unpacked next to it into ``x/`` first, and ``round8_log.txt`` (round 9: ``r9.tar.gz``,
+``round9_log.txt``). The round (``round7``,
 ``round8``) is read from the metadata's file name (``--prefix`` forces it). Steps:
 
 1. the GDN CSVs, metadata, log and nvidia-smi output go to ``kernels/results/h200/``
@@ -36,7 +37,7 @@ import tarfile
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
-PREFIXES = ("round8", "round7")
+PREFIXES = ("round9", "round8", "round7")
 
 
 def _atomic_text(path: Path, text: str) -> None:
@@ -151,19 +152,24 @@ def ingest_step(run: Path, src: Path, dst: Path, meta: dict, step_run: int, pref
 
 
 def unpack(src: Path) -> Path:
-    """``src`` itself, or, when it holds a round-8 tarball (r8.tar.gz) and no r8/ folder,
-    the tarball unpacked into ``src/x`` (members outside it refused)."""
-    tar = src / "r8.tar.gz"
-    if (src / "r8").is_dir() or not tar.is_file():
-        return src
-    out = src / "x"
-    if not (out / "r8").is_dir():
-        with tarfile.open(tar) as tf:
-            tf.extractall(out, filter="data")
-    for name in ("round8_log.txt",):  # returned next to the tarball
+    """``src`` itself, or, when it holds a round-8/9 tarball (r9.tar.gz / r8.tar.gz) and no
+    r9/ / r8/ folder, the tarball unpacked into ``src/x`` (members outside it refused), with
+    the log returned next to the tarball (round9_log.txt / round8_log.txt) copied in."""
+    for n in (9, 8):
+        tar = src / f"r{n}.tar.gz"
+        if (src / f"r{n}").is_dir():
+            return src
+        if not tar.is_file():
+            continue
+        out = src / "x"
+        if not (out / f"r{n}").is_dir():
+            with tarfile.open(tar) as tf:
+                tf.extractall(out, filter="data")
+        name = f"round{n}_log.txt"
         if (src / name).is_file() and not (out / name).is_file():
             _copy(src / name, out / name)
-    return out
+        return out
+    return src
 
 
 def run_dir(src: Path, prefix: str | None) -> tuple[Path, str]:
@@ -173,7 +179,7 @@ def run_dir(src: Path, prefix: str | None) -> tuple[Path, str]:
             if (run / f"{pre}_meta.json").is_file():
                 return run, pre
     want = prefix or "/".join(PREFIXES)
-    raise SystemExit(f"--src={src}: no {want}_meta.json under it or its r7/ r8/ folder")
+    raise SystemExit(f"--src={src}: no {want}_meta.json under it or its r7/ r8/ r9/ folder")
 
 
 def main(argv: list[str] | None = None) -> int:

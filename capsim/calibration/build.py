@@ -99,6 +99,7 @@ def _gdn_key(row: dict) -> tuple:
 # the round-6 runs, newest first: (CSV glob, metadata); a run's rows are used only when its
 # metadata says checks_ok (every timed row passed its float64 check)
 ROUND6_RUNS: tuple[tuple[str, str], ...] = (
+    ("round9_gdn_*.csv", "round9_meta.json"),  # 2026-12-02 session-5 call (--plan r9)
     ("round8_gdn_*.csv", "round8_meta.json"),  # 2026-12-02 session-4 call (--plan r8)
     ("round7_gdn_*.csv", "round7_meta.json"),  # 2026-12-02 session-3 call (round7.py plan)
     ("round6_rerun_gdn_*.csv", "round6_rerun_meta.json"),  # 2026-12-02 call (session 2)

@@ -87,6 +87,12 @@ class PipeConfig:
     queries share one [BW, dk] operand (rows < W keys, rows W..2W-1 queries), so each key
     chunk takes one set of three bf16 products and one accumulator instead of two (the
     MMA's 16 rows were 3/4 padding at W = 4). Not with pending_gram.
+    tma (session 5): the state tile's chunks loaded (deferred: also stored) through a
+    host-side tensor descriptor (Hopper TMA; treewy_pipe.state_descriptor), where dv is a
+    multiple of the dv tile; elsewhere (and in the fused-window kernel) plain loads.
+    slot_ahead (session 5): each tile's pool slot is loaded one tile early and carried
+    through the loop, so the state tile's load depends on no load of its own iteration
+    (Triton 3.6 then gives it its own stage: NUM_STAGES - 1 tiles ahead instead of one).
     """
 
     stages: int = 2
@@ -99,6 +105,8 @@ class PipeConfig:
     pending_gram: bool = False
     fused_window: bool = False
     pack_qk: bool = False
+    tma: bool = False
+    slot_ahead: bool = False
 
     def __post_init__(self) -> None:
         for name in ("stages", "block_v", "num_warps", "bkc"):
@@ -117,7 +125,9 @@ class PipeConfig:
                 + (f" maxnreg{self.maxnreg}" if self.maxnreg else "")
                 + (" gram" if self.pending_gram else "")
                 + (" fused-window" if self.fused_window else "")
-                + (" pack-qk" if self.pack_qk else ""))  # fmt: skip
+                + (" pack-qk" if self.pack_qk else "")
+                + (" tma" if self.tma else "")
+                + (" slot-ahead" if self.slot_ahead else ""))  # fmt: skip
 
 
 @dataclass(frozen=True)

@@ -97,11 +97,13 @@ def pending_prologue(
 @triton.jit
 def pending_tile(
     pscale, pgam, pvt, i_b, i_h, o_v, m_v, H: tl.constexpr, HV: tl.constexpr, K: tl.constexpr,
-    V: tl.constexpr, WP: tl.constexpr, BWP: tl.constexpr,
+    V: tl.constexpr, WP: tl.constexpr, BWP: tl.constexpr, FLAT: tl.constexpr = False,
 ):  # fmt: skip
     """What a stream tile needs of the hoisted pending path: (b_pvt [BWP, BV] = the path's
     pseudo-values times pscale, pgam, m_ppath [BWP], o_prow [BWP, 1] row offsets of the
-    pending keys). Rows off the path are neither read nor applied."""
+    pending keys). Rows off the path are neither read nor applied. FLAT: every one of the
+    WP rows is read and the rows off the path zeroed after the load, so no load's mask
+    depends on another load (Triton's pipeliner then keeps every load at one level)."""
     i_hk = i_h // (HV // H)
     i_bh = i_b * HV + i_h
     o_p = tl.arange(0, BWP)
@@ -109,11 +111,12 @@ def pending_tile(
     b_psc = tl.load(pscale + i_bh.to(tl.int64) * WP + o_p, mask=m_p, other=0.0)
     b_pgam = tl.load(pgam + i_bh)
     m_ppath = (b_psc != 0.0) & m_p
-    b_pvt = tl.load(
-        pvt + ((i_b * WP + o_p[:, None]).to(tl.int64) * HV + i_h) * V + o_v[None, :],
-        mask=m_ppath[:, None] & m_v[None, :],
-        other=0.0,
-    )
+    p_pvt = pvt + ((i_b * WP + o_p[:, None]).to(tl.int64) * HV + i_h) * V + o_v[None, :]
+    if FLAT:
+        b_pvt = tl.load(p_pvt, mask=m_p[:, None] & m_v[None, :], other=0.0)
+        b_pvt = tl.where(m_ppath[:, None], b_pvt, 0.0)
+    else:
+        b_pvt = tl.load(p_pvt, mask=m_ppath[:, None] & m_v[None, :], other=0.0)
     o_prow = ((i_b * WP + o_p[:, None]).to(tl.int64) * H + i_hk) * K
     return b_pvt * b_psc[:, None], b_pgam, m_ppath, o_prow
 

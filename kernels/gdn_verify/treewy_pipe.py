@@ -34,7 +34,8 @@ import triton.language as tl
 from ._jit import tile_coords, xdot
 from .treewy_pending import launch_pending, pending_tile
 
-__all__ = ["launch_pipe_stream", "occupancy", "resident_programs", "treewy_pipe_kernel"]
+__all__ = ["launch_pipe_stream", "occupancy", "resident_programs", "state_descriptor",
+           "treewy_pipe_kernel"]
 
 
 @triton.jit
@@ -56,6 +57,7 @@ def treewy_pipe_kernel(
     pscale,
     pgam,
     pgram,
+    sdesc,
     NUM_TILES,
     H: tl.constexpr,
     HV: tl.constexpr,
@@ -77,6 +79,8 @@ def treewy_pipe_kernel(
     NATIVE: tl.constexpr,
     NUM_STAGES: tl.constexpr,
     PACK: tl.constexpr = False,
+    TMA: tl.constexpr = False,
+    SLOT_AHEAD: tl.constexpr = False,
 ):
     """Tiles pid, pid + P, ... (P programs); tile = (request * HV + head) * NV + dv tile.
 
@@ -89,6 +93,10 @@ def treewy_pipe_kernel(
     (2 W <= BW): rows < W of one [BW, BKC] operand hold the keys, rows W..2W-1 the queries
     of the same nodes, so one product set gives K S^T (rows < W) and Q S^T (rows W..);
     the outputs are formed on rows W..2W-1 (pm, cq loaded shifted down by W rows).
+    TMA (session 5; V % BV == 0): the state tile's [BV, BKC] chunks are loaded (and, with
+    PENDING, stored) through ``sdesc``, a 2-D tensor descriptor over the pool viewed as
+    [slots * HV * V, K] (Hopper's bulk tensor copies: no per-element addresses in
+    registers, the store staged in shared memory instead of the register file).
     """
     pid = tl.program_id(0)
     nprog = tl.num_programs(0)
@@ -99,33 +107,55 @@ def treewy_pipe_kernel(
     is_k = o_w < W
     node = tl.where(is_k, o_w, o_w - W) if PACK else o_w
     m_q = ((o_w >= W) & (o_w < 2 * W)) if PACK else m_w
+    # SLOT_AHEAD: the next tile's pool slot is loaded one tile early and carried, so the
+    # state load's address depends on no load of its own iteration
+    i_slot_nx = tl.load(state_slot + (pid // NV) // HV, mask=pid < NUM_TILES, other=0)
     for tile in tl.range(pid, NUM_TILES, nprog, num_stages=NUM_STAGES):
         # pid * 0 + tile: a tensor also in the interpreter (whose range gives ints)
-        _, i_bh, i_b, i_h, i_hk, o_v, m_v = tile_coords(pid * 0 + tile, NV, HV, H, BV, V)
+        i_v, i_bh, i_b, i_h, i_hk, o_v, m_v = tile_coords(pid * 0 + tile, NV, HV, H, BV, V)
         m_wv = m_w[:, None] & m_v[None, :]
-        i_slot = tl.load(state_slot + i_b).to(tl.int64)
+        if SLOT_AHEAD:
+            i_slot = i_slot_nx.to(tl.int64)
+            i_nx = pid * 0 + tile + nprog
+            i_slot_nx = tl.load(state_slot + (i_nx // NV) // HV, mask=i_nx < NUM_TILES, other=0)
+        else:
+            i_slot = tl.load(state_slot + i_b).to(tl.int64)
         p_s = state + ((i_slot * HV + i_h) * V + o_v[:, None]) * K
+        r_s = ((i_slot * HV + i_h) * V + i_v * BV).to(tl.int32)  # the tile's first row (TMA)
         o_row = ((i_b * W + node[:, None]).to(tl.int64) * H + i_hk) * K
         if PENDING:
             # the pending path's coefficients, hoisted (treewy_pending.py): one [WP] vector
             # and one scalar per (request, head), 0 off the path and when nothing is pending
             b_pvt, b_pgam, m_ppath, o_prow = pending_tile(pscale, pgam, pvt, i_b, i_h, o_v, m_v,
-                                                          H, HV, K, V, WP, BWP)  # fmt: skip
+                                                          H, HV, K, V, WP, BWP,
+                                                          SLOT_AHEAD)  # fmt: skip
         b_sk = tl.zeros([BW, BV], dtype=tl.float32)
         b_sq = tl.zeros([BW, BV], dtype=tl.float32)
         for i_kc in tl.static_range(0, BK, BKC):
             o_kc = i_kc + tl.arange(0, BKC)
             m_kc = o_kc < K
             m_vk = m_v[:, None] & m_kc[None, :]
-            b_s = tl.load(p_s + o_kc[None, :], mask=m_vk, other=0.0).to(tl.float32)
+            if TMA:
+                b_s = sdesc.load([r_s, i_kc]).to(tl.float32)
+            else:
+                b_s = tl.load(p_s + o_kc[None, :], mask=m_vk, other=0.0).to(tl.float32)
             b_kraw = tl.load(k + o_row + o_kc[None, :], mask=m_w[:, None] & m_kc[None, :],
                              other=0.0)  # fmt: skip
             if PENDING:
-                b_pk = tl.load(pk + o_prow + o_kc[None, :],
-                               mask=m_ppath[:, None] & m_kc[None, :], other=0.0)  # fmt: skip
+                if SLOT_AHEAD:  # every pending row read, the rows off the path zeroed
+                    b_pk = tl.load(pk + o_prow + o_kc[None, :],
+                                   mask=(tl.arange(0, BWP) < WP)[:, None] & m_kc[None, :],
+                                   other=0.0)  # fmt: skip
+                    b_pk = tl.where(m_ppath[:, None], b_pk, 0.0).to(pk.dtype.element_ty)
+                else:
+                    b_pk = tl.load(pk + o_prow + o_kc[None, :],
+                                   mask=m_ppath[:, None] & m_kc[None, :], other=0.0)  # fmt: skip
                 b_sn = xdot(tl.trans(b_pvt), b_pk, b_pgam * b_s, STATE_PREC, False, NATIVE)
                 b_s_st = b_sn.to(state.dtype.element_ty)
-                tl.store(p_s + o_kc[None, :], b_s_st, mask=m_vk)
+                if TMA:
+                    sdesc.store([r_s, i_kc], b_s_st)
+                else:
+                    tl.store(p_s + o_kc[None, :], b_s_st, mask=m_vk)
                 if not GRAM:
                     b_s = b_s_st.to(tl.float32)
             b_q = tl.load(q + o_row + o_kc[None, :], mask=m_q[:, None] & m_kc[None, :],
@@ -173,7 +203,7 @@ def launch_pipe_stream(
     q, k, v, log_gate, state_pool, state_slot, mats, cols, o, vt, *, num_heads, block_v: int,
     num_warps: int, ctas_per_sm: int, num_stages: int, prec, bkc: int = 128, pending=None,
     k_out=None, g_out=None, hoisted=None, maxnreg: int = 0, gram: bool = False,
-    pack: bool = False,
+    pack: bool = False, tma: bool = False, slot_ahead: bool = False,
 ) -> None:  # fmt: skip
     """Launch the pipelined verify / deferred stream after stage 1 (``mats``, ``cols`` of
     treewy_prep.launch_prep); grid = min(tiles, ctas_per_sm * SMs) (4 SMs off the GPU, so
@@ -182,7 +212,9 @@ def launch_pipe_stream(
     ``hoisted`` = (pscale, pgam, pgram) when stage 1 computed them (treewy_prep PENDING),
     else treewy_pending.launch_pending runs first. ``maxnreg`` > 0 caps the registers (GPU
     compile only); ``gram``: the deferred GRAM mode (``hoisted`` must then hold pgram);
-    ``pack``: keys and queries in one operand where 2 W <= BW (ignored elsewhere)."""
+    ``pack``: keys and queries in one operand where 2 W <= BW (ignored elsewhere);
+    ``tma``: the state tile through a tensor descriptor (state_descriptor; ignored where
+    it does not apply); ``slot_ahead``: each tile's pool slot loaded one tile early."""
     hk, hv = num_heads
     bsz, w, _, dk = q.shape
     dv = v.shape[3]
@@ -205,24 +237,42 @@ def launch_pipe_stream(
         pk, pvt, pscale, pgam, pgram = k, o, log_gate, log_gate, log_gate
         wp = w
     bwp = max(16, triton.next_power_of_2(wp))
+    bkc = min(bkc, triton.next_power_of_2(dk))
+    sdesc = state_descriptor(state_pool, block_v, bkc) if tma else None
     args = (
         q, k, v, log_gate, state_pool, state_slot, mats[0], mats[1], cols[0], cols[1], o,
-        vt if vt is not None else o, pk, pvt, pscale, pgam, pgram, num_tiles,
+        vt if vt is not None else o, pk, pvt, pscale, pgam, pgram,
+        state_pool if sdesc is None else sdesc, num_tiles,
     )  # fmt: skip
     consts = {
         "H": hk, "HV": hv, "W": w, "K": dk, "V": dv, "BW": bw, "BK": triton.next_power_of_2(dk),
-        "BKC": min(bkc, triton.next_power_of_2(dk)), "BV": block_v, "NV": nv, "WP": wp,
+        "BKC": bkc, "BV": block_v, "NV": nv, "WP": wp,
         "BWP": bwp, "STORE_VT": vt is not None, "PENDING": pending is not None,
         "GRAM": gram and pending is not None, "STATE_PREC": prec.state,
         "SMALL_PREC": prec.small, "NATIVE": prec.native,
         "NUM_STAGES": num_stages, "num_warps": num_warps,
-        "PACK": pack and not gram and 2 * w <= bw,
+        "PACK": pack and not gram and 2 * w <= bw, "TMA": sdesc is not None,
+        "SLOT_AHEAD": slot_ahead,
         **({"maxnreg": maxnreg} if maxnreg and prec.native else {}),
     }  # fmt: skip
     if ctas_per_sm == 0:
         ctas_per_sm = resident_programs(args, consts, num_warps, q.device)
     grid = (min(num_tiles, ctas_per_sm * sms),)
     treewy_pipe_kernel[grid](*args, **consts)
+
+
+def state_descriptor(state_pool: torch.Tensor, block_v: int, bkc: int):
+    """A host-side tensor descriptor over the pool [slots, Hv, dv, dk] viewed as
+    [slots * Hv * dv, dk] with [block_v, bkc] boxes, or None where a box could straddle two
+    heads (dv % block_v != 0) or the pool's layout does not allow one (not contiguous,
+    rows not 16-byte multiples)."""
+    from triton.tools.tensor_descriptor import TensorDescriptor
+
+    slots, hv, dv, dk = state_pool.shape
+    row_bytes = dk * state_pool.element_size()
+    if dv % block_v or not state_pool.is_contiguous() or row_bytes % 16 or bkc > dk:
+        return None
+    return TensorDescriptor(state_pool, [slots * hv * dv, dk], [dk, 1], [block_v, bkc])
 
 
 # programs per SM when the compiled kernel cannot be inspected (kept low: programs past

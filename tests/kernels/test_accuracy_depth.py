@@ -171,3 +171,18 @@ PIPE_PACKED = LaunchPolicy(single_launch=False, pipe_verify=_PK, pipe_deferred=_
 def test_pipe_packed_contract_at_every_depth(tree, variant):
     err = per_request_error(tree, variant, FAST, policy=PIPE_PACKED)
     assert float(err.max()) <= FP32_CONTRACT, f"packed {variant} W={tree.num_nodes}: {err.tolist()}"
+
+
+# session 5: the state tile through a tensor descriptor (TMA) and each tile's pool slot
+# loaded one tile early (slot_ahead), packed verify and the deferred in stage 1
+_TMA = PipeConfig(stages=3, block_v=16, num_warps=2, bkc=16, ctas_per_sm=1, pack_qk=True,
+                  pending_in_stage1=True, tma=True, slot_ahead=True)  # fmt: skip
+PIPE_TMA = LaunchPolicy(single_launch=False, pipe_verify=_TMA, pipe_deferred=_TMA)
+
+
+@pytest.mark.parametrize("tree", [TreeSpec.chain(4), TreeSpec.chain(15), TreeSpec((2, 2, 2))],
+                         ids=lambda t: t.label)  # fmt: skip
+@pytest.mark.parametrize("variant", ["verify+commit", "deferred"])
+def test_pipe_tma_slot_ahead_contract_at_every_depth(tree, variant):
+    err = per_request_error(tree, variant, FAST, policy=PIPE_TMA)
+    assert float(err.max()) <= FP32_CONTRACT, f"tma {variant} W={tree.num_nodes}: {err.tolist()}"

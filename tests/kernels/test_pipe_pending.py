@@ -44,6 +44,13 @@ GRAM_STAGE1 = PipeConfig(stages=2, block_v=16, num_warps=2, bkc=16, ctas_per_sm=
 PACK_STAGE1 = PipeConfig(stages=2, block_v=16, num_warps=2, bkc=16, ctas_per_sm=1,
                          pending_in_stage1=True, pack_qk=True)  # fmt: skip
 PACK_OWN = PipeConfig(stages=2, block_v=16, num_warps=2, bkc=16, ctas_per_sm=1, pack_qk=True)
+# session 5: the state tile through a tensor descriptor (TMA) and each tile's pool slot
+# loaded one tile early (slot_ahead; every pending row read, the rows off the path zeroed)
+TMA_AHEAD = PipeConfig(stages=3, block_v=16, num_warps=2, bkc=16, ctas_per_sm=1,
+                       pending_in_stage1=True, tma=True, slot_ahead=True)  # fmt: skip
+AHEAD_OWN = PipeConfig(stages=3, block_v=16, num_warps=2, bkc=16, ctas_per_sm=1,
+                       slot_ahead=True)  # fmt: skip
+TMA_OWN = PipeConfig(stages=2, block_v=16, num_warps=2, bkc=16, ctas_per_sm=1, tma=True)
 
 
 def _path(parent: tuple[int, ...], a: int) -> list[int]:
@@ -92,9 +99,10 @@ def test_hoisted_coefficients_match_float64():
 
 
 @pytest.mark.parametrize(
-    "pipe", [OWN, IN_STAGE1, GRAM_OWN, GRAM_STAGE1, FUSED_WINDOW, PACK_STAGE1, PACK_OWN],
+    "pipe", [OWN, IN_STAGE1, GRAM_OWN, GRAM_STAGE1, FUSED_WINDOW, PACK_STAGE1, PACK_OWN,
+             TMA_AHEAD, AHEAD_OWN, TMA_OWN],
     ids=["own-kernel", "in-stage1", "gram-own", "gram-stage1", "fused-window", "pack-stage1",
-         "pack-own"],
+         "pack-own", "tma-ahead-stage1", "ahead-own", "tma-own"],
 )  # fmt: skip
 @pytest.mark.parametrize(
     ("tree1", "tree2"),

@@ -83,12 +83,19 @@ PHASE_END_R8 = {
     "gdn_cal": 0.93,
 }  # fmt: skip
 PHASE_ORDER_R8 = ("gdn_cov", "gdn_kc", "gdn_tp64", "gdn_tpT", "gdn_cal")
+# --plan r9 (round 9, round9_cells.py): the session-5 stream variants first, then round
+# 7's unfinished points, their compiles in the warm-up after gdn_kc's (WARM9); sized for
+# --budget-s 420 (the lead, 08:06: timeout_s 480 on a fresh machine)
+PHASE_END_R9 = {"warm": 0.30, "gdn_kc": 0.45, "gdn_tpT": 0.75, "gdn_cal": 0.93}
+PHASE_ORDER_R9 = ("gdn_kc", "gdn_tpT", "gdn_cal")
 PLANS = {
     "r6": {"end": PHASE_END, "order": PHASE_ORDER, "phases": DEFAULT_PHASES, "prefix": "round6"},
     "r7": {"end": PHASE_END_R7, "order": PHASE_ORDER_R7, "phases": DEFAULT_PHASES_R7,
            "prefix": "round7"},
     "r8": {"end": PHASE_END_R8, "order": PHASE_ORDER_R8,
            "phases": "warm," + ",".join(PHASE_ORDER_R8), "prefix": "round8"},
+    "r9": {"end": PHASE_END_R9, "order": PHASE_ORDER_R9,
+           "phases": "warm," + ",".join(PHASE_ORDER_R9), "prefix": "round9"},
 }  # fmt: skip
 WORK = Path(os.environ.get("R6_WORK", "/tmp/r6work"))  # progress files (not returned)
 
@@ -133,6 +140,10 @@ def _cell_table(plan: str) -> dict:
         from .round7_cells import CELLS7
 
         return CELLS7
+    if plan == "r9":
+        from .round9_cells import CELLS9
+
+        return CELLS9
     from .round8_cells import CELLS8
 
     return CELLS8
@@ -144,11 +155,16 @@ def cell_phases(plan: str) -> tuple[str, ...]:
 
 
 def warm_phases(plan: str) -> tuple[str, ...]:
-    """The phases whose compiles the warm-up covers (r8: WARM8; else every cell phase)."""
+    """The phases whose compiles the warm-up covers (r8: WARM8, r9: WARM9; else every
+    cell phase)."""
     if plan == "r8":
         from .round8_cells import WARM8
 
         return WARM8
+    if plan == "r9":
+        from .round9_cells import WARM9
+
+        return WARM9
     return cell_phases(plan)
 # vLLM's GDN ops take the batch as a tl.constexpr (fused_sigmoid_gating.py, the packed
 # decode's strides): one compile per batch size, so they are warmed at every B of the run
@@ -386,7 +402,7 @@ def _parser() -> argparse.ArgumentParser:
                    help="each phase's first cell per kernel set only (R6_SMOKE=1)")  # fmt: skip
     p.add_argument("--plan", choices=tuple(PLANS), default="r6",
                    help="r6: round 6's phases; r7: round 7's (round7_cells.py); r8: round "
-                   "8's (round8_cells.py)")  # fmt: skip
+                   "8's (round8_cells.py); r9: round 9's (round9_cells.py)")  # fmt: skip
     p.add_argument("--phases", default=None, help="comma list (default: the plan's)")
     p.add_argument("--phase-end", default="",
                    help="override shares of the budget, e.g. warm=0.2,gdn_kc=0.8")  # fmt: skip

@@ -75,15 +75,16 @@ def cov8_cells(dry: bool) -> list[Cell]:
     return unmeasured(cells)
 
 
-def kc8_kernels() -> tuple[str, ...]:
-    """KC8_VARIANTS (or env R6_KC_KERNELS) then KC8_BASELINES, each once; names checked
-    against the registry and variants.py."""
+def kc8_kernels(default_variants: tuple[str, ...] = KC8_VARIANTS,
+                baselines: tuple[str, ...] = KC8_BASELINES) -> tuple[str, ...]:
+    """``default_variants`` (or env R6_KC_KERNELS) then ``baselines``, each once; names
+    checked against the registry and variants.py (round 9 passes its own lists)."""
     from .registry import KERNELS
     from .variants import VARIANT_KERNELS
 
     listed = os.environ.get("R6_KC_KERNELS", "")
-    variants = tuple(n.strip() for n in listed.split(",") if n.strip()) or KC8_VARIANTS
-    names = tuple(dict.fromkeys((*variants, *KC8_BASELINES)))
+    variants = tuple(n.strip() for n in listed.split(",") if n.strip()) or default_variants
+    names = tuple(dict.fromkeys((*variants, *baselines)))
     known = {k.name for k in KERNELS} | {k.name for k in VARIANT_KERNELS}
     unknown = [n for n in names if n not in known]
     if unknown:

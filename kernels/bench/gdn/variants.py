@@ -94,6 +94,27 @@ _PIPES: dict[str, tuple[PipeConfig | None, PipeConfig | None]] = {
     # 3 stages, 16-row tile, 4 warps, 16-key chunks, packed: 148 regs, 12.5 KB -> 3 / SM,
     # 12 warps per SM (the most warps of any spill-free deferred config), 48 KB in flight
     "pipe_t": (None, PipeConfig(3, 16, 4, 16, pending_in_stage1=True, pack_qk=True)),
+    # session 5 (#19; sm_90 compiles here with Triton 3.6.0, the H200's version, T = 4, fp32;
+    # kernels/gdn_verify/NOTES.md section 12). Triton 3.6 gave pipe_f / pipe_s's state tile
+    # ONE shared buffer: the pool slot is loaded in the loop and the state load depends on
+    # it (and the pending rows' loads on pscale), so the pipeliner put the state load one
+    # stage before its use: the next tile's copy is issued only after this tile's data left
+    # shared memory for registers (255 registers: the whole tile in registers). slot_ahead
+    # carries the next tile's slot through the loop and reads every pending row (zeroed off
+    # the path): every load at one level, the state load NUM_STAGES - 1 tiles ahead (two
+    # buffers at 3 stages, checked in the TTGIR). tma: the state chunks loaded (deferred:
+    # also stored) by the tensor-memory accelerator through a host tensor descriptor.
+    # pipe_u: pipe_s + tma + slot_ahead: 163 regs (pipe_s 255), 99 KB -> 2 / SM, two tiles
+    # (64 KB) in flight per program; pipe_w: 32-row tiles, 4 warps: 126 regs, 52 KB -> 4 / SM
+    "pipe_u": (None, PipeConfig(3, 64, 4, 32, pending_in_stage1=True, tma=True, slot_ahead=True)),
+    "pipe_w": (None, PipeConfig(3, 32, 4, 32, pending_in_stage1=True, tma=True, slot_ahead=True)),
+    # pipe_v: verify pipe_r at 3 stages + tma + slot_ahead: 108 regs, 74 KB -> 3 / SM, two
+    # tiles ahead (pipe_r: 96 regs, 39 KB, 4 / SM, one tile ahead). pipe_x: the split of the
+    # two changes: verify pipe_v without tma (128 regs, 74 KB, 3 / SM); deferred pipe_s + tma
+    # without slot_ahead (168 regs, 60 KB -> 3 / SM, one buffer as pipe_s)
+    "pipe_v": (PipeConfig(3, 64, 4, 32, pack_qk=True, tma=True, slot_ahead=True), None),
+    "pipe_x": (PipeConfig(3, 64, 4, 32, pack_qk=True, slot_ahead=True),
+               PipeConfig(3, 64, 4, 32, pending_in_stage1=True, tma=True)),
 }
 VARIANTS: dict[str, LaunchPolicy] = {
     name: LaunchPolicy(pipe_verify=pv, pipe_deferred=pd) for name, (pv, pd) in _PIPES.items()
