@@ -63,14 +63,19 @@ def repro_table(results: Path, rows: list[dict]) -> str:
     return "\n".join(lines)
 
 
+def load_round(results: Path, tag: str) -> list[dict]:
+    """Print a round's meta line (copy bandwidth, checks, phases) and return its GDN rows."""
+    meta = json.loads((results / f"{tag}_meta.json").read_text())
+    print(f"copy bandwidth {meta.get('copy_gbps')} GB/s; checks_ok {meta.get('checks_ok')}; "
+          f"timed {meta.get('num_timed')}; phases {meta.get('phase_s')}")  # fmt: skip
+    return [r for p in sorted(results.glob(f"{tag}_gdn_*.csv")) for r in read(p)]
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--results", type=Path, required=True)
     args = ap.parse_args(argv)
-    meta = json.loads((args.results / "round8_meta.json").read_text())
-    print(f"copy bandwidth {meta.get('copy_gbps')} GB/s; checks_ok {meta.get('checks_ok')}; "
-          f"timed {meta.get('num_timed')}; phases {meta.get('phase_s')}")  # fmt: skip
-    rows = [r for p in sorted(args.results.glob("round8_gdn_*.csv")) for r in read(p)]
+    rows = load_round(args.results, "round8")
     print("\n### gdn_kc side by side (35B TP1 fp32, same run)\n")
     print(kc_table(rows))
     print("\n### gdn_kc rows vs round 7 at the same points\n")

@@ -12,11 +12,10 @@ run's rows.
 from __future__ import annotations
 
 import argparse
-import json
 from pathlib import Path
 
 from .report6 import read, timed
-from .report8 import kc_table
+from .report8 import kc_table, load_round
 from .variants import _passes, family
 
 __all__ = ["DEFERRED_CANDIDATES", "VERIFY_CANDIDATES", "decide", "targets"]
@@ -122,10 +121,7 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--results", type=Path, required=True)
     args = ap.parse_args(argv)
-    meta = json.loads((args.results / "round9_meta.json").read_text())
-    print(f"copy bandwidth {meta.get('copy_gbps')} GB/s; checks_ok {meta.get('checks_ok')}; "
-          f"timed {meta.get('num_timed')}; phases {meta.get('phase_s')}")  # fmt: skip
-    rows = [r for p in sorted(args.results.glob("round9_gdn_*.csv")) for r in read(p)]
+    rows = load_round(args.results, "round9")
     print("\n### gdn_kc side by side (35B TP1 fp32, same run)\n")
     print(kc_table(rows))
     print("\n### Issue 19 targets (T = 4, B = 256)\n\n| quantity | round 9 |\n|---|---|")
