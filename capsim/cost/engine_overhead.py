@@ -75,12 +75,13 @@ class EngineOverheadFit:
 # (vLLM 0.26.0, H200, recorded 2026-12-01 22:44-22:53 UTC, device call 3); refitted on the
 # round-6 rerun's step tables (2026-12-02 00:30 UTC, same runs, same command), and on the
 # round-7 tables (2026-12-02 03:20 UTC, kernels call 8: same runs, same command), and on the
-# round-8 tables (2026-12-02 06:45 UTC, kernels call 13: same runs, same command).
+# round-8 tables (2026-12-02 06:45 UTC, kernels call 13: same runs, same command), and on the
+# round-9 tables (ingested 2026-12-02 session 6, kernels call 17: same runs, same command).
 MEASURED_H200_VLLM026 = EngineOverheadFit(
     name="measured-h200-vllm0.26",
-    delta_s=0.00185360501179209,  # 1.85 ms: mean TPOT of g090_k3_rand_c1_steps
-    piecewise_host_s=0.07581239498820795,  # 75.8 ms: g090_k3_in128_c1 (128-token first step)
-    eager_host_s=0.14473122832154175,  # 144.7 ms + 4.54 us/tok: 1024 tok (g090_k3_rand_c1_steps)
+    delta_s=0.001845473247086207,  # 1.85 ms: mean TPOT of g090_k3_rand_c1_steps
+    piecewise_host_s=0.07582052675291383,  # 75.8 ms: g090_k3_in128_c1 (128-token first step)
+    eager_host_s=0.14473936008624766,  # 144.7 ms + 4.54 us/tok: 1024 tok (g090_k3_rand_c1_steps)
     eager_host_s_per_tok=4.535807291666486e-06,  # and 4096 tok (g090_k3_in4096_c1)
     fit_runs=("g090_k3_rand_c1_steps", "g090_k3_in128_c1", "g090_k3_in4096_c1"),
     source="fit: experiments/engine/runs (device call 3), capsim.live.engine_fit",

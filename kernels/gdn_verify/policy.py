@@ -16,7 +16,7 @@ from types import MappingProxyType
 
 import torch
 
-__all__ = ["DEFAULT_POLICY", "MEASURED_POLICY_R7", "MEASURED_POLICY_S4", "LaunchPolicy",
+__all__ = ["DEFAULT_POLICY", "MEASURED_POLICY_R7", "MEASURED_POLICY_S4", "MEASURED_POLICY_S5", "LaunchPolicy",
            "PipeConfig"]
 
 
@@ -259,3 +259,15 @@ MEASURED_POLICY_R7 = LaunchPolicy(pipe_verify=PipeConfig(stages=2, block_v=64, n
 # than the default at T = 2 (481.2 vs 473.2). Opt-in, like MEASURED_POLICY_R7.
 MEASURED_POLICY_S4 = LaunchPolicy(pipe_verify=PipeConfig(stages=2, block_v=64, num_warps=4,
                                                          bkc=32, pack_qk=True))  # fmt: skip
+
+# Session 5 (round 9, H200, device call 17, 2026-12-02, command wall 315.8 s, copy 4241.1 GB/s,
+# 827 timed rows, every row float64-checked over all requests, no contract miss): the deferred
+# commit of pipe_s with its state chunks moved by tensor descriptor (TMA bulk copies; variants
+# "pipe_x" deferred, no slot_ahead). 35B TP1 fp32: B = 256 T = 4 450.7 us vs default 494.7 /
+# pipe_s 489.2 (0.921x, rule <= 0.95x), T = 2 444.7 vs 473.4, T = 9 480.6 vs 556.0; B = 64
+# T = 4 126.8 vs 136.3; B = 1 14.1 vs 14.3. The rule declared before the call (NOTES.md
+# section 12) held; verify keeps pipe_r (pipe_v / pipe_x verify were 5-18% slower). Opt-in.
+MEASURED_POLICY_S5 = LaunchPolicy(
+    pipe_verify=MEASURED_POLICY_S4.pipe_verify,
+    pipe_deferred=PipeConfig(stages=3, block_v=64, num_warps=4, bkc=32, pending_in_stage1=True,
+                             tma=True))  # fmt: skip

@@ -119,9 +119,9 @@ ASYNC_VERDICTS: dict[str, dict[str, str]] = {
     "g090m16_k3_rand_r8": {THR: "ok", TTFT: "-", P99: "ok", TPOT: "-", PEAK: "-"},
     "g090pc_k0_sg_c64": {THR: "ok", TTFT: "ok", P99: "ok", TPOT: "+", PEAK: "ok"},
     "g090pc_k0_rand_c128": {THR: "ok", TTFT: "ok", P99: "ok", TPOT: "ok", PEAK: "ok"},
-    # TPOT -9.99988%: inside 10% by 1e-4 points since the round-8 tables (-10.02% on round 7,
-    # the frozen model's own tables): a borderline pass, reported as such in the closing note
-    "g075_k1_sg_c64": {THR: "ok", TTFT: "ok", P99: "ok", TPOT: "ok", PEAK: "ok"},
+    # TPOT -10.04% on the round-9 tables (-9.99988% on round 8, -10.02% on round 7, the
+    # frozen model's own tables): on the threshold; a miss since round 9's ingest (session 6)
+    "g075_k1_sg_c64": {THR: "ok", TTFT: "ok", P99: "ok", TPOT: "-", PEAK: "ok"},
     # calls 14-15 (session 5): first simulated after the runs were recorded, by main 460846f's
     # code (the async period frozen at 279d2dd, round-8 tables); nothing fitted to them
     "g060_k3_sg_c64": {THR: "ok", TTFT: "ok", P99: "ok", TPOT: "ok", PEAK: "ok"},
@@ -137,7 +137,7 @@ PASS_COUNTS: dict[str, tuple[int, int, int, int, int, int]] = {
     THR: (11, 15, 1, 3, 3, 3),
     TTFT: (18, 18, 2, 3, 3, 3),
     P99: (22, 19, 2, 3, 4, 2),
-    TPOT: (10, 14, 1, 2, 2, 3),
+    TPOT: (10, 13, 1, 1, 2, 3),  # round-9 tables: g075_k1_sg_c64 -10.04% (was -9.99988%)
     PEAK: (22, 22, 3, 3, 4, 4),
 }
 

@@ -31,7 +31,9 @@ def test_plan_r9_times_the_variants_first_and_ends_inside_the_budget(monkeypatch
     assert cells[0].kernels == (*KC9_VARIANTS, *KC9_BASELINES)
     # the warm-up's first keys are gdn_kc's: one per worker before any gdn_tpT compile
     warm, kc_warm = round6.warm_cells(False, WARM9), round6.warm_cells(False, ("gdn_kc",))
-    assert 0 < len(kc_warm) <= 15 < len(warm)  # 15 workers: one gdn_kc key each at most
+    assert 0 < len(kc_warm) <= 15 and len(kc_warm) <= len(warm)  # one gdn_kc key per worker
+    # (the later phases hold only the points the calibration still lacks: after round 9's
+    # ingest few or none are left, so the warm-up may hold gdn_kc's keys alone)
     # (a key shared with a later phase also warms that phase's kernels there)
     for got, want in zip(warm[:len(kc_warm)], kc_warm):
         assert (got.tree.parent, got.batch) == (want.tree.parent, want.batch)

@@ -98,3 +98,12 @@ def test_session4_measured_policy_is_the_packed_verify_of_pipe_r():
 
     assert MEASURED_POLICY_S4.pipe_verify == VARIANTS["pipe_r"].pipe_verify
     assert MEASURED_POLICY_S4.pipe_deferred is None  # deferred: the round-6 kernel (round 8)
+
+
+def test_session5_measured_policy_takes_the_tma_deferred_of_pipe_x():
+    from capsim_kernels.gdn_verify.policy import MEASURED_POLICY_S4, MEASURED_POLICY_S5
+
+    # round 9's deferred rule held for pipe_x only (NOTES.md section 12); verify kept pipe_r
+    assert MEASURED_POLICY_S5.pipe_deferred == VARIANTS["pipe_x"].pipe_deferred
+    assert MEASURED_POLICY_S5.pipe_deferred.tma and not MEASURED_POLICY_S5.pipe_deferred.slot_ahead
+    assert MEASURED_POLICY_S5.pipe_verify == MEASURED_POLICY_S4.pipe_verify
