@@ -101,3 +101,28 @@ def test_a_round8_tarball_is_unpacked_and_ingested_under_its_round(tmp_path):
     with pytest.raises(SystemExit, match="no round7_meta.json"):
         ingest.main(["--src", str(src), "--results", str(dst), "--no-build",
                      "--prefix", "round7"])  # fmt: skip
+
+
+def test_a_round10_tarball_is_unpacked_and_ingested_under_its_round(tmp_path):
+    """Round 10 returns r10.tar.gz (r10/round10_*, nvsmi.txt) next to round10_log.txt; its
+    two-digit round finds r10/ (not r0/) and never a round-1x prefix it does not know."""
+    import tarfile
+
+    pack, dst = tmp_path / "pack", tmp_path / "dst"
+    (pack / "r10").mkdir(parents=True)
+    dst.mkdir()
+    _csv(pack / "r10/round10_gdn_kc.csv", GDN, [_g(), _g()])
+    (pack / "r10/round10_meta.json").write_text(json.dumps({"num_rows": 2, "checks_ok": True}))
+    (pack / "nvsmi.txt").write_text("| NVIDIA H200 ... |\n")
+    src = tmp_path / "src"
+    src.mkdir()
+    with tarfile.open(src / "r10.tar.gz", "w:gz") as tf:
+        tf.add(pack, arcname=".")
+    (src / "round10_log.txt").write_text("round10 done\n")
+    assert ingest.main(["--src", str(src), "--results", str(dst), "--no-build"]) == 0
+    names = {p.name for p in dst.iterdir()}
+    assert {"round10_gdn_kc.csv", "round10_meta.json", "round10_log.txt",
+            "round10_nvsmi.txt"} <= names  # fmt: skip
+    assert not any(n.startswith(("round9", "round1_", "round0")) for n in names)
+    assert ingest.run_dir(src / "x", None) == (src / "x/r10", "round10")
+    assert ingest.run_dir(src / "x", "round10") == (src / "x/r10", "round10")

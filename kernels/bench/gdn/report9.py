@@ -18,7 +18,8 @@ from .report6 import read, timed
 from .report8 import kc_table, load_round
 from .variants import _passes, family
 
-__all__ = ["DEFERRED_CANDIDATES", "VERIFY_CANDIDATES", "decide", "targets"]
+__all__ = ["DEFERRED_CANDIDATES", "RULES9", "VERIFY_CANDIDATES", "VERIFY_LIMITS", "decide",
+           "print_round", "targets"]
 
 DEFERRED_CANDIDATES = ("deferred@pipe_u", "deferred@pipe_w", "deferred@pipe_x")
 VERIFY_CANDIDATES = ("treewy_verify@pipe_v", "treewy_verify@pipe_x")
@@ -37,44 +38,54 @@ def _rows_pass(rows: list[dict], kernel: str) -> bool:
     return bool(mine) and all(r.get("p50_us") and _passes(r, None) for r in mine)
 
 
-def _rule(rows: list[dict], cand: str, limits: list[tuple[int, int, str, float]]) -> tuple:
-    """(holds, reasons): p50(cand, T, B) <= factor x p50(ref, T, B) for every limit, and
-    every row of cand passes its checks."""
+def _ref_p50(rows: list[dict], ref, t: int, b: int) -> float | None:
+    """p50 of ``ref`` at (T, B): a kernel name, or a tuple of names (the fastest of them)."""
+    got = [x for x in (_p50(rows, k, t, b) for k in ((ref,) if isinstance(ref, str) else ref))
+           if x is not None]  # fmt: skip
+    return min(got) if got else None
+
+
+def _ref_label(ref) -> str:
+    return ref if isinstance(ref, str) else f"min({', '.join(ref)})"
+
+
+def _rule(rows: list[dict], cand: str, limits) -> tuple:
+    """(holds, reasons): p50(cand, T, B) <= factor x p50(ref, T, B) for every limit
+    (T, B, ref, factor), and every row of cand passes its checks."""
     reasons = []
     for t, b, ref, factor in limits:
-        got, want = _p50(rows, cand, t, b), _p50(rows, ref, t, b)
+        got, want = _p50(rows, cand, t, b), _ref_p50(rows, ref, t, b)
         if got is None or want is None:
             reasons.append(f"T={t} B={b}: not measured")
         elif got > factor * want:
-            reasons.append(f"T={t} B={b}: {got:.1f} > {factor:g} x {ref} {want:.1f}")
+            reasons.append(f"T={t} B={b}: {got:.1f} > {factor:g} x {_ref_label(ref)} {want:.1f}")
     if not _rows_pass(rows, cand):
         reasons.append("a row failed its checks or was not timed")
     return not reasons, reasons
 
 
-def decide(rows: list[dict]) -> dict:
-    """The declared rules: {'deferred': (winner or None, lines), 'verify': (...)}."""
+# Round 9's rules (NOTES.md section 12): rule -> (candidates, limits (T, B, reference, factor))
+_PIPE_R = "treewy_verify@pipe_r"
+VERIFY_LIMITS = ((4, 256, _PIPE_R, 0.97), (2, 256, _PIPE_R, 0.97), (9, 256, _PIPE_R, 1.01),
+                 (4, 64, _PIPE_R, 1.01))  # fmt: skip
+RULES9 = {
+    "deferred": (DEFERRED_CANDIDATES, (
+        (4, 256, ("deferred", "deferred@pipe_s"), 0.95), (2, 256, "deferred", 1.0),
+        (9, 256, "deferred", 1.0), (4, 64, "deferred", 1.02))),
+    "verify": (VERIFY_CANDIDATES, VERIFY_LIMITS),
+}  # fmt: skip
+
+
+def decide(rows: list[dict], rules: dict = RULES9) -> dict:
+    """The declared rules: {'deferred': (winner or None, lines), 'verify': (...)}; a rule
+    holds for a candidate when every limit holds and its rows pass; the fastest at T = 4
+    B = 256 of those wins."""
     kc = [r for r in rows if r["phase"] == "gdn_kc"]
     out = {}
-    base = [_p50(kc, k, 4, 256) for k in ("deferred", "deferred@pipe_s")]
-    ref = min((x for x in base if x is not None), default=None)
-    rules = {
-        "deferred": (DEFERRED_CANDIDATES, lambda c: [
-            (2, 256, "deferred", 1.0), (9, 256, "deferred", 1.0), (4, 64, "deferred", 1.02)]),
-        "verify": (VERIFY_CANDIDATES, lambda c: [
-            (4, 256, "treewy_verify@pipe_r", 0.97), (2, 256, "treewy_verify@pipe_r", 0.97),
-            (9, 256, "treewy_verify@pipe_r", 1.01), (4, 64, "treewy_verify@pipe_r", 1.01)]),
-    }  # fmt: skip
     for name, (cands, limits) in rules.items():
         lines, ok = [], []
         for c in cands:
-            holds, why = _rule(kc, c, limits(c))
-            if name == "deferred":
-                got = _p50(kc, c, 4, 256)
-                if ref is None or got is None or got > 0.95 * ref:
-                    holds = False
-                    why.insert(0, f"T=4 B=256: {got} vs 0.95 x min(default, pipe_s) = "
-                                  f"{0.95 * ref if ref else None}")  # fmt: skip
+            holds, why = _rule(kc, c, limits)
             lines.append(f"{c}: {'HOLDS' if holds else 'not met'}" + (f" ({'; '.join(why)})"
                                                                       if why else ""))
             if holds:
@@ -117,21 +128,26 @@ def targets(rows: list[dict]) -> list[tuple[str, str]]:
     return out
 
 
-def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--results", type=Path, required=True)
-    args = ap.parse_args(argv)
-    rows = load_round(args.results, "round9")
+def print_round(rows: list[dict], label: str, rules: dict) -> None:
+    """The side-by-side table, the targets and the decision rules of one round's rows."""
     print("\n### gdn_kc side by side (35B TP1 fp32, same run)\n")
     print(kc_table(rows))
-    print("\n### Issue 19 targets (T = 4, B = 256)\n\n| quantity | round 9 |\n|---|---|")
+    print(f"\n### Issue 19 targets (T = 4, B = 256)\n\n| quantity | {label} |\n|---|---|")
     for name, value in targets(rows):
         print(f"| {name} | {value} |")
     print("\n### Decision rules (declared before the call)\n")
-    for name, (best, lines) in decide(rows).items():
+    for name, (best, lines) in decide(rows, rules).items():
         print(f"- {name}: " + (f"**{best}**" if best else "no change"))
         for line in lines:
             print(f"  - {line}")
+
+
+def main(argv: list[str] | None = None, tag: str = "round9", rules: dict = RULES9,
+         doc: str | None = None) -> int:
+    ap = argparse.ArgumentParser(description=(doc or __doc__).splitlines()[0])
+    ap.add_argument("--results", type=Path, required=True)
+    args = ap.parse_args(argv)
+    print_round(load_round(args.results, tag), tag.replace("round", "round "), rules)
     return 0
 
 

@@ -88,6 +88,11 @@ PHASE_ORDER_R8 = ("gdn_cov", "gdn_kc", "gdn_tp64", "gdn_tpT", "gdn_cal")
 # --budget-s 420 (the lead, 08:06: timeout_s 480 on a fresh machine)
 PHASE_END_R9 = {"warm": 0.30, "gdn_kc": 0.45, "gdn_tpT": 0.75, "gdn_cal": 0.93}
 PHASE_ORDER_R9 = ("gdn_kc", "gdn_tpT", "gdn_cal")
+# --plan r10 (round 10, round10_cells.py): the session-6 stream variants only, a short call
+# (round 9: warm-up 79.6 s with gdn_tpT's and gdn_cal's compiles too, gdn_kc 11.5 s); sized
+# for --budget-s 260 under timeout_s 330 (the warm-up must end by 117 s, gdn_kc by 239 s)
+PHASE_END_R10 = {"warm": 0.45, "gdn_kc": 0.92}
+PHASE_ORDER_R10 = ("gdn_kc",)
 PLANS = {
     "r6": {"end": PHASE_END, "order": PHASE_ORDER, "phases": DEFAULT_PHASES, "prefix": "round6"},
     "r7": {"end": PHASE_END_R7, "order": PHASE_ORDER_R7, "phases": DEFAULT_PHASES_R7,
@@ -96,6 +101,8 @@ PLANS = {
            "phases": "warm," + ",".join(PHASE_ORDER_R8), "prefix": "round8"},
     "r9": {"end": PHASE_END_R9, "order": PHASE_ORDER_R9,
            "phases": "warm," + ",".join(PHASE_ORDER_R9), "prefix": "round9"},
+    "r10": {"end": PHASE_END_R10, "order": PHASE_ORDER_R10,
+            "phases": "warm," + ",".join(PHASE_ORDER_R10), "prefix": "round10"},
 }  # fmt: skip
 WORK = Path(os.environ.get("R6_WORK", "/tmp/r6work"))  # progress files (not returned)
 
@@ -133,9 +140,13 @@ def plan_cells(phase: str, dry: bool, plan: str | None = None) -> list[Cell]:
 
 
 def _cell_table(plan: str) -> dict:
-    """The plan's phase -> cells function (r7: round7_cells, r8: round8_cells)."""
+    """The plan's phase -> cells function (r7: round7_cells, r8: round8_cells, r9, r10)."""
     if plan == "r6":
         return CELLS
+    if plan == "r10":
+        from .round10_cells import CELLS10
+
+        return CELLS10
     if plan == "r7":
         from .round7_cells import CELLS7
 
@@ -155,8 +166,12 @@ def cell_phases(plan: str) -> tuple[str, ...]:
 
 
 def warm_phases(plan: str) -> tuple[str, ...]:
-    """The phases whose compiles the warm-up covers (r8: WARM8, r9: WARM9; else every
-    cell phase)."""
+    """The phases whose compiles the warm-up covers (r8: WARM8, r9: WARM9, r10: WARM10;
+    else every cell phase)."""
+    if plan == "r10":
+        from .round10_cells import WARM10
+
+        return WARM10
     if plan == "r8":
         from .round8_cells import WARM8
 
@@ -402,7 +417,8 @@ def _parser() -> argparse.ArgumentParser:
                    help="each phase's first cell per kernel set only (R6_SMOKE=1)")  # fmt: skip
     p.add_argument("--plan", choices=tuple(PLANS), default="r6",
                    help="r6: round 6's phases; r7: round 7's (round7_cells.py); r8: round "
-                   "8's (round8_cells.py); r9: round 9's (round9_cells.py)")  # fmt: skip
+                   "8's (round8_cells.py); r9: round 9's (round9_cells.py); r10: round 10's "
+                   "(round10_cells.py)")  # fmt: skip
     p.add_argument("--phases", default=None, help="comma list (default: the plan's)")
     p.add_argument("--phase-end", default="",
                    help="override shares of the budget, e.g. warm=0.2,gdn_kc=0.8")  # fmt: skip

@@ -115,6 +115,20 @@ _PIPES: dict[str, tuple[PipeConfig | None, PipeConfig | None]] = {
     "pipe_v": (PipeConfig(3, 64, 4, 32, pack_qk=True, tma=True, slot_ahead=True), None),
     "pipe_x": (PipeConfig(3, 64, 4, 32, pack_qk=True, slot_ahead=True),
                PipeConfig(3, 64, 4, 32, pending_in_stage1=True, tma=True)),
+    # session 6 (round 10; sm_90 compiles here with Triton 3.6.0, T = 4, fp32; NOTES.md
+    # section 14; every state tile keeps ONE shared buffer, checked in the TTGIR).
+    # pipe_y: verify pipe_r + tma (no slot_ahead, the one untested pair): 103 regs (pipe_r
+    # 96), 39 KB -> 4 / SM (pipe_r 5: 96 registers x 4 warps is the 5-program line);
+    # pipe_y96: pipe_y capped at 96 registers: 96, no spills -> 5 / SM, as pipe_r
+    "pipe_y": (PipeConfig(2, 64, 4, 32, pack_qk=True, tma=True), None),
+    "pipe_y96": (PipeConfig(2, 64, 4, 32, pack_qk=True, tma=True, maxnreg=96), None),
+    # pipe_x's deferred (pipe_s + tma, 168 regs, 60 KB -> 3 / SM, 96 KB of state per SM):
+    # pipe_z at 32-row tiles: 124 regs, 31 KB -> 4 / SM (64 KB); pipe_z2 at 2 stages: 137
+    # regs, 60 KB -> 3 / SM (shared memory caps it at 3); pipe_zw2: 32-row tiles, 2 warps:
+    # 168 regs, 31 KB -> 6 / SM (12 warps and 96 KB per SM as pipe_x, in 6 programs)
+    "pipe_z": (None, PipeConfig(3, 32, 4, 32, pending_in_stage1=True, tma=True)),
+    "pipe_z2": (None, PipeConfig(2, 64, 4, 32, pending_in_stage1=True, tma=True)),
+    "pipe_zw2": (None, PipeConfig(3, 32, 2, 32, pending_in_stage1=True, tma=True)),
 }
 VARIANTS: dict[str, LaunchPolicy] = {
     name: LaunchPolicy(pipe_verify=pv, pipe_deferred=pd) for name, (pv, pd) in _PIPES.items()
