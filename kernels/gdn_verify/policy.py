@@ -16,7 +16,7 @@ from types import MappingProxyType
 
 import torch
 
-__all__ = ["DEFAULT_POLICY", "MEASURED_POLICY_R7", "MEASURED_POLICY_S4", "MEASURED_POLICY_S5", "LaunchPolicy",
+__all__ = ["DEFAULT_POLICY", "MEASURED_POLICY_R7", "MEASURED_POLICY_S4", "MEASURED_POLICY_S5", "MEASURED_POLICY_S6", "LaunchPolicy",
            "PipeConfig"]
 
 
@@ -270,4 +270,17 @@ MEASURED_POLICY_S4 = LaunchPolicy(pipe_verify=PipeConfig(stages=2, block_v=64, n
 MEASURED_POLICY_S5 = LaunchPolicy(
     pipe_verify=MEASURED_POLICY_S4.pipe_verify,
     pipe_deferred=PipeConfig(stages=3, block_v=64, num_warps=4, bkc=32, pending_in_stage1=True,
+                             tma=True))  # fmt: skip
+
+# Session 6 (round 10, H200, 2026-12-02 16:55 UTC, stage 742248f, copy 4242.9 GB/s, 126 timed
+# rows, every row float64-checked over all requests, no contract miss): pipe_x's TMA deferred
+# at 32-row dv tiles and 2 warps (variants "pipe_zw2": 168 registers, 31 KB, 6 programs / SM,
+# the same 12 warps per SM as pipe_x over twice the programs). 35B TP1 fp32: B = 256 T = 4
+# 405.8 us vs pipe_x 449.7 (0.902x, rule <= 0.97x), T = 2 402.4 vs 444.3, T = 9 439.0 vs 480.7;
+# B = 64 T = 4 112.8 vs 126.6; B = 1 T = 4 14.0 vs 14.2. The rule declared before the call
+# (NOTES.md section 14) held; verify keeps pipe_r (pipe_y / pipe_y96, TMA verify, 2-3% slower).
+# Opt-in, like the earlier measured policies.
+MEASURED_POLICY_S6 = LaunchPolicy(
+    pipe_verify=MEASURED_POLICY_S4.pipe_verify,
+    pipe_deferred=PipeConfig(stages=3, block_v=32, num_warps=2, bkc=32, pending_in_stage1=True,
                              tma=True))  # fmt: skip

@@ -107,3 +107,13 @@ def test_session5_measured_policy_takes_the_tma_deferred_of_pipe_x():
     assert MEASURED_POLICY_S5.pipe_deferred == VARIANTS["pipe_x"].pipe_deferred
     assert MEASURED_POLICY_S5.pipe_deferred.tma and not MEASURED_POLICY_S5.pipe_deferred.slot_ahead
     assert MEASURED_POLICY_S5.pipe_verify == MEASURED_POLICY_S4.pipe_verify
+
+
+def test_session6_measured_policy_takes_the_two_warp_tma_deferred_of_pipe_zw2():
+    from capsim_kernels.gdn_verify.policy import MEASURED_POLICY_S4, MEASURED_POLICY_S6
+
+    # round 10's deferred rule held for pipe_zw2 only (NOTES.md section 14); verify kept pipe_r
+    assert MEASURED_POLICY_S6.pipe_deferred == VARIANTS["pipe_zw2"].pipe_deferred
+    d = MEASURED_POLICY_S6.pipe_deferred
+    assert (d.block_v, d.num_warps, d.tma, d.slot_ahead) == (32, 2, True, False)
+    assert MEASURED_POLICY_S6.pipe_verify == MEASURED_POLICY_S4.pipe_verify
