@@ -54,9 +54,16 @@ S4_RUNS: tuple[str, ...] = (
 S5_RUNS: tuple[str, ...] = (
     "g060_k3_sg_c64",
     "g060_k3_rand_r8",
-    "g060_k3_in2048_c64",
     "g060m256_k0_sg_c256",
     "g060m256_k0_rand_c128",
+)
+# serving runs of device calls 18-21 (session 6; PLAN.md 2026-12-02 16:30 and 16:59: predict runs
+# for every model column, none calibrates anything; g060_k3_in2048_c64 was owed since call 14)
+S6_RUNS: tuple[str, ...] = (
+    "g060_k3_in2048_c64",
+    "g060m256_k1_sg_c128",
+    "g060m256_k1_sg_r16",
+    "g090pc_k1_sg_c64",
 )
 
 
@@ -81,7 +88,11 @@ def pass_counts(df: pd.DataFrame, runs: set[str] | None = None) -> pd.DataFrame:
 
 
 def _counts_md(df: pd.DataFrame) -> list[str]:
-    groups = [("runs of calls 9-12", set(S4_RUNS)), ("runs of calls 14-15", set(S5_RUNS))]
+    groups = [
+        ("runs of calls 9-12", set(S4_RUNS)),
+        ("runs of calls 14-15", set(S5_RUNS)),
+        ("runs of calls 18-21", set(S6_RUNS)),
+    ]
     groups = [(name, runs & set(df["run"])) for name, runs in groups]
     head = "".join(f" {name} | main c4fa656 | async step period |" for name, _ in groups)
     lines = [
@@ -127,6 +138,8 @@ def markdown(df: pd.DataFrame, delta_s: float) -> str:
         f"Runs of device calls 9-12 (predict, session 4): {', '.join(S4_RUNS)}.",
         f"Runs of device calls 14-15 (predict, session 5, PLAN.md 2026-12-02 07:58): "
         f"{', '.join(S5_RUNS)}.",
+        f"Runs of device calls 18-21 (predict, session 6, PLAN.md 2026-12-02 16:30 and 16:59): "
+        f"{', '.join(S6_RUNS)}.",
         "",
         *_counts_md(df),
         "| run | role | metric | real | capsim | err % | capsim+delta | err % | "
