@@ -229,7 +229,16 @@ PER_GRAPH_FIT_SOURCE: str = "fit: llama31-8b-h100-tp1-llmdplanner DEBUG line (6 
 # the open question of experiments/memory_plan/h200/rules_s4.md, declared in roles_s4.md 06:10
 # UTC before the change): a part every GDN FULL capture carries (k=0) and a part a drafter adds
 # (k > 0; the drafter's dummy runs inside the captures, gpu_model_runner.py _dummy_run ->
-# drafter.dummy_run, are the likely cause; the per-mode DEBUG lines that would say so are owed).
+# drafter.dummy_run, were taken to be the likely cause). The per-mode DEBUG lines are now
+# measured (experiments/memory_plan/h200/comparison_s6.md): k=0, row h200-35b-g090-k0-debug-
+# s5call15: PIECEWISE 116 MiB first-capture + 50 x 4 MiB, FULL 260 + 50 x 2 (0.55 GiB); k=3, row
+# h200-35b-g090-k3-debug-s6call19: PIECEWISE 116 + 48 x 6, FULL 278 + 48 x 4 (0.74 GiB). They put
+# little of either part in the first FULL capture, which is the FA split buffers (257 MiB) + 3 MiB
+# at k=0 and + 21 MiB at k=3: the k=0 part is mostly PIECEWISE per-graph cost (4 MiB per graph
+# where PER_GRAPH_BYTES_PER_ATTN_LAYER x 10 layers gives 1.875), the drafter part mostly per-graph
+# cost too (+2 MiB per graph in each mode, 96 graphs = 192 MiB) plus 18 MiB in FULL's first
+# capture. The totals match only because both parts are fitted to these configurations' INFO
+# totals; the model here is unchanged (comment updated only).
 # Both are FITS on rows labelled fit in experiments/vllm_logs/startups.csv; per-GPU shape of
 # Qwen3.5-35B-A3B at TP1, H200, vLLM 0.26.0, gmu 0.9, max_num_seqs 1024, mnbt 8192.
 # History of its scaling, each falsified by an H200 start-up:
