@@ -126,3 +126,27 @@ def test_a_round10_tarball_is_unpacked_and_ingested_under_its_round(tmp_path):
     assert not any(n.startswith(("round9", "round1_", "round0")) for n in names)
     assert ingest.run_dir(src / "x", None) == (src / "x/r10", "round10")
     assert ingest.run_dir(src / "x", "round10") == (src / "x/r10", "round10")
+
+
+def test_a_round11_tarball_is_unpacked_and_ingested_under_its_round(tmp_path):
+    """Round 11 returns r11.tar.gz (r11/round11_*, nvsmi.txt, round11_log.txt) next to
+    round11_log.txt; found as r11/ and round11, never as round 10 or round 1."""
+    import tarfile
+
+    pack, dst = tmp_path / "pack", tmp_path / "dst"
+    (pack / "r11").mkdir(parents=True)
+    dst.mkdir()
+    _csv(pack / "r11/round11_gdn_kc.csv", GDN, [_g(), _g()])
+    (pack / "r11/round11_meta.json").write_text(json.dumps({"num_rows": 2, "checks_ok": True}))
+    (pack / "nvsmi.txt").write_text("| NVIDIA H200 ... |\n")
+    src = tmp_path / "src"
+    src.mkdir()
+    with tarfile.open(src / "r11.tar.gz", "w:gz") as tf:
+        tf.add(pack, arcname=".")
+    (src / "round11_log.txt").write_text("round11 done\n")
+    assert ingest.main(["--src", str(src), "--results", str(dst), "--no-build"]) == 0
+    names = {p.name for p in dst.iterdir()}
+    assert {"round11_gdn_kc.csv", "round11_meta.json", "round11_log.txt",
+            "round11_nvsmi.txt"} <= names  # fmt: skip
+    assert not any(n.startswith(("round10", "round9", "round1_")) for n in names)
+    assert ingest.run_dir(src / "x", None) == (src / "x/r11", "round11")

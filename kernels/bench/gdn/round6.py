@@ -93,6 +93,12 @@ PHASE_ORDER_R9 = ("gdn_kc", "gdn_tpT", "gdn_cal")
 # for --budget-s 260 under timeout_s 330 (the warm-up must end by 117 s, gdn_kc by 239 s)
 PHASE_END_R10 = {"warm": 0.45, "gdn_kc": 0.92}
 PHASE_ORDER_R10 = ("gdn_kc",)
+# --plan r11 (round 11, round11_cells.py): the deferred commit only, 7 kernels x 6 cells, a
+# very short call (round 10: warm-up 26.5 s for 15 keys x 14 kernels, gdn_kc 9.9 s for 126
+# rows); sized for --budget-s 85 under python's timeout 100: the warm-up must end by 47 s,
+# gdn_kc by 75 s (+15 s child kill grace = 90 s, + ~5 s of imports before the clock < 100)
+PHASE_END_R11 = {"warm": 0.55, "gdn_kc": 0.88}
+PHASE_ORDER_R11 = ("gdn_kc",)
 PLANS = {
     "r6": {"end": PHASE_END, "order": PHASE_ORDER, "phases": DEFAULT_PHASES, "prefix": "round6"},
     "r7": {"end": PHASE_END_R7, "order": PHASE_ORDER_R7, "phases": DEFAULT_PHASES_R7,
@@ -103,6 +109,8 @@ PLANS = {
            "phases": "warm," + ",".join(PHASE_ORDER_R9), "prefix": "round9"},
     "r10": {"end": PHASE_END_R10, "order": PHASE_ORDER_R10,
             "phases": "warm," + ",".join(PHASE_ORDER_R10), "prefix": "round10"},
+    "r11": {"end": PHASE_END_R11, "order": PHASE_ORDER_R11,
+            "phases": "warm," + ",".join(PHASE_ORDER_R11), "prefix": "round11"},
 }  # fmt: skip
 WORK = Path(os.environ.get("R6_WORK", "/tmp/r6work"))  # progress files (not returned)
 
@@ -140,9 +148,13 @@ def plan_cells(phase: str, dry: bool, plan: str | None = None) -> list[Cell]:
 
 
 def _cell_table(plan: str) -> dict:
-    """The plan's phase -> cells function (r7: round7_cells, r8: round8_cells, r9, r10)."""
+    """The plan's phase -> cells function (r7: round7_cells, r8: round8_cells, r9 .. r11)."""
     if plan == "r6":
         return CELLS
+    if plan == "r11":
+        from .round11_cells import CELLS11
+
+        return CELLS11
     if plan == "r10":
         from .round10_cells import CELLS10
 
@@ -166,8 +178,12 @@ def cell_phases(plan: str) -> tuple[str, ...]:
 
 
 def warm_phases(plan: str) -> tuple[str, ...]:
-    """The phases whose compiles the warm-up covers (r8: WARM8, r9: WARM9, r10: WARM10;
-    else every cell phase)."""
+    """The phases whose compiles the warm-up covers (r8: WARM8, r9: WARM9, r10: WARM10,
+    r11: WARM11; else every cell phase)."""
+    if plan == "r11":
+        from .round11_cells import WARM11
+
+        return WARM11
     if plan == "r10":
         from .round10_cells import WARM10
 
@@ -418,7 +434,7 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--plan", choices=tuple(PLANS), default="r6",
                    help="r6: round 6's phases; r7: round 7's (round7_cells.py); r8: round "
                    "8's (round8_cells.py); r9: round 9's (round9_cells.py); r10: round 10's "
-                   "(round10_cells.py)")  # fmt: skip
+                   "(round10_cells.py); r11: round 11's (round11_cells.py)")  # fmt: skip
     p.add_argument("--phases", default=None, help="comma list (default: the plan's)")
     p.add_argument("--phase-end", default="",
                    help="override shares of the budget, e.g. warm=0.2,gdn_kc=0.8")  # fmt: skip

@@ -129,6 +129,16 @@ _PIPES: dict[str, tuple[PipeConfig | None, PipeConfig | None]] = {
     "pipe_z": (None, PipeConfig(3, 32, 4, 32, pending_in_stage1=True, tma=True)),
     "pipe_z2": (None, PipeConfig(2, 64, 4, 32, pending_in_stage1=True, tma=True)),
     "pipe_zw2": (None, PipeConfig(3, 32, 2, 32, pending_in_stage1=True, tma=True)),
+    # session 6 round 11 (NOTES.md section 16; same sm_90 compiles, Triton 3.6.0, fp32;
+    # pipe_zw2 won round 10 with 6 programs / SM at pipe_x's 12 warps): pipe_zw1 at 16-row
+    # tiles, 1 warp: 168 regs (T = 2: 158, T = 9: 168; pipe_zw2 at T = 9: 248 -> 4 / SM),
+    # 14.7 KB -> 12 / SM; pipe_zw1s2 the same at 2 stages: 163 regs -> 12 / SM (round 10's
+    # pipe_z2 lost 3% to pipe_x with one stage fewer: the stage control at 1 warp);
+    # pipe_zw2s4 pipe_zw2 at 4 stages: 168 regs, 31.0 KB -> 6 / SM (one more tile of small
+    # operands in flight at pipe_zw2's occupancy; shared unchanged, one state buffer)
+    "pipe_zw1": (None, PipeConfig(3, 16, 1, 32, pending_in_stage1=True, tma=True)),
+    "pipe_zw1s2": (None, PipeConfig(2, 16, 1, 32, pending_in_stage1=True, tma=True)),
+    "pipe_zw2s4": (None, PipeConfig(4, 32, 2, 32, pending_in_stage1=True, tma=True)),
 }
 VARIANTS: dict[str, LaunchPolicy] = {
     name: LaunchPolicy(pipe_verify=pv, pipe_deferred=pd) for name, (pv, pd) in _PIPES.items()
