@@ -14,9 +14,8 @@ side by side with the incumbents of the decision rules. One phase, a short call.
 
 from __future__ import annotations
 
-from ...gdn_verify.tree import TreeSpec
-from .round6_cells import Cell, main_shapes
-from .round8_cells import KC8_BATCHES, KC8_WINDOWS, kc8_kernels
+from .round6_cells import Cell
+from .round8_cells import kc_side_by_side_cells
 
 # the session-6 variants (NOTES.md section 14, written before the call), most informative first
 KC10_VARIANTS: tuple[str, ...] = (
@@ -32,11 +31,7 @@ KC10_BASELINES = (
 
 def kc10_cells(dry: bool) -> list[Cell]:
     """Phase gdn_kc (module docstring): 35B TP1 fp32, T = 4 then 2 and 9, B = 256, 64, 1."""
-    shape = main_shapes(dry)[0]
-    windows, batches = ((4, 2), (3, 1)) if dry else (KC8_WINDOWS, KC8_BATCHES)
-    names = kc8_kernels(KC10_VARIANTS, KC10_BASELINES)
-    return [Cell(shape, "float32", TreeSpec.chain(t), b, names, "gdn_kc")
-            for t in windows for b in batches]  # fmt: skip
+    return kc_side_by_side_cells(dry, KC10_VARIANTS, KC10_BASELINES)
 
 
 CELLS10 = {"gdn_kc": kc10_cells}

@@ -13,9 +13,8 @@ SM at pipe_x's 12 warps) against three launches further along its line and the r
 
 from __future__ import annotations
 
-from ...gdn_verify.tree import TreeSpec
-from .round6_cells import Cell, main_shapes
-from .round8_cells import KC8_WINDOWS, kc8_kernels
+from .round6_cells import Cell
+from .round8_cells import kc_side_by_side_cells
 
 # NOTES.md section 16 (written before the call), most informative first
 KC11_VARIANTS: tuple[str, ...] = ("deferred@pipe_zw1", "deferred@pipe_zw2s4", "deferred@pipe_zw1s2")
@@ -26,11 +25,7 @@ KC11_BATCHES = (256, 64)
 
 def kc11_cells(dry: bool) -> list[Cell]:
     """Phase gdn_kc (module docstring): 35B TP1 fp32, T = 4 then 2 and 9, B = 256 and 64."""
-    shape = main_shapes(dry)[0]
-    windows, batches = ((4, 2), (3, 1)) if dry else (KC8_WINDOWS, KC11_BATCHES)
-    names = kc8_kernels(KC11_VARIANTS, KC11_BASELINES)
-    return [Cell(shape, "float32", TreeSpec.chain(t), b, names, "gdn_kc")
-            for t in windows for b in batches]  # fmt: skip
+    return kc_side_by_side_cells(dry, KC11_VARIANTS, KC11_BASELINES, KC11_BATCHES)
 
 
 CELLS11 = {"gdn_kc": kc11_cells}

@@ -92,13 +92,21 @@ def kc8_kernels(default_variants: tuple[str, ...] = KC8_VARIANTS,
     return names
 
 
-def kc8_cells(dry: bool) -> list[Cell]:
-    """Phase gdn_kc (module docstring): 35B TP1 fp32, T = 4 then 2 and 9, B = 256, 64, 1."""
+def kc_side_by_side_cells(dry: bool, variants: tuple[str, ...] = KC8_VARIANTS,
+                          baselines: tuple[str, ...] = KC8_BASELINES,
+                          batches: tuple[int, ...] = KC8_BATCHES) -> list[Cell]:
+    """A gdn_kc phase (rounds 8-11): 35B TP1 fp32, T = 4 then 2 and 9 x ``batches``, every
+    cell timing ``variants`` then ``baselines`` (kc8_kernels)."""
     shape = main_shapes(dry)[0]
-    windows, batches = ((4, 2), (3, 1)) if dry else (KC8_WINDOWS, KC8_BATCHES)
-    names = kc8_kernels()
+    windows, batches = ((4, 2), (3, 1)) if dry else (KC8_WINDOWS, batches)
+    names = kc8_kernels(variants, baselines)
     return [Cell(shape, "float32", TreeSpec.chain(t), b, names, "gdn_kc")
             for t in windows for b in batches]  # fmt: skip
+
+
+def kc8_cells(dry: bool) -> list[Cell]:
+    """Phase gdn_kc (module docstring): 35B TP1 fp32, T = 4 then 2 and 9, B = 256, 64, 1."""
+    return kc_side_by_side_cells(dry)
 
 
 CELLS8 = {"gdn_cov": cov8_cells, "gdn_kc": kc8_cells, "gdn_tp64": tp64_cells,
@@ -106,4 +114,4 @@ CELLS8 = {"gdn_cov": cov8_cells, "gdn_kc": kc8_cells, "gdn_tp64": tp64_cells,
 # the phases the compile warm-up covers (the fill phases compile in line)
 WARM8 = ("gdn_cov", "gdn_kc")
 __all__ = ["CELLS8", "COV8_ORDER", "KC8_BASELINES", "KC8_VARIANTS", "WARM8", "cov8_cells",
-           "kc8_cells", "kc8_kernels"]
+           "kc8_cells", "kc8_kernels", "kc_side_by_side_cells"]

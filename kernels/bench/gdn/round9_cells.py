@@ -19,10 +19,9 @@ Phases, in priority order:
 
 from __future__ import annotations
 
-from ...gdn_verify.tree import TreeSpec
-from .round6_cells import Cell, main_shapes
+from .round6_cells import Cell
 from .round7_cells import cal7_cells, tpT_cells
-from .round8_cells import KC8_BATCHES, KC8_WINDOWS, kc8_kernels
+from .round8_cells import kc_side_by_side_cells
 
 # the session-5 variants (board, 2026-12-02, before the call), most informative first
 KC9_VARIANTS: tuple[str, ...] = (
@@ -38,11 +37,7 @@ KC9_BASELINES = (
 
 def kc9_cells(dry: bool) -> list[Cell]:
     """Phase gdn_kc (module docstring): 35B TP1 fp32, T = 4 then 2 and 9, B = 256, 64, 1."""
-    shape = main_shapes(dry)[0]
-    windows, batches = ((4, 2), (3, 1)) if dry else (KC8_WINDOWS, KC8_BATCHES)
-    names = kc8_kernels(KC9_VARIANTS, KC9_BASELINES)
-    return [Cell(shape, "float32", TreeSpec.chain(t), b, names, "gdn_kc")
-            for t in windows for b in batches]  # fmt: skip
+    return kc_side_by_side_cells(dry, KC9_VARIANTS, KC9_BASELINES)
 
 
 CELLS9 = {"gdn_kc": kc9_cells, "gdn_tpT": tpT_cells, "gdn_cal": cal7_cells}
