@@ -103,50 +103,32 @@ def test_a_round8_tarball_is_unpacked_and_ingested_under_its_round(tmp_path):
                      "--prefix", "round7"])  # fmt: skip
 
 
-def test_a_round10_tarball_is_unpacked_and_ingested_under_its_round(tmp_path):
-    """Round 10 returns r10.tar.gz (r10/round10_*, nvsmi.txt) next to round10_log.txt; its
-    two-digit round finds r10/ (not r0/) and never a round-1x prefix it does not know."""
+@pytest.mark.parametrize(
+    ("n", "not_prefixes"),
+    [(10, ("round9", "round1_", "round0")), (11, ("round10", "round9", "round1_"))],
+)
+def test_a_two_digit_round_tarball_is_unpacked_and_ingested_under_its_round(
+    tmp_path, n, not_prefixes
+):
+    """Rounds 10 and 11 return rN.tar.gz (rN/roundN_*, nvsmi.txt) next to roundN_log.txt; the
+    two-digit round finds rN/ (not r0/ or r1/) and never another round's prefix."""
     import tarfile
 
     pack, dst = tmp_path / "pack", tmp_path / "dst"
-    (pack / "r10").mkdir(parents=True)
+    (pack / f"r{n}").mkdir(parents=True)
     dst.mkdir()
-    _csv(pack / "r10/round10_gdn_kc.csv", GDN, [_g(), _g()])
-    (pack / "r10/round10_meta.json").write_text(json.dumps({"num_rows": 2, "checks_ok": True}))
+    _csv(pack / f"r{n}/round{n}_gdn_kc.csv", GDN, [_g(), _g()])
+    (pack / f"r{n}/round{n}_meta.json").write_text(json.dumps({"num_rows": 2, "checks_ok": True}))
     (pack / "nvsmi.txt").write_text("| NVIDIA H200 ... |\n")
     src = tmp_path / "src"
     src.mkdir()
-    with tarfile.open(src / "r10.tar.gz", "w:gz") as tf:
+    with tarfile.open(src / f"r{n}.tar.gz", "w:gz") as tf:
         tf.add(pack, arcname=".")
-    (src / "round10_log.txt").write_text("round10 done\n")
+    (src / f"round{n}_log.txt").write_text(f"round{n} done\n")
     assert ingest.main(["--src", str(src), "--results", str(dst), "--no-build"]) == 0
     names = {p.name for p in dst.iterdir()}
-    assert {"round10_gdn_kc.csv", "round10_meta.json", "round10_log.txt",
-            "round10_nvsmi.txt"} <= names  # fmt: skip
-    assert not any(n.startswith(("round9", "round1_", "round0")) for n in names)
-    assert ingest.run_dir(src / "x", None) == (src / "x/r10", "round10")
-    assert ingest.run_dir(src / "x", "round10") == (src / "x/r10", "round10")
-
-
-def test_a_round11_tarball_is_unpacked_and_ingested_under_its_round(tmp_path):
-    """Round 11 returns r11.tar.gz (r11/round11_*, nvsmi.txt, round11_log.txt) next to
-    round11_log.txt; found as r11/ and round11, never as round 10 or round 1."""
-    import tarfile
-
-    pack, dst = tmp_path / "pack", tmp_path / "dst"
-    (pack / "r11").mkdir(parents=True)
-    dst.mkdir()
-    _csv(pack / "r11/round11_gdn_kc.csv", GDN, [_g(), _g()])
-    (pack / "r11/round11_meta.json").write_text(json.dumps({"num_rows": 2, "checks_ok": True}))
-    (pack / "nvsmi.txt").write_text("| NVIDIA H200 ... |\n")
-    src = tmp_path / "src"
-    src.mkdir()
-    with tarfile.open(src / "r11.tar.gz", "w:gz") as tf:
-        tf.add(pack, arcname=".")
-    (src / "round11_log.txt").write_text("round11 done\n")
-    assert ingest.main(["--src", str(src), "--results", str(dst), "--no-build"]) == 0
-    names = {p.name for p in dst.iterdir()}
-    assert {"round11_gdn_kc.csv", "round11_meta.json", "round11_log.txt",
-            "round11_nvsmi.txt"} <= names  # fmt: skip
-    assert not any(n.startswith(("round10", "round9", "round1_")) for n in names)
-    assert ingest.run_dir(src / "x", None) == (src / "x/r11", "round11")
+    assert {f"round{n}_gdn_kc.csv", f"round{n}_meta.json", f"round{n}_log.txt",
+            f"round{n}_nvsmi.txt"} <= names  # fmt: skip
+    assert not any(name.startswith(not_prefixes) for name in names)
+    assert ingest.run_dir(src / "x", None) == (src / f"x/r{n}", f"round{n}")
+    assert ingest.run_dir(src / "x", f"round{n}") == (src / f"x/r{n}", f"round{n}")
