@@ -16,7 +16,7 @@ from types import MappingProxyType
 
 import torch
 
-__all__ = ["DEFAULT_POLICY", "MEASURED_POLICY_R7", "MEASURED_POLICY_S4", "MEASURED_POLICY_S5", "MEASURED_POLICY_S6", "LaunchPolicy",
+__all__ = ["DEFAULT_POLICY", "MEASURED_POLICY_R7", "MEASURED_POLICY_S4", "MEASURED_POLICY_S5", "MEASURED_POLICY_S6", "MEASURED_POLICY_S6B", "LaunchPolicy",
            "PipeConfig"]
 
 
@@ -283,4 +283,16 @@ MEASURED_POLICY_S5 = LaunchPolicy(
 MEASURED_POLICY_S6 = LaunchPolicy(
     pipe_verify=MEASURED_POLICY_S4.pipe_verify,
     pipe_deferred=PipeConfig(stages=3, block_v=32, num_warps=2, bkc=32, pending_in_stage1=True,
+                             tma=True))  # fmt: skip
+
+# Session 7 (round 11, staged session 6 at s6-k11 7f97d9a = main's kernels; run 2026-12-02
+# 21:21 UTC from main 973357b's stage, 42 timed rows, every row float64-checked over all
+# requests, no contract miss): pipe_zw2's TMA deferred at 16-row dv tiles and 1 warp
+# (variants "pipe_zw1": 168 registers, 14.7 KB, 12 programs / SM, the same 12 warps and 96 KB
+# of state per SM as pipe_zw2). 35B TP1 fp32: B = 256 T = 4 387.3 us vs pipe_zw2 405.8 (0.954x,
+# rule <= 0.97x), T = 2 377.3 vs 400.7, T = 9 435.3 vs 436.9; B = 64 T = 4 109.6 vs 112.7. The
+# rule declared before the call (NOTES.md section 16) held; verify as MEASURED_POLICY_S6. Opt-in.
+MEASURED_POLICY_S6B = LaunchPolicy(
+    pipe_verify=MEASURED_POLICY_S4.pipe_verify,
+    pipe_deferred=PipeConfig(stages=3, block_v=16, num_warps=1, bkc=32, pending_in_stage1=True,
                              tma=True))  # fmt: skip

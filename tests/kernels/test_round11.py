@@ -103,3 +103,19 @@ def test_round11_targets_name_the_fastest_passing_rows():
     got = dict(targets(_cell_rows(0.95)))
     step = next(v for k, v in got.items() if k.startswith("fastest full"))
     assert "deferred@pipe_zw1" in step and step.startswith(f"{812.0 / (406.0 * 0.95):.2f}x")
+
+
+def test_the_committed_round11_run_picks_pipe_zw1_and_the_policy_follows():
+    # recomputed from the committed device rows (kernels/results/h200/round11_gdn_kc.csv)
+    from pathlib import Path
+
+    from capsim_kernels.bench.gdn.report9 import load_round
+    from capsim_kernels.bench.gdn.variants import VARIANTS
+    from capsim_kernels.gdn_verify.policy import MEASURED_POLICY_S6B
+
+    results = Path(__file__).resolve().parents[2] / "kernels" / "results" / "h200"
+    rows = load_round(results, "round11")
+    assert len(rows) == 42 and all(r.get("check_ok") in ("True", True) for r in rows)
+    best, lines = decide(rows, RULES11)["deferred"]
+    assert best == "deferred@pipe_zw1", lines
+    assert MEASURED_POLICY_S6B.pipe_deferred == VARIANTS["pipe_zw1"].pipe_deferred

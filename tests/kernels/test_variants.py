@@ -117,3 +117,13 @@ def test_session6_measured_policy_takes_the_two_warp_tma_deferred_of_pipe_zw2():
     d = MEASURED_POLICY_S6.pipe_deferred
     assert (d.block_v, d.num_warps, d.tma, d.slot_ahead) == (32, 2, True, False)
     assert MEASURED_POLICY_S6.pipe_verify == MEASURED_POLICY_S4.pipe_verify
+
+
+def test_session7_measured_policy_takes_the_one_warp_tma_deferred_of_pipe_zw1():
+    from capsim_kernels.gdn_verify.policy import MEASURED_POLICY_S6, MEASURED_POLICY_S6B
+
+    # round 11's deferred rule held for pipe_zw1 only (NOTES.md section 16); verify kept pipe_r
+    assert MEASURED_POLICY_S6B.pipe_deferred == VARIANTS["pipe_zw1"].pipe_deferred
+    d = MEASURED_POLICY_S6B.pipe_deferred
+    assert (d.block_v, d.num_warps, d.tma, d.slot_ahead) == (16, 1, True, False)
+    assert MEASURED_POLICY_S6B.pipe_verify == MEASURED_POLICY_S6.pipe_verify
