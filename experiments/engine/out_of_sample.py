@@ -65,6 +65,16 @@ S6_RUNS: tuple[str, ...] = (
     "g060m256_k1_sg_r16",
     "g090pc_k1_sg_c64",
 )
+# serving runs of device calls 22-24 (session 7; PLAN.md 2026-12-02 21:20: predict runs for every
+# model column at speculation depths the real engine had not served, k=2 and k=5; g075_k1_sg_r16,
+# call 24, is a session-4 predict run, owed since call 10, listed with S4_RUNS)
+S7_RUNS: tuple[str, ...] = (
+    "g090_k2_sg_c64",
+    "g090_k2_rand_c16",
+    "g090_k2_sg_r12",
+    "g090_k5_sg_c64",
+    "g090_k5_rand_c1",
+)
 
 
 def _ok(v: object) -> str:
@@ -92,6 +102,7 @@ def _counts_md(df: pd.DataFrame) -> list[str]:
         ("runs of calls 9-12", set(S4_RUNS)),
         ("runs of calls 14-15", set(S5_RUNS)),
         ("runs of calls 18-21", set(S6_RUNS)),
+        ("runs of calls 22-23", set(S7_RUNS)),
     ]
     groups = [(name, runs & set(df["run"])) for name, runs in groups]
     head = "".join(f" {name} | main c4fa656 | async step period |" for name, _ in groups)
@@ -140,6 +151,8 @@ def markdown(df: pd.DataFrame, delta_s: float) -> str:
         f"{', '.join(S5_RUNS)}.",
         f"Runs of device calls 18-21 (predict, session 6, PLAN.md 2026-12-02 16:30 and 16:59): "
         f"{', '.join(S6_RUNS)}.",
+        f"Runs of device calls 22-23 (predict, session 7, PLAN.md 2026-12-02 21:20; k=2 and k=5): "
+        f"{', '.join(S7_RUNS)}. g075_k1_sg_r16 (a calls 9-12 run) ran in call 24.",
         "",
         *_counts_md(df),
         "| run | role | metric | real | capsim | err % | capsim+delta | err % | "

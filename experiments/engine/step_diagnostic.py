@@ -52,6 +52,12 @@ RUNS = (
     "g090m16_k3_rand_c256",
     "g090m16_k3_sg_c64",
     "g090m16_k3_rand_r8",
+    # calls 22-23 (session 7, predict runs read here only after their comparison): k=2 and k=5
+    "g090_k2_rand_c16",
+    "g090_k2_sg_c64",
+    "g090_k2_sg_r12",
+    "g090_k5_rand_c1",
+    "g090_k5_sg_c64",
 )
 
 
