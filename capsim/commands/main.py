@@ -452,7 +452,12 @@ def summary_rows(
         ("peak KV/state usage", f"{s['peak_kv_usage'] * 100:.1f} %"),
         ("peak running / waiting", f"{s['peak_running']} / {s['peak_waiting']}"),
         ("preemptions", f"{s['num_preemptions']}"),
-        ("acceptance length", f"{s['mean_acceptance_len_tok']:.2f} tok/step"),
+        (
+            "acceptance length",
+            f"{s['mean_acceptance_len_tok']:.2f} tok/step"
+            if s["mean_acceptance_len_tok"] == s["mean_acceptance_len_tok"]  # not NaN
+            else "none (no speculation, k=0)",
+        ),
         (
             "pool",
             f"{s['usable_blocks']} blocks of {s['block_size_tok']} tok, "
