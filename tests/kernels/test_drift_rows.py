@@ -1,15 +1,20 @@
 """``drift.run_drift``'s rows pinned exactly (interpreter, tiny heads, 3 steps): every
 kernel's error per step as printed, the deferred kernel one step behind, and the vLLM
 path's bookkeeping (its slots, accepted counts and the truth it is held to) with vLLM's
-kernel replaced by a deterministic stand-in. Taken before run_drift was split (session 4,
-torch/Triton of this machine: the printed errors are 4 significant digits of interpreter
-float math; after a torch/Triton upgrade, regenerate it from a commit that passed)."""
+kernel replaced by a deterministic stand-in.
+
+The rows are held to ``data/drift_rows.json``: every key, order, slot and accepted count
+exactly, the printed errors within 2% + 2e-7 absolute. A sha256 of the printed rows (the
+session-4 pin) broke when Triton 3.9 moved fp32 round-off in the 4th digit; round-off at
+1e-7 is not what this test guards, a wrong step or a wrong state is (those move errors by
+orders of magnitude). The fixture was taken at 2e40e66 with torch 2.13.0+cpu, triton 3.9.0
+(``CAPSIM_WRITE_DRIFT_ROWS=1`` rewrites it)."""
 
 from __future__ import annotations
 
-import hashlib
 import json
 import os
+from pathlib import Path
 
 import pytest
 from capsim_kernels.bench.gdn import vllm_storeall
@@ -53,10 +58,21 @@ def test_rows_are_pinned(monkeypatch) -> None:  # type: ignore[no-untyped-def]
         "treewy", "treewy_deferred", "storeall"
     }  # fmt: skip
     assert len(seen) == 3 and seen[0][1] == [1, 1]  # chain only; all accepted-counts 1 at step 1
-    digest = hashlib.sha256(
-        json.dumps([rows, [s[:3] for s in seen]], sort_keys=True).encode()
-    ).hexdigest()[:16]
-    assert digest == ROWS_DIGEST, json.dumps(rows)[:3000] + json.dumps(seen)
+    got = {"rows": rows, "seen": [list(s[:3]) for s in seen]}
+    got = json.loads(json.dumps(got))  # tuples -> lists, as the fixture holds them
+    if os.environ.get("CAPSIM_WRITE_DRIFT_ROWS") == "1":
+        FIXTURE.write_text(json.dumps(got, indent=1, sort_keys=True) + "\n")
+    want = json.loads(FIXTURE.read_text())
+    assert got["seen"] == want["seen"]
+    assert len(got["rows"]) == len(want["rows"])
+    for g, w in zip(got["rows"], want["rows"], strict=True):
+        assert g.keys() == w.keys()
+        for key, value in w.items():
+            if key in ERR_KEYS:
+                assert float(g[key]) == pytest.approx(float(value), rel=0.02, abs=2e-7), (key, g, w)
+            else:
+                assert g[key] == value, (key, g, w)
 
 
-ROWS_DIGEST = "bf84d83ecc36dfc3"
+FIXTURE = Path(__file__).parent / "data" / "drift_rows.json"
+ERR_KEYS = frozenset({"err", "max_err_so_far", "err_max_head"})
