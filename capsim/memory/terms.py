@@ -21,6 +21,7 @@ from capsim.memory.activation import (
     encoder_profile_bytes,
     forward_activation_bytes,
     forward_parts_bytes,
+    held_dummy_pixels_bytes,
     rejection_row_vocab_elems,
     sampler_held_bytes,
     sampler_peak_bytes,
@@ -97,14 +98,16 @@ def weights_term(p: PlanInputs) -> tuple[Term, dict[str, int]]:
 
 
 def activation_term(p: PlanInputs) -> tuple[Term, dict[str, int]]:
-    """``torch_peak_increase`` of ``profile_run``: encoder pass (outputs kept), one forward
-    over max_num_batched_tokens, the dummy sampler over ``min(max_num_seqs, mnbt)`` rows and,
-    with drafts, the rejection-sampler dummy run over the same rows."""
+    """``torch_peak_increase`` of ``profile_run``: encoder pass (outputs and the dummy pixel
+    values kept), one forward over max_num_batched_tokens, the dummy sampler over
+    ``min(max_num_seqs, mnbt)`` rows and, with drafts, the rejection-sampler dummy run over the
+    same rows."""
     m, tp, mnbt = p.model, p.engine.tp, p.max_num_batched_tokens
     held_copy = not rule("vision_pixel_copy_freed", p.vllm_version)
     enc_cache, enc_fwd = (
         encoder_profile_bytes(m, tp, mnbt, pixel_copy_held=held_copy) if p.multimodal else (0, 0)
     )
+    pixels = held_dummy_pixels_bytes(m, mnbt) if p.multimodal else 0
     fwd = forward_parts_bytes(m, tp, mnbt)
     measured: list[str] = []
     moe = p.measured("moe_workspace", mnbt) if fwd["moe"] else None
@@ -139,13 +142,14 @@ def activation_term(p: PlanInputs) -> tuple[Term, dict[str, int]]:
         "sampler.held_hidden_states": held,
         "rejection_sampler": rejection,
         "encoder_cache": enc_cache,
+        "encoder_dummy_pixels_held": pixels,
         "encoder_forward": enc_fwd,
     }
     logged = _logged(p, "activation_peak", "'X GiB for peak activation'")
     if logged:
         return logged, parts
     sampler += held
-    peak = max(enc_fwd, enc_cache + kept + max(forward, sampler, rejection))
+    peak = max(enc_fwd, enc_cache + pixels + kept + max(forward, sampler, rejection))
     if enc_fwd == peak and enc_fwd:
         why = (
             "peak in the vision encoder pass (one largest image; activation.vision_bytes_per_patch)"
