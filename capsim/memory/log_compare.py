@@ -283,6 +283,8 @@ def _quant_notes(s: Settings, log: VllmLog, plan: MemoryPlan | None) -> list[str
     say which one the checkpoint uses."""
     if plan is None or s.model.quantization == "none" or s.model.quant_scope != "linear":
         return []
+    if s.model.quant_formats:  # the checkpoint's own per-layer list decides (no alternative)
+        return []
     alt_model = replace(s.model, quant_scope="experts")
     try:
         alt = plan_memory(alt_model, s.gpu, s.engine, s.spec, lookup=measured_term)
