@@ -81,3 +81,14 @@ def test_club3090_nvfp4_rows_available_kv(row_id: str, logged_gib: float) -> Non
     rows = {r.row_id: r for r in lv.validate_dir(LOGS)}
     err = rows[row_id].err("available_kv")
     assert err is not None and abs(err) < 0.03, (row_id, err, logged_gib)
+
+
+def test_club3090_i1087_row_runs_its_own_args() -> None:
+    # excerpts/qwen38-27b-fp8-2x5090-c3090i1087.log: turn 0's "non-default args" (MTP k=3,
+    # 2 seqs, fp8 KV, prefix caching) with turn 1's "CUDA graph pool memory: 0.09 GiB (actual),
+    # 0.13 GiB (estimated)" and "Current kv cache memory in use is 12.26 GiB". Planned with the
+    # defaults (k=0, 1024 seqs) the estimate was 0.42 GiB (+224 %).
+    row = {r.row_id: r for r in lv.validate_dir(LOGS)}["qwen38-27b-fp8-2x5090-c3090i1087"]
+    graph, kv = row.err("cudagraph_estimate"), row.err("available_kv")
+    assert graph is not None and abs(graph) < 0.25
+    assert kv is not None and abs(kv) < 0.02
