@@ -7,7 +7,12 @@ from pathlib import Path
 
 import pytest
 
+from capsim.config import EngineConfig, SpecDecodeConfig
+from capsim.gpus import get_gpu
 from capsim.memory import log_validate as lv
+from capsim.memory.log_compare import settings_from_log
+from capsim.memory.release_dates import release_from_date_text
+from capsim.memory.vllm_log import VllmLog
 from capsim.memory.weights import QUANT_BYTES_PER_PARAM, padded_vocab, weight_breakdown_bytes
 from capsim.models import mixed_quant_formats, model_from_hf_config
 from capsim.units import GiB
@@ -92,3 +97,42 @@ def test_club3090_i1087_row_runs_its_own_args() -> None:
     graph, kv = row.err("cudagraph_estimate"), row.err("available_kv")
     assert graph is not None and abs(graph) < 0.25
     assert kv is not None and abs(kv) < 0.02
+
+
+@pytest.mark.parametrize(
+    ("text", "release"),
+    [
+        # PyPI upload times: 0.9.2 2025-07-08, 0.10.0 2025-07-25, 0.20.1 2026-05-03
+        ("unknown (2025-07-22)", "0.9.2"),  # vllm#21348, opened 2025-07-22
+        ("unknown (2025-07)", "0.10.0"),  # a month alone: its last day
+        ("unknown (nightly, 2026-05-09)", "0.20.1"),
+        ("unknown (2025-10-11 build after 0.11.0)", "0.11.0"),
+        ("unknown", None),
+    ],
+)
+def test_a_version_given_as_a_date_takes_the_newest_release_before_it(
+    text: str, release: str | None
+) -> None:
+    got = release_from_date_text(text)
+    assert (got[0] if got else None) == release
+
+
+def test_gmu_default_follows_the_logs_release() -> None:
+    # 0.9.2 config.py: CacheConfig.gpu_memory_utilization = 0.9 (vllm_rules default_gmu:
+    # 0.92 since 0.20); an engine gmu other than its release's default is the caller's and stays
+    log = VllmLog()
+    log.vllm_version, log.tp = "0.9.2", 1
+    model, gpu = lv.resolve_model("Qwen/Qwen3-8B", lv.model_configs(LOGS)), get_gpu("H100")
+    spec = SpecDecodeConfig(num_spec_tok=0)
+    s = settings_from_log(log, model=model, gpu=gpu, engine=EngineConfig(), spec=spec)
+    assert s.engine.gmu == 0.9
+    s = settings_from_log(log, model=model, gpu=gpu, engine=EngineConfig(gmu=0.8), spec=spec)
+    assert s.engine.gmu == 0.8
+
+
+def test_vllm21348_row_is_planned_as_092() -> None:
+    # excerpts/qwen3-235b-fp8-4xh100-vllm21348.log: issue of 2025-07-22 naming no version;
+    # "Available KV cache memory: 8.11 GiB" is left a miss (see the row's notes)
+    row = {r.row_id: r for r in lv.validate_dir(LOGS)}["qwen3-235b-fp8-4xh100-vllm21348"]
+    assert row.version == "0.9.2"
+    assert row.comparison is not None and row.comparison.settings.engine.gmu == 0.9
