@@ -53,6 +53,9 @@ def qwen35_vision(out_hidden_size: int) -> VisionSpec:
 
 
 QUANT_METHODS: tuple[str, ...] = ("none", "fp8", "nvfp4", "awq", "gptq")
+# The weight components a mixed-precision checkpoint can give their own format
+# (memory/weights.py weight_breakdown_bytes; "shared_expert" is also a dense model's MLP).
+QUANT_COMPONENTS: tuple[str, ...] = ("attention", "gdn", "shared_expert", "experts", "lm_head")
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -102,6 +105,15 @@ class ModelSpec:
         metadata={
             "help": "components a quantized checkpoint keeps in weight_dtype, from its "
             "quantization_config ignore list: attention, gdn, shared_expert, experts"
+        },
+    )
+    quant_formats: tuple[tuple[str, str], ...] = field(
+        default=(),
+        metadata={
+            "help": "per-component weight format of a mixed-precision checkpoint (ModelOpt "
+            "MIXED_PRECISION quantized_layers): (component, format) pairs over attention, gdn, "
+            "shared_expert, experts, lm_head; a component not named stays in weight_dtype. "
+            "Empty: quantization/quant_ignore/quant_scope decide"
         },
     )
     quant_scope: str = field(
@@ -161,6 +173,12 @@ class ModelSpec:
                 f"(choose from {QUANT_METHODS})"
             )
         dtype_bytes(self.ssm_state_dtype, field_name="ssm_state_dtype")
+        for comp, fmt in self.quant_formats:
+            if comp not in QUANT_COMPONENTS or fmt not in QUANT_METHODS:
+                raise ValueError(
+                    f"model {self.name!r}: quant_formats entry ({comp!r}, {fmt!r}) is unknown "
+                    f"(components {QUANT_COMPONENTS}, formats {QUANT_METHODS})"
+                )
 
     @property
     def is_hybrid(self) -> bool:
@@ -370,6 +388,7 @@ def _model_from_dict(cfg: dict[str, Any], path: Path, raw: dict[str, Any]) -> Mo
     return ModelSpec(
         quantization=_quant_method(raw),
         quant_ignore=quant_ignore(raw),
+        quant_formats=mixed_quant_formats(raw),
         vision=_vision_from(raw.get("vision_config")),
         name=str(cfg.get("_name_or_path") or Path(path).stem),
         hidden_size=int(_get(cfg, "hidden_size", path)),
@@ -436,6 +455,9 @@ def _quant_method(raw: dict[str, Any]) -> str:
         return "none"
     method = str(q.get("quant_method", "")).lower()
     algo = str(q.get("quant_algo", "")).lower()
+    if algo == "mixed_precision":  # the routed experts' format names the checkpoint
+        formats = dict(mixed_quant_formats(raw))
+        return formats.get("experts") or next(iter(formats.values()), "fp8")
     if "fp4" in algo or "nvfp4" in method:
         return "nvfp4"
     if method == "compressed-tensors":
@@ -491,6 +513,56 @@ def quant_ignore(raw: dict[str, Any]) -> tuple[str, ...]:
             elif frag in text:
                 found.add(comp)
     return tuple(sorted(found))
+
+
+# ModelOpt per-layer algorithms -> capsim's weight format (NVFP4 and W4A16_NVFP4 store the
+# same packing: 4-bit values and an fp8 scale per 16; FP8 is 1 byte with a per-tensor scale).
+_MODELOPT_ALGO_FORMATS: dict[str, str] = {"fp8": "fp8", "nvfp4": "nvfp4", "w4a16_nvfp4": "nvfp4"}
+# Module-name fragments of a quantized_layers key -> the capsim component, first match wins
+# (shared_expert before experts; any other 'mlp.' projection is a dense model's MLP).
+_LAYER_COMPONENTS: tuple[tuple[str, str], ...] = (
+    ("lm_head", "lm_head"),
+    ("linear_attn.", "gdn"),
+    ("self_attn.", "attention"),
+    ("shared_expert.", "shared_expert"),
+    ("mlp.experts", "experts"),
+    ("mlp.", "shared_expert"),
+)
+
+
+def mixed_quant_formats(raw: dict[str, Any]) -> tuple[tuple[str, str], ...]:
+    """Per-component formats of a ModelOpt MIXED_PRECISION checkpoint (empty otherwise).
+
+    vLLM 0.24.0 model_executor/layers/quantization/modelopt.py:
+    ModelOptMixedPrecisionConfig.get_quant_method gives each linear (ParallelLMHead
+    included, matched as 'lm_head') and each RoutedExperts module the method its
+    ``quantized_layers`` entry names (FP8, NVFP4, W4A16_NVFP4) and leaves a layer that no
+    entry names unquantized; a fused layer whose shards disagree is refused. Same here per
+    component: every entry of a component must name one format; mtp.* (not loaded without
+    a drafter), the router (mlp.gate) and the vision tower (capsim keeps it in weight_dtype)
+    are skipped.
+    """
+    q = raw.get("quantization_config") or (raw.get("text_config") or {}).get("quantization_config")
+    if not isinstance(q, dict) or str(q.get("quant_algo", "")).upper() != "MIXED_PRECISION":
+        return ()
+    layers = q.get("quantized_layers") or (q.get("quantization") or {}).get("quantized_layers")
+    if not isinstance(layers, dict) or not layers:
+        raise ValueError("MIXED_PRECISION quantization_config without quantized_layers")
+    found: dict[str, str] = {}
+    for name, info in list(layers.items())[:100_000]:
+        key = str(name)
+        if key.startswith("mtp.") or key.endswith("mlp.gate") or "visual." in key:
+            continue
+        algo = str((info or {}).get("quant_algo", "")).lower()
+        if algo not in _MODELOPT_ALGO_FORMATS:
+            raise ValueError(f"quantized_layers[{key!r}]: quant_algo {algo!r} is not supported")
+        comp = next((c for frag, c in _LAYER_COMPONENTS if frag in key), None)
+        if comp is None:
+            continue
+        fmt = _MODELOPT_ALGO_FORMATS[algo]
+        if found.setdefault(comp, fmt) != fmt:
+            raise ValueError(f"quantized_layers: {comp} layers mix {found[comp]} and {fmt}")
+    return tuple(sorted(found.items()))
 
 
 def _vision_from(vc: dict[str, Any] | None) -> VisionSpec | None:

@@ -159,6 +159,18 @@ def _spec_from_log(log: VllmLog, spec: SpecDecodeConfig, notes: list[str]) -> Sp
     return spec
 
 
+def _default_gmu_for_log(log: VllmLog, engine: EngineConfig) -> float:
+    """The log's release's default gpu_memory_utilization when the log gives none and the
+    engine carries only its own release's default (vllm_rules default_gmu: 0.9 before 0.20,
+    0.92 since; 0.9.2 config.py CacheConfig.gpu_memory_utilization = 0.9); a gmu that differs
+    from that default was chosen by the caller and is kept."""
+    from capsim.vllm_rules import rules_for
+
+    if log.vllm_version and engine.gmu == rules_for(engine.vllm_version).default_gmu:
+        return rules_for(log.vllm_version).default_gmu
+    return float(engine.gmu)
+
+
 def settings_from_log(
     log: VllmLog,
     *,
@@ -172,7 +184,9 @@ def settings_from_log(
     upd = _fields_from_log(log)
     _version_from_log(log, model, engine, upd, notes)
     if log.gmu is None:
-        notes.append(f"gmu not in the log: {engine.gmu}")
+        gmu = _default_gmu_for_log(log, engine)
+        upd["gmu"] = gmu
+        notes.append(f"gmu not in the log: {gmu}")
     if log.max_num_batched_tokens is None:
         notes.append("max_num_batched_tokens not in the log: vLLM's default for the GPU")
     if log.kv_cache_dtype:
@@ -282,6 +296,8 @@ def _quant_notes(s: Settings, log: VllmLog, plan: MemoryPlan | None) -> list[str
     """The other common quantization layout (experts only), priced, when the log cannot
     say which one the checkpoint uses."""
     if plan is None or s.model.quantization == "none" or s.model.quant_scope != "linear":
+        return []
+    if s.model.quant_formats:  # the checkpoint's own per-layer list decides (no alternative)
         return []
     alt_model = replace(s.model, quant_scope="experts")
     try:

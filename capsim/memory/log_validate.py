@@ -23,6 +23,7 @@ from typing import Any
 from capsim.config import EngineConfig, SpecDecodeConfig
 from capsim.gpus import GpuSpec, get_gpu
 from capsim.memory.log_compare import Comparison, compare, settings_from_log
+from capsim.memory.release_dates import release_from_date_text
 from capsim.memory.terms import Source
 from capsim.memory.vllm_log import VllmLog
 from capsim.models import PRESETS, ModelSpec, model_from_hf_config
@@ -264,12 +265,17 @@ def validate_dir(directory: Path, *, default_engine: EngineConfig | None = None)
                 )
             )
             continue
+        dated = None if log.vllm_version else release_from_date_text(row.get("vllm_version"))
+        if dated:  # a date only: the newest release on or before it (memory/release_dates.py)
+            log.vllm_version = dated[0]
         try:
             model = resolve_model(row.get("model_hf_id", ""), configs)
             gpu = gpu_from_text(row.get("gpu", ""), log.gpu_total_gib)
             settings = settings_from_log(
                 log, model=model, gpu=gpu, engine=base, spec=SpecDecodeConfig(num_spec_tok=0)
             )
+            if dated:
+                settings = replace(settings, notes=(dated[1], *settings.notes))
             comparison = compare(settings, log)
             failure = comparison.failure
         except ValueError as exc:

@@ -91,9 +91,10 @@ def weights_term(p: PlanInputs) -> tuple[Term, dict[str, int]]:
     logged = _logged(p, "weights", "'Model loading took X GiB'")
     if logged:
         return logged, parts
-    detail = f"config shapes, {p.model.quantization} weights" + (
-        ", vision tower" if p.multimodal else ""
-    )
+    fmt = p.model.quantization
+    if p.model.quant_formats:
+        fmt = "mixed (" + ", ".join(f"{c} {f}" for c, f in p.model.quant_formats) + ")"
+    detail = f"config shapes, {fmt} weights" + (", vision tower" if p.multimodal else "")
     return Term(sum(parts.values()), Source.MODELLED, detail), parts
 
 

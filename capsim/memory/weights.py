@@ -144,7 +144,10 @@ def weight_breakdown_bytes(
 ) -> dict[str, int]:
     """Weight bytes per GPU by component.
 
-    A quantized checkpoint (``model.quantization``) stores the attention and GDN
+    A mixed-precision checkpoint (``model.quant_formats``, ModelOpt MIXED_PRECISION) stores
+    each named component (attention, GDN qkvz/out, shared or dense MLP, routed experts,
+    lm_head) in its own format and every other weight in ``weight_dtype``; otherwise:
+    a quantized checkpoint (``model.quantization``) stores the attention and GDN
     projections and the expert (routed and shared) weights at ``QUANT_BYTES_PER_PARAM``
     (``quant_scope="experts"``: the expert weights only);
     embeddings, lm_head, norms, the router, the GDN conv/ba/gates, the MTP layer and the
@@ -173,19 +176,32 @@ def weight_breakdown_bytes(
     )
     shared_q = 0 if "shared_expert" in keep else ffn_dense - router
     experts_q = 0 if "experts" in keep else ffn_experts
+    lm_q, lm_q_bytes = 0, float(b)
+    fmt_bytes = dict.fromkeys(("attention", "gdn", "shared_expert", "experts"), qb)
+    if model.quant_formats:  # a mixed-precision checkpoint: each component its own format
+        formats = dict(model.quant_formats)
+        fmt_bytes = {
+            c: QUANT_BYTES_PER_PARAM.get(formats.get(c, "none"), float(b)) for c in fmt_bytes
+        }
+        attn_q = attention_quantizable_params(model, tp)
+        gdn_q = gdn_quantizable_params(model, tp) if model.num_gdn_layers else 0
+        shared_q, experts_q = ffn_dense - router, ffn_experts
+        lm_q_bytes = QUANT_BYTES_PER_PARAM.get(formats.get("lm_head", "none"), float(b))
+        lm_q = lm_head if "lm_head" in formats else 0
 
-    def mixed(total: int, quantized: int) -> int:
-        return round((total - quantized) * b + quantized * qb)
+    def mixed(total: int, quantized: int, comp: str) -> int:
+        return round((total - quantized) * b + quantized * fmt_bytes[comp])
 
     out = {
         "embedding": embed * b,
-        "lm_head": lm_head * b,
-        "attention": model.num_attn_layers * mixed(attention_layer_params(model, tp), attn_q),
-        "gdn": model.num_gdn_layers * mixed(gdn_layer_params(model, tp), gdn_q)
+        "lm_head": round((lm_head - lm_q) * b + lm_q * lm_q_bytes),
+        "attention": model.num_attn_layers
+        * mixed(attention_layer_params(model, tp), attn_q, "attention"),
+        "gdn": model.num_gdn_layers * mixed(gdn_layer_params(model, tp), gdn_q, "gdn")
         if model.num_gdn_layers
         else 0,
-        "ffn_shared_and_router": num_layers * mixed(ffn_dense, shared_q),
-        "ffn_routed_experts": num_layers * mixed(ffn_experts, experts_q),
+        "ffn_shared_and_router": num_layers * mixed(ffn_dense, shared_q, "shared_expert"),
+        "ffn_routed_experts": num_layers * mixed(ffn_experts, experts_q, "experts"),
         "final_norm": model.hidden_size * b,
         "mtp": 0,
         "vision": vision_params(model, tp) * b if with_vision else 0,
