@@ -1,8 +1,9 @@
 """vLLM's memory rules that changed between releases, read from each release's wheel.
 
 Every rule names the first release that carries the new behaviour and where it was read: the
-wheels of 0.20.0, 0.20.1, 0.21.0, 0.24.0, 0.26.0, 0.27.0, 0.27.1, 0.28.0, 0.29.0, 0.30.0,
-0.31.0, 0.32.0 and 0.33.0 were fetched with ``pip download vllm==X --no-deps`` and their Python
+wheels of 0.10.2, 0.14.0, 0.16.0, 0.17.0, 0.17.1, 0.18.0, 0.19.0, 0.20.0, 0.20.1, 0.21.0,
+0.24.0, 0.26.0, 0.27.0, 0.27.1, 0.28.0, 0.29.0, 0.30.0, 0.31.0, 0.32.0 and 0.33.0 were fetched
+with ``pip download vllm==X --no-deps`` and their Python
 sources read (not run, nothing copied); paths are relative to the ``vllm/`` package. A release
 is compared as (major, minor, patch), so a rule that changed inside a minor series (the "GPU KV
 cache size" line between 0.20.0 and 0.20.1) resolves exactly. Releases older than the oldest
@@ -37,6 +38,19 @@ def _from_version_rules(key: str) -> ReleaseRule:
 
 
 RELEASE_RULES: tuple[ReleaseRule, ...] = (
+    ReleaseRule(
+        "cudagraph_estimator",
+        "vLLM estimates CUDA-graph memory before sizing the KV pool (profile_cudagraph_memory, "
+        "'Estimated CUDA graph memory: X GiB total'); before, the only graph figure logged is "
+        "the pool the real captures took after the KV pool was allocated ('Graph capturing "
+        "finished in s secs, took X GiB', the accounting line's 'GiB for CUDAGraph memory')",
+        False,
+        True,
+        (0, 18, 0),
+        "v1/worker/gpu_model_runner.py:GPUModelRunner.profile_cudagraph_memory is absent from "
+        "the 0.10.2, 0.14.0, 0.16.0, 0.17.0 and 0.17.1 wheels and present in 0.18.0 (and "
+        "0.19.0-0.33.0); 0.10.2's capture_model logs the measured pool of all captures",
+    ),
     ReleaseRule(
         "charge_cudagraph_estimate",
         "the CUDA-graph estimate (profile_cudagraph_memory) is subtracted from the KV budget",
