@@ -361,10 +361,11 @@ def modelled_samples(
     transient_bytes: int = 0,
     transient_source: str = "",
 ) -> dict[str, GraphSamples]:
-    """capsim's samples. A first capture keeps the intermediates of a forward at its size
-    (``activation_at``); a FULL one keeps FlashAttention's split buffers instead when they
-    are larger (``fa_split_at``) and, first FULL capture since 0.26, the GDN transient. A
-    second capture costs ``PER_GRAPH_BYTES_PER_ATTN_LAYER`` per attention layer."""
+    """capsim's samples. The first PIECEWISE capture keeps the intermediates of a forward at
+    its size (``activation_at``) plus the fitted first-capture overhead; the first FULL capture,
+    taken after it in the same pool, FlashAttention's split buffers (``fa_split_at``) plus one
+    graph (``_first_full_capture_bytes``) and, since 0.26, the GDN transient. A second capture
+    costs ``PER_GRAPH_BYTES_PER_ATTN_LAYER`` per attention layer."""
     second = round(PER_GRAPH_BYTES_PER_ATTN_LAYER * attn_layers)
     out: dict[str, GraphSamples] = {}
     if descs.piecewise_tok:
@@ -375,14 +376,20 @@ def modelled_samples(
         )
     if descs.full_tok:
         top = descs.full_tok[0]
-        label = (
-            "modelled: FA split buffers (32 splits) at the largest size"
-            if fa_split_at(top)
-            else "modelled: forward at the largest size (no FA3 split buffers off SM90)"
-        )
+        split = fa_split_at(top)
+        if descs.piecewise_tok:
+            label = "modelled: one graph beyond the PIECEWISE pool" + (
+                " + FA split buffers (32 splits) at the largest size"
+                if split
+                else " (no FA3 split buffers off SM90)"
+            )
+        elif split:
+            label = "modelled: FA split buffers (32 splits) at the largest size"
+        else:
+            label = "modelled: forward at the largest size (no FA3 split buffers off SM90)"
         if transient_bytes:
             label += f" + GDN transient {transient_bytes / MiB:.0f} MiB ({transient_source})"
-        first = _first_full_capture_bytes(descs, activation_at, fa_split_at(top), second)
+        first = _first_full_capture_bytes(descs, activation_at, split, second)
         first += transient_bytes
         out[FULL] = GraphSamples(first, second, label)
     return out
