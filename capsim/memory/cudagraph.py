@@ -69,8 +69,12 @@ class CaptureDescs:
         return "Profiling CUDA graph memory: " + ", ".join(parts)
 
 
-def _token_grid(cap: int) -> list[int]:
+def _token_grid(cap: int, *, step16_from_256: bool = True) -> list[int]:
+    """1, 2, 4, then steps of 8; since 0.12.0 steps of 16 from 256 (release rule
+    ``capture_grid_step16_from_256``)."""
     sizes = [n for n in (1, 2, 4) if n <= cap]
+    if not step16_from_256:
+        return sizes + list(range(8, cap + 1, 8))
     if cap >= 8:
         sizes += list(range(8, min(cap + 1, 256), 8))
     if cap >= 256:
@@ -116,7 +120,7 @@ def capture_descs(
         elif max_num_seqs <= cap:
             uniform = {max_num_seqs}
     cap = min(cap, max_num_batched_tokens)
-    sizes = set(_token_grid(cap))
+    sizes = set(_token_grid(cap, step16_from_256=bool(rule("capture_grid_step16_from_256", v))))
     if rule("capture_mnbt_appended", v) and max_num_batched_tokens <= cap:
         sizes.add(max_num_batched_tokens)
     sizes |= {s for s in uniform if s <= max_num_batched_tokens}

@@ -99,3 +99,18 @@ def test_pre_0_18_graph_figure_is_the_captured_pool_not_an_estimate() -> None:
 def test_qwen3_next_0_10_2_row_is_not_an_estimate_miss() -> None:
     row = next(r for r in validate_dir(LOGS) if r.row_id == "qwen3next-80b-h200-tp2-arxivconfi")
     assert row.err("cudagraph_estimate") is None
+
+
+def test_capture_grid_steps_by_8_to_512_before_0_12() -> None:
+    # qwen3next-80b-h200-tp2-arxivconfi (vLLM 0.10.2, max_num_seqs 1024): the source log
+    # (tmp_memo.md at 4a05207) prints "Capturing CUDA graphs (mixed prefill-decode, PIECEWISE):
+    # 67/67" and "Capturing CUDA graphs (decode, FULL): 67/67"; 0.12.0+ step by 16 from 256
+    for version, n in (("0.10.2", 67), ("0.11.0", 67), ("0.12.0", 51), ("0.19.0", 51)):
+        descs = cg.capture_descs(
+            vllm_version=version, max_num_seqs=1024, num_spec_tok=0, max_num_batched_tokens=8192
+        )
+        assert (descs.count(cg.PIECEWISE), descs.count(cg.FULL)) == (n, n), version
+    old = cg.capture_descs(
+        vllm_version="0.10.2", max_num_seqs=1024, num_spec_tok=0, max_num_batched_tokens=8192
+    )
+    assert old.piecewise_tok[:3] == (512, 504, 496) and old.piecewise_tok[-4:] == (8, 4, 2, 1)
