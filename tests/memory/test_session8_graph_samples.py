@@ -12,6 +12,10 @@
    to 0.17.1 wheels): the graph figure such a log carries is the pool the captures took,
    "Graph capturing finished in 25 secs, took 2.37 GiB" in
    experiments/vllm_logs/excerpts/qwen3next-80b-h200-tp2-arxivconfi.log (vLLM 0.10.2).
+3. A capture does not allocate the fused-MoE caches again: they are views of the persistent
+   WorkspaceManager buffer profile_run grew (0.14.0-0.33.0 fused_moe/modular_kernel.py), so the
+   first PIECEWISE sample of an MoE model holds only the stream, attention and shared-expert
+   tensors (checked on the 0.19.0 MoE rows' and the 0.26.0 H200 row's DEBUG lines).
 """
 
 from __future__ import annotations
@@ -21,8 +25,10 @@ from pathlib import Path
 import pytest
 
 from capsim.memory import cudagraph as cg
-from capsim.memory.log_validate import log_from_row, validate_dir
+from capsim.memory.activation import captured_forward_bytes, forward_activation_bytes
+from capsim.memory.log_validate import log_from_row, model_configs, resolve_model, validate_dir
 from capsim.memory.release_rules import rule
+from capsim.models import get_model
 
 LOGS = Path(__file__).resolve().parents[2] / "experiments" / "vllm_logs"
 MiB = 1024**2
@@ -114,3 +120,40 @@ def test_capture_grid_steps_by_8_to_512_before_0_12() -> None:
         vllm_version="0.10.2", max_num_seqs=1024, num_spec_tok=0, max_num_batched_tokens=8192
     )
     assert old.piecewise_tok[:3] == (512, 504, 496) and old.piecewise_tok[-4:] == (8, 4, 2, 1)
+
+
+@pytest.mark.parametrize(
+    ("hf_id", "tp", "logged_piecewise_first_mib"),
+    [
+        # "Estimated PIECEWISE CUDA graph memory: X MiB first-capture" in the 0.19.0 excerpts
+        ("mistralai/Mixtral-8x7B-Instruct-v0.1", 2, 84.0),  # mixtral-8x7b-h100-tp2-llmdplanner
+        ("Qwen/Qwen3-30B-A3B", 1, 108.0),  # qwen3-30b-a3b-h100-tp1-llmdplanner
+        ("Qwen/Qwen1.5-MoE-A2.7B", 1, 96.0),  # qwen15-moe-a27b-h100-tp1-llmdplanner
+    ],
+)
+def test_piecewise_first_sample_does_not_repay_the_moe_workspace(
+    hf_id: str, tp: int, logged_piecewise_first_mib: float
+) -> None:
+    # the fused-MoE caches live in the WorkspaceManager buffer profile_run grew to 8192 tokens
+    # (0.19.0 fused_moe/modular_kernel.py:_allocate_buffers, v1/worker/workspace.py), so the
+    # capture at 512 tokens does not allocate them again
+    model = resolve_model(hf_id, model_configs(LOGS))
+    logged = logged_piecewise_first_mib * MiB
+    new = captured_forward_bytes(model, tp, 512) + cg.FIRST_CAPTURE_OVERHEAD_BYTES
+    old = forward_activation_bytes(model, tp, 512) + cg.FIRST_CAPTURE_OVERHEAD_BYTES
+    assert abs(new - logged) < abs(old - logged)
+    assert abs(new - logged) <= 16 * MiB
+
+
+def test_h200_piecewise_first_sample_predicted() -> None:
+    # excerpts/h200-35b-g090-k0-debug-s5call15.log line 21 (vLLM 0.26.0, Qwen3.5-35B-A3B TP1):
+    # "Estimated PIECEWISE CUDA graph memory: 116.00 MiB first-capture"; the first-capture
+    # overhead is fitted on a dense TP1 row (llama31-8b-h100-tp1-llmdplanner), not on this one
+    model = get_model("qwen3.5-35b-a3b")
+    first = captured_forward_bytes(model, 1, 512) + cg.FIRST_CAPTURE_OVERHEAD_BYTES
+    assert abs(first - 116 * MiB) <= SAMPLE_GRANULARITY_BYTES
+
+
+def test_dense_capture_still_pays_its_mlp() -> None:
+    model = resolve_model("meta-llama/Llama-3.1-8B-Instruct", model_configs(LOGS))
+    assert captured_forward_bytes(model, 1, 512) == forward_activation_bytes(model, 1, 512)
