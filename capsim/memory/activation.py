@@ -49,10 +49,11 @@ def forward_activation_bytes(model: ModelSpec, tp: int, num_tok: int) -> int:
 
 def captured_forward_bytes(model: ModelSpec, tp: int, num_tok: int) -> int:
     """What a CUDA-graph capture of one forward over ``num_tok`` tokens allocates anew: the
-    forward's peak less vLLM's fused-MoE caches. ``FusedMoEModularKernel._allocate_buffers``
+    forward's peak less vLLM's fused-MoE caches. The modular MoE kernel's ``_allocate_buffers``
     takes workspace13/workspace2 and the output from the worker's ``WorkspaceManager``
-    (``fused_moe/modular_kernel.py`` and ``v1/worker/workspace.py`` in 0.14.0-0.33.0; the
-    unquantized Triton path builds that kernel, ``unquantized_fused_moe_method.py``), a
+    (``fused_moe/modular_kernel.py`` and ``v1/worker/workspace.py`` in 0.14.0-0.33.0; 0.19.0:
+    ``FusedMoEKernelModularImpl``, which the default CUDA unquantized backend TRITON builds,
+    ``fused_moe/oracle/unquantized.py:make_unquantized_moe_kernel``), a
     persistent buffer ``profile_run`` has already grown to ``max_num_batched_tokens`` before
     ``profile_cudagraph_memory`` runs (0.19.0 ``gpu_worker.py:determine_available_memory``), so a
     capture at fewer tokens reuses it. A shared expert's MLP is an ordinary tensor (the dense
