@@ -47,6 +47,25 @@ def forward_activation_bytes(model: ModelSpec, tp: int, num_tok: int) -> int:
     return p["stream"] + max(p["gdn"], p["moe"], p["attention"])
 
 
+def captured_forward_bytes(model: ModelSpec, tp: int, num_tok: int) -> int:
+    """What a CUDA-graph capture of one forward over ``num_tok`` tokens allocates anew: the
+    forward's peak less vLLM's fused-MoE caches. The modular MoE kernel's ``_allocate_buffers``
+    takes workspace13/workspace2 and the output from the worker's ``WorkspaceManager``
+    (``fused_moe/modular_kernel.py`` and ``v1/worker/workspace.py`` in 0.14.0-0.33.0; 0.19.0:
+    ``FusedMoEKernelModularImpl``, which the default CUDA unquantized backend TRITON builds,
+    ``fused_moe/oracle/unquantized.py:make_unquantized_moe_kernel``), a
+    persistent buffer ``profile_run`` has already grown to ``max_num_batched_tokens`` before
+    ``profile_cudagraph_memory`` runs (0.19.0 ``gpu_worker.py:determine_available_memory``), so a
+    capture at fewer tokens reuses it. A shared expert's MLP is an ordinary tensor (the dense
+    MLP's [T, 2I/tp] + [T, I/tp] at its width)."""
+    p = forward_parts_bytes(model, tp, num_tok)
+    if not model.num_experts:
+        return p["stream"] + max(p["gdn"], p["moe"], p["attention"])
+    shared = num_tok * 3 * (model.shared_expert_intermediate_size // tp)
+    shared *= dtype_bytes(model.weight_dtype)
+    return p["stream"] + max(p["gdn"], shared, p["attention"])
+
+
 def sampler_peak_bytes(model: ModelSpec, num_reqs: int) -> int:
     """Peak of ``GPUModelRunner._dummy_sampler_run`` over ``num_reqs`` rows.
 

@@ -69,8 +69,12 @@ class CaptureDescs:
         return "Profiling CUDA graph memory: " + ", ".join(parts)
 
 
-def _token_grid(cap: int) -> list[int]:
+def _token_grid(cap: int, *, step16_from_256: bool = True) -> list[int]:
+    """1, 2, 4, then steps of 8; since 0.12.0 steps of 16 from 256 (release rule
+    ``capture_grid_step16_from_256``)."""
     sizes = [n for n in (1, 2, 4) if n <= cap]
+    if not step16_from_256:
+        return sizes + list(range(8, cap + 1, 8))
     if cap >= 8:
         sizes += list(range(8, min(cap + 1, 256), 8))
     if cap >= 256:
@@ -116,7 +120,7 @@ def capture_descs(
         elif max_num_seqs <= cap:
             uniform = {max_num_seqs}
     cap = min(cap, max_num_batched_tokens)
-    sizes = set(_token_grid(cap))
+    sizes = set(_token_grid(cap, step16_from_256=bool(rule("capture_grid_step16_from_256", v))))
     if rule("capture_mnbt_appended", v) and max_num_batched_tokens <= cap:
         sizes.add(max_num_batched_tokens)
     sizes |= {s for s in uniform if s <= max_num_batched_tokens}
@@ -257,12 +261,13 @@ GiB_BYTES: int = 1024 * MiB
 # h200-35b-g090-k0-s2call4.log line 18 "Estimated CUDA graph memory: 0.55 GiB total" (line 17:
 # PIECEWISE=51 (largest=512), FULL=51 (largest=512)), minus the rest of the estimator there:
 # the FA split buffers at 512 tokens (16 heads of 256: 257 MiB, above the PIECEWISE first
-# capture) and 2 x 50 graphs x 10 attention layers (no MTP layer at k=0) x 0.1875 MiB:
-# about 119 MiB (the log's 0.01 GiB rounding: +-5 MiB).
+# capture) and 2 x 50 graphs x 10 attention layers (no MTP layer at k=0) x 0.1875 MiB, plus
+# (since session 8, _first_full_capture_bytes) the first FULL capture's own graph (1 more):
+# about 117 MiB (the log's 0.01 GiB rounding: +-5 MiB).
 GDN_TRANSIENT_K0_FIT_BYTES: float = (
     0.55 * GiB_BYTES
     - fa_split_buffer_bytes(512, 16, 256)
-    - 100 * 10 * PER_GRAPH_BYTES_PER_ATTN_LAYER
+    - (100 + 1) * 10 * PER_GRAPH_BYTES_PER_ATTN_LAYER
 )
 GDN_TRANSIENT_K0_FIT_SOURCE: str = (
     "fit: row h200-35b-g090-k0-s2call4 (H200 vLLM 0.26.0, Qwen3.5-35B-A3B TP1, gmu 0.9, k=0, "
@@ -272,13 +277,14 @@ GDN_TRANSIENT_K0_FIT_SOURCE: str = (
 # session-1 fit row h200-35b-g090-k3 the 303 MiB constant came from: experiments/memory_plan/h200/
 # excerpts/h200-35b-g090-k3.log line 22), excerpt experiments/vllm_logs/excerpts/
 # h200-35b-g090-k3-s2call3.log line 23 "Estimated CUDA graph memory: 0.74 GiB total" (line 22:
-# PIECEWISE=49, FULL=49, largest 512), minus the FA split buffers (257 MiB), 2 x 48 graphs x 11
-# attention layers (10 + the MTP layer) x 0.1875 MiB and the k=0 part: about 184 MiB. One value
-# for every k > 0 (predicted: k=1 logs 0.75, rows h200-35b-g090-k1-s3call6 / -g075-k1-s4call10).
+# PIECEWISE=49, FULL=49, largest 512), minus the FA split buffers (257 MiB), (2 x 48 + 1) graphs
+# x 11 attention layers (10 + the MTP layer) x 0.1875 MiB and the k=0 part: about 184 MiB. One
+# value for every k > 0 (predicted: k=1 logs 0.75, rows h200-35b-g090-k1-s3call6 / -g075-k1-
+# s4call10).
 GDN_TRANSIENT_DRAFTER_FIT_BYTES: float = (
     0.74 * GiB_BYTES
     - fa_split_buffer_bytes(512, 16, 256)
-    - 96 * 11 * PER_GRAPH_BYTES_PER_ATTN_LAYER
+    - (96 + 1) * 11 * PER_GRAPH_BYTES_PER_ATTN_LAYER
     - GDN_TRANSIENT_K0_FIT_BYTES
 )
 GDN_TRANSIENT_DRAFTER_FIT_SOURCE: str = (
@@ -331,6 +337,25 @@ def gdn_transient_source(num_spec_tok: int) -> str:
     )
 
 
+def _first_full_capture_bytes(
+    descs: CaptureDescs, activation_at: Callable[[int], int], fa_split_bytes: int, second: int
+) -> int:
+    """The first FULL sample. vLLM profiles PIECEWISE first, then FULL, both into one profiling
+    pool (0.19.0 v1/cudagraph_dispatcher.py:get_capture_descs "PIECEWISE first then FULL";
+    gpu_model_runner.py:profile_cudagraph_memory points every CUDAGraphWrapper at one
+    graph_pool_handle; the same in 0.26.0), so a FULL capture after PIECEWISE ones finds the
+    forward's intermediates at the largest size already cached in that pool and takes only what
+    the pool cannot serve: FlashAttention's split-KV accumulators (one block larger than any the
+    PIECEWISE forward left, so a new segment) plus, like every further capture, the graph's own
+    memory (the per-graph sample). Without PIECEWISE graphs the pool starts empty and the FULL
+    capture pays the forward as the PIECEWISE one does. Reproduces the 0.19.0 DEBUG lines where
+    the PIECEWISE first capture is not the larger: Llama-3.1-8B TP4 "FULL ... 70.00 MiB
+    first-capture" (64.5 + 6 modelled; 106.5 before), Qwen2.5-7B TP4 60 (61; 108.9 before)."""
+    if not descs.piecewise_tok:
+        return max(activation_at(descs.full_tok[0]) + FIRST_CAPTURE_OVERHEAD_BYTES, fa_split_bytes)
+    return fa_split_bytes + second
+
+
 def modelled_samples(
     descs: CaptureDescs,
     activation_at: Callable[[int], int],
@@ -340,10 +365,11 @@ def modelled_samples(
     transient_bytes: int = 0,
     transient_source: str = "",
 ) -> dict[str, GraphSamples]:
-    """capsim's samples. A first capture keeps the intermediates of a forward at its size
-    (``activation_at``); a FULL one keeps FlashAttention's split buffers instead when they
-    are larger (``fa_split_at``) and, first FULL capture since 0.26, the GDN transient. A
-    second capture costs ``PER_GRAPH_BYTES_PER_ATTN_LAYER`` per attention layer."""
+    """capsim's samples. The first PIECEWISE capture keeps the intermediates of a forward at
+    its size (``activation_at``) plus the fitted first-capture overhead; the first FULL capture,
+    taken after it in the same pool, FlashAttention's split buffers (``fa_split_at``) plus one
+    graph (``_first_full_capture_bytes``) and, since 0.26, the GDN transient. A second capture
+    costs ``PER_GRAPH_BYTES_PER_ATTN_LAYER`` per attention layer."""
     second = round(PER_GRAPH_BYTES_PER_ATTN_LAYER * attn_layers)
     out: dict[str, GraphSamples] = {}
     if descs.piecewise_tok:
@@ -354,14 +380,20 @@ def modelled_samples(
         )
     if descs.full_tok:
         top = descs.full_tok[0]
-        label = (
-            "modelled: FA split buffers (32 splits) at the largest size"
-            if fa_split_at(top)
-            else "modelled: forward at the largest size (no FA3 split buffers off SM90)"
-        )
+        split = fa_split_at(top)
+        if descs.piecewise_tok:
+            label = "modelled: one graph beyond the PIECEWISE pool" + (
+                " + FA split buffers (32 splits) at the largest size"
+                if split
+                else " (no FA3 split buffers off SM90)"
+            )
+        elif split:
+            label = "modelled: FA split buffers (32 splits) at the largest size"
+        else:
+            label = "modelled: forward at the largest size (no FA3 split buffers off SM90)"
         if transient_bytes:
             label += f" + GDN transient {transient_bytes / MiB:.0f} MiB ({transient_source})"
-        first = max(activation_at(top) + FIRST_CAPTURE_OVERHEAD_BYTES, fa_split_at(top))
+        first = _first_full_capture_bytes(descs, activation_at, split, second)
         first += transient_bytes
         out[FULL] = GraphSamples(first, second, label)
     return out

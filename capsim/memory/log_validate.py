@@ -23,7 +23,9 @@ from typing import Any
 from capsim.config import EngineConfig, SpecDecodeConfig
 from capsim.gpus import GpuSpec, get_gpu
 from capsim.memory.log_compare import Comparison, compare, settings_from_log
+from capsim.memory.log_fixes import dev_build
 from capsim.memory.release_dates import release_from_date_text
+from capsim.memory.release_rules import rule
 from capsim.memory.terms import Source
 from capsim.memory.vllm_log import VllmLog
 from capsim.models import PRESETS, ModelSpec, model_from_hf_config
@@ -82,6 +84,22 @@ def _quant(text: str | None) -> str | None:
     return head
 
 
+def _set_cudagraph_figure(log: VllmLog, gib: float | None) -> None:
+    """The CSV's ``cudagraph_gib``: vLLM's estimate, or the pool the captures took where the
+    row's release has no estimator (release rule ``cudagraph_estimator``: 0.10.2-0.17.1 log only
+    "Graph capturing finished in s secs, took X GiB"), which is not an estimate to compare."""
+    version = log.vllm_version
+    if gib is not None and version and not dev_build(version):
+        try:
+            estimator = bool(rule("cudagraph_estimator", version))
+        except ValueError:
+            estimator = True
+        if not estimator:
+            log.cudagraph_actual_gib = gib
+            return
+    log.cudagraph_estimate_gib = gib
+
+
 def log_from_row(row: dict[str, str]) -> VllmLog:
     """A validation row as a parsed log (the CSV's columns are the log's figures)."""
     log = VllmLog()
@@ -117,7 +135,7 @@ def log_from_row(row: dict[str, str]) -> VllmLog:
     log.weights_gib = _num(row.get("weights_gib"))
     log.peak_activation_gib = _num(row.get("peak_activation_gib"))
     log.non_torch_gib = _num(row.get("non_torch_gib"))
-    log.cudagraph_estimate_gib = _num(row.get("cudagraph_gib"))
+    _set_cudagraph_figure(log, _num(row.get("cudagraph_gib")))
     log.available_kv_gib = _num(row.get("available_kv_gib"))
     log.kv_cache_tokens = _num(row.get("kv_cache_tokens"), int)
     log.max_concurrency = _num(row.get("max_concurrency"))
@@ -268,6 +286,8 @@ def validate_dir(directory: Path, *, default_engine: EngineConfig | None = None)
         dated = None if log.vllm_version else release_from_date_text(row.get("vllm_version"))
         if dated:  # a date only: the newest release on or before it (memory/release_dates.py)
             log.vllm_version = dated[0]
+            estimate, log.cudagraph_estimate_gib = log.cudagraph_estimate_gib, None
+            _set_cudagraph_figure(log, estimate)  # the estimator rule, at the dated release
         try:
             model = resolve_model(row.get("model_hf_id", ""), configs)
             gpu = gpu_from_text(row.get("gpu", ""), log.gpu_total_gib)

@@ -1,8 +1,9 @@
 """vLLM's memory rules that changed between releases, read from each release's wheel.
 
 Every rule names the first release that carries the new behaviour and where it was read: the
-wheels of 0.20.0, 0.20.1, 0.21.0, 0.24.0, 0.26.0, 0.27.0, 0.27.1, 0.28.0, 0.29.0, 0.30.0,
-0.31.0, 0.32.0 and 0.33.0 were fetched with ``pip download vllm==X --no-deps`` and their Python
+wheels of 0.10.2, 0.11.0, 0.12.0, 0.13.0, 0.14.0, 0.16.0, 0.17.0, 0.17.1, 0.18.0, 0.19.0,
+0.20.0, 0.20.1, 0.21.0, 0.24.0, 0.26.0, 0.27.0, 0.27.1, 0.28.0, 0.29.0, 0.30.0, 0.31.0, 0.32.0
+and 0.33.0 were fetched with ``pip download vllm==X --no-deps`` and their Python
 sources read (not run, nothing copied); paths are relative to the ``vllm/`` package. A release
 is compared as (major, minor, patch), so a rule that changed inside a minor series (the "GPU KV
 cache size" line between 0.20.0 and 0.20.1) resolves exactly. Releases older than the oldest
@@ -38,6 +39,19 @@ def _from_version_rules(key: str) -> ReleaseRule:
 
 RELEASE_RULES: tuple[ReleaseRule, ...] = (
     ReleaseRule(
+        "cudagraph_estimator",
+        "vLLM estimates CUDA-graph memory before sizing the KV pool (profile_cudagraph_memory, "
+        "'Estimated CUDA graph memory: X GiB total'); before, the only graph figure logged is "
+        "the pool the real captures took after the KV pool was allocated ('Graph capturing "
+        "finished in s secs, took X GiB', the accounting line's 'GiB for CUDAGraph memory')",
+        False,
+        True,
+        (0, 18, 0),
+        "v1/worker/gpu_model_runner.py:GPUModelRunner.profile_cudagraph_memory is absent from "
+        "the 0.10.2, 0.14.0, 0.16.0, 0.17.0 and 0.17.1 wheels and present in 0.18.0 (and "
+        "0.19.0-0.33.0); 0.10.2's capture_model logs the measured pool of all captures",
+    ),
+    ReleaseRule(
         "charge_cudagraph_estimate",
         "the CUDA-graph estimate (profile_cudagraph_memory) is subtracted from the KV budget",
         False,
@@ -69,6 +83,18 @@ RELEASE_RULES: tuple[ReleaseRule, ...] = (
         "v1/core/kv_cache_utils.py: 0.20.0 logs num_blocks // len(groups) * min_block_size "
         "(also 0.11.0 and 0.19.0); 0.20.1 logs int(max_concurrency * max_model_len) "
         "(0.26.0+: get_kv_cache_capacity, same formula)",
+    ),
+    ReleaseRule(
+        "capture_grid_step16_from_256",
+        "the default capture sizes step by 16 from 256 (1, 2, 4, 8..248 by 8, 256.. by 16); "
+        "before, by 8 up to the largest (67 sizes up to 512)",
+        False,
+        True,
+        (0, 12, 0),
+        "config/__init__.py:VllmConfig._set_cudagraph_sizes builds [1, 2, 4] + range(8, "
+        "largest + 1, 8) in 0.10.2 and 0.11.0 (the 0.10.2 Qwen3-Next start-up logs 'Capturing "
+        "CUDA graphs (mixed prefill-decode, PIECEWISE): 67/67'); config/vllm.py in 0.12.0, "
+        "0.13.0, 0.14.0, 0.16.0-0.19.0 adds range(256, largest + 1, 16) after range(8, 256, 8)",
     ),
     ReleaseRule(
         "capture_mnbt_appended",

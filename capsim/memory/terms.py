@@ -18,8 +18,8 @@ from capsim.memory import cudagraph as cg
 from capsim.memory.activation import (
     REJECTION_BYTES_PER_ROW_VOCAB,
     REJECTION_FIT_SOURCE,
+    captured_forward_bytes,
     encoder_profile_bytes,
-    forward_activation_bytes,
     forward_parts_bytes,
     held_dummy_pixels_bytes,
     rejection_row_vocab_elems,
@@ -274,7 +274,7 @@ def cudagraph_term(p: PlanInputs) -> tuple[Term, cg.CaptureDescs, int]:
     heads = m.num_attention_heads // tp
     samples = cg.modelled_samples(
         descs,
-        lambda n: forward_activation_bytes(m, tp, n),
+        lambda n: captured_forward_bytes(m, tp, n),
         attn_layers=m.num_attn_layers + (m.num_mtp_layers if p.spec.depth > 0 else 0),
         fa_split_at=(
             (lambda n: cg.fa_split_buffer_bytes(n, heads, m.head_dim))
