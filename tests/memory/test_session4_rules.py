@@ -112,10 +112,11 @@ def test_vision_pixel_copy_rule_switches_at_0_32() -> None:
 )
 def test_qwen38_torch_peak_is_the_vision_pass(row: str) -> None:
     # 0.27.1 accounting lines: "1.66 GiB for peak activation" with "0.2 GiB (estimated)"
-    # (PR #1139, mnbt 8192, 2 seqs) and "1.59 GiB ... " with "0.13 GiB (estimated)" (#1087,
-    # mnbt default): the same 1.46 GiB torch peak at two mnbt, i.e. the encoder profile pass
-    # (one largest image either way), not the decoder forward or the sampler. capsim's vision
-    # peak from the source reading lands within 10 % of it (a prediction: nothing fitted).
+    # (PR #1139, mnbt 8192, 2 seqs) and "1.59 GiB ... " with "0.13 GiB (estimated)" (#1087;
+    # read as mnbt default until session 8, its thread's turn-0 args say mnbt 8192, 2 seqs too):
+    # the same 1.46 GiB torch peak, which capsim places in the encoder profile pass (one
+    # largest image), not the decoder forward or the sampler. capsim's vision peak from the
+    # source reading lands within 10 % of it (a prediction: nothing fitted).
     from capsim.memory.log_validate import validate_dir
 
     res = {r.row_id: r for r in validate_dir(LOGS)}
