@@ -80,6 +80,20 @@ def sampler_peak_bytes(model: ModelSpec, num_reqs: int) -> int:
     return num_reqs * (padded_vocab(model) * b + 3 * model.vocab_size * 4)
 
 
+def native_topk_topp_sampler_peak_bytes(model: ModelSpec, num_reqs: int) -> int:
+    """Peak of the dummy sampler run on the PyTorch-native top-k/top-p path (V1 without
+    FlashInfer, before the Triton kernel; read in 0.9.2 and 0.10.2
+    ``v1/sample/sampler.py:Sampler.forward`` and ``ops/topk_topp_sampler.py:apply_top_k_top_p``,
+    the dummy run sets top_k = vocab - 1 and top_p = 0.9, so both masks run). Live when
+    ``logits_sort.scatter`` makes the re-sorted logits: the caller's model-dtype logits
+    [rows, padded vocab], the fp32 copy ``Sampler.forward`` makes, the sorted values (fp32)
+    and their int64 indices, the top-k bool mask, the softmax of the sorted values (fp32,
+    cumsum in place), the top-p bool mask and the scattered fp32 result: 2 + 26 bytes per
+    entry in bf16. ``torch.sort``'s own scratch is not in the source and not charged."""
+    b = dtype_bytes(model.weight_dtype)
+    return num_reqs * (padded_vocab(model) * b + model.vocab_size * (4 + 4 + 8 + 1 + 4 + 1 + 4))
+
+
 def triton_topk_buffer_bytes(model: ModelSpec, num_reqs: int, sm_count: int) -> int:
     """The per-program fp32 [rows, vocab] buffer of vLLM's Triton top-k/top-p
     (``v1/sample/ops/topk_topp_triton.py:apply_top_k_top_p_triton``, 0.19.0-0.33.0: used for

@@ -118,6 +118,22 @@ RELEASE_RULES: tuple[ReleaseRule, ...] = (
         "in every release read (model runner V1, FULL decode graphs, 1 + k > 1)",
     ),
     ReleaseRule(
+        "flashinfer_installed_by_default",
+        "FlashInfer is a dependency of the wheel, so a plain 'pip install vllm' has it and the "
+        "V1 sampler does not fall back to the PyTorch-native top-k/top-p (a full-vocabulary "
+        "sort of the fp32 logits; activation.native_topk_topp_sampler_peak_bytes)",
+        False,
+        True,
+        (0, 12, 0),
+        "wheel METADATA Requires-Dist (read session 8): no flashinfer in 0.9.2, "
+        "'flashinfer-python==0.3.0; extra == \"flashinfer\"' in 0.10.2 and 0.3.1 (extra) in "
+        "0.11.0, 'flashinfer-python==0.5.3' unconditional from 0.12.0 (and in every later wheel "
+        "read, 0.13.0-0.33.0); without it v1/sample/ops/topk_topp_sampler.py "
+        "TopKTopPSampler.__init__ logs 'FlashInfer is not available. Falling back to the "
+        "PyTorch-native implementation of top-p & top-k sampling' (0.9.2, 0.10.2; the "
+        "Qwen3-Next 0.10.2 row's log shows it)",
+    ),
+    ReleaseRule(
         "sm100_capture_ceiling_1024",
         "default max_cudagraph_capture_size ceiling is 1024 on data-centre Blackwell "
         "(SM100 family), 512 elsewhere",

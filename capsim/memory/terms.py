@@ -22,6 +22,7 @@ from capsim.memory.activation import (
     encoder_profile_bytes,
     forward_parts_bytes,
     held_dummy_pixels_bytes,
+    native_topk_topp_sampler_peak_bytes,
     rejection_row_vocab_elems,
     sampler_held_bytes,
     sampler_peak_bytes,
@@ -31,6 +32,7 @@ from capsim.memory.release_rules import rule
 from capsim.memory.weights import padded_vocab, weight_breakdown_bytes
 from capsim.models import ModelSpec
 from capsim.units import GiB, dtype_bytes
+from capsim.vllm_rules import rules_for
 
 # A measured-term lookup: (term, model, tp, value on the term's axis) -> bytes or None.
 TermLookup = Callable[[str, str, int, int], "int | None"]
@@ -98,6 +100,25 @@ def weights_term(p: PlanInputs) -> tuple[Term, dict[str, int]]:
     return Term(sum(parts.values()), Source.MODELLED, detail), parts
 
 
+def _sampler_bytes(p: PlanInputs, rows: int) -> tuple[int, bool]:
+    """The dummy sampler run's peak over ``rows`` and whether it comes from the H200 table.
+    A V1 release whose wheel does not bring FlashInfer (release rule
+    ``flashinfer_installed_by_default``) runs the PyTorch-native top-k/top-p sort; otherwise
+    vLLM 0.33's path (Triton top-k/top-p), or the H200 measurement of it."""
+    m = p.model
+    if rules_for(p.vllm_version).v1_engine and not rule(
+        "flashinfer_installed_by_default", p.vllm_version
+    ):
+        return native_topk_topp_sampler_peak_bytes(m, rows), False
+    got = p.measured("sampler_dummy_run", rows)
+    if got is not None:
+        # The table's row is the peak over the bf16 logits (kernels/MEMORY_TERMS.md), but
+        # ``_dummy_sampler_run`` keeps ``compute_logits``' [rows, padded vocab] output alive
+        # while both sampler calls run (0.26.0 v1/worker/gpu_model_runner.py): add it back.
+        return got + rows * padded_vocab(m) * dtype_bytes(m.weight_dtype), True
+    return sampler_peak_bytes(m, rows) + triton_topk_buffer_bytes(m, rows, p.gpu.sm_count), False
+
+
 def activation_term(p: PlanInputs) -> tuple[Term, dict[str, int]]:
     """``torch_peak_increase`` of ``profile_run``: encoder pass (outputs and the dummy pixel
     values kept), one forward over max_num_batched_tokens, the dummy sampler over
@@ -123,13 +144,8 @@ def activation_term(p: PlanInputs) -> tuple[Term, dict[str, int]]:
     forward = fwd["stream"] + max(fwd["gdn"], transient_ffn, fwd["attention"])
     rows = min(p.max_num_seqs, mnbt)
     held = sampler_held_bytes(m, rows, mnbt)
-    sampler = sampler_peak_bytes(m, rows) + triton_topk_buffer_bytes(m, rows, p.gpu.sm_count)
-    got = p.measured("sampler_dummy_run", rows)
-    if got is not None:
-        # The table's row is the peak over the bf16 logits (kernels/MEMORY_TERMS.md), but
-        # ``_dummy_sampler_run`` keeps ``compute_logits``' [rows, padded vocab] output alive
-        # while both sampler calls run (0.26.0 v1/worker/gpu_model_runner.py): add it back.
-        sampler = got + rows * padded_vocab(m) * dtype_bytes(m.weight_dtype)
+    sampler, sampler_measured = _sampler_bytes(p, rows)
+    if sampler_measured:
         measured.append("sampler")
     rejection = 0
     if p.spec.depth > 0:

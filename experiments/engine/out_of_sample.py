@@ -145,6 +145,10 @@ def markdown(df: pd.DataFrame, delta_s: float) -> str:
         "ends.",
         "Every column runs vLLM 0.26's async scheduling (PLAN.md 2026-12-02 01:57) but the "
         "last, main's engine terms with `--no-async-scheduling` (diagnostic).",
+        "Every column plans its pool with main's memory plan at regeneration time: session 8's "
+        "rules (the dummy image pixels held through the text pass, the first FULL graph sample) "
+        "moved the gmu 0.6 pools by about 1% and these runs' numbers with them; no step-model "
+        "constant was refit.",
         "role: delta column / main column / async column. pass: issue 21's threshold.",
         f"Runs of device calls 9-12 (predict, session 4): {', '.join(S4_RUNS)}.",
         f"Runs of device calls 14-15 (predict, session 5, PLAN.md 2026-12-02 07:58): "

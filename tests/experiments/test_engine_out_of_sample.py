@@ -123,7 +123,8 @@ S7 = ("g090_k2_sg_c64", "g090_k2_rand_c16", "g090_k2_sg_r12", "g090_k5_sg_c64", 
 # of S4 were first read after the freeze; every other run had been seen before the model.
 ASYNC_VERDICTS: dict[str, dict[str, str]] = {
     "g060_k3_rand_c128": {THR: "-", TTFT: "ok", P99: "ok", TPOT: "+", PEAK: "ok"},
-    "g060_k3_rand_c256": {THR: "ok", TTFT: "ok", P99: "ok", TPOT: "ok", PEAK: "ok"},
+    # session 8 pools (held dummy pixels: about 1% smaller at gmu 0.6): TPOT +6.5% -> +12.4%
+    "g060_k3_rand_c256": {THR: "ok", TTFT: "ok", P99: "ok", TPOT: "+", PEAK: "ok"},
     "g060_k3_rand_c64": {THR: "ok", TTFT: "ok", P99: "ok", TPOT: "ok", PEAK: "ok"},
     "g060_k3_sg_c256": {THR: "-", TTFT: "+", P99: "ok", TPOT: "+", PEAK: "ok"},
     "g090_k0_rand_c256": {THR: "ok", TTFT: "ok", P99: "ok", TPOT: "ok", PEAK: "ok"},
@@ -155,7 +156,8 @@ ASYNC_VERDICTS: dict[str, dict[str, str]] = {
     # calls 18-21 (session 6): first simulated after the runs were recorded, by main 4ce60b2's
     # code (the async period frozen at 279d2dd, round-9 tables); nothing fitted to them
     "g060_k3_in2048_c64": {THR: "+", TTFT: "ok", P99: "ok", TPOT: "ok", PEAK: "ok"},
-    "g060m256_k1_sg_c128": {THR: "+", TTFT: "ok", P99: "ok", TPOT: "ok", PEAK: "ok"},
+    # session 8 pools: throughput +10.x% -> +8.0%
+    "g060m256_k1_sg_c128": {THR: "ok", TTFT: "ok", P99: "ok", TPOT: "ok", PEAK: "ok"},
     "g060m256_k1_sg_r16": {THR: "ok", TTFT: "+", P99: "+", TPOT: "+", PEAK: "ok"},
     "g090pc_k1_sg_c64": {THR: "ok", TTFT: "ok", P99: "ok", TPOT: "ok", PEAK: "ok"},
     # call 24 and calls 22-23 (session 7): first simulated by main 89707f8's code (the async
@@ -170,14 +172,17 @@ ASYNC_VERDICTS: dict[str, dict[str, str]] = {
     # k=5 one request: the real FULL period 10.1 ms is GPU-bound; the host floor 8.02 + 1.03 x
     # (k - 1) = 12.2 ms, fitted at k=1 and k=3, does not extrapolate to k=5
     "g090_k5_rand_c1": {THR: "-", TTFT: "+", P99: "ok", TPOT: "+", PEAK: "ok"},
-}# per metric, predict runs within the threshold: (main c4fa656, async) over the async model's
+}
+
+# per metric, predict runs within the threshold: (main c4fa656, async) over the async model's
 # 33 predict runs, over the 4 runs of calls 9-10 and 24, the 4 of calls 14-15, the 4 of calls
 # 18-21 and the 5 of calls 22-23 (out_of_sample.md's pass-count table)
 PASS_COUNTS: dict[str, tuple[int, ...]] = {
-    THR: (16, 20, 2, 4, 3, 3, 3, 2, 1, 2),
+    THR: (16, 21, 2, 4, 3, 3, 3, 3, 1, 2),  # session-8 pools: g060m256_k1_sg_c128 +8.0%
     TTFT: (27, 22, 3, 3, 3, 3, 3, 3, 5, 1),
     P99: (30, 27, 3, 4, 4, 2, 3, 3, 4, 4),
-    TPOT: (13, 17, 1, 1, 2, 3, 3, 3, 0, 1),  # round-9 tables: g075_k1_sg_c64 -10.04% (was -9.99988%)
+    # round-9 tables: g075_k1_sg_c64 -10.04%; session-8 pools: g060_k3_rand_c256 +12.4%
+    TPOT: (13, 16, 1, 1, 2, 3, 3, 3, 0, 1),
     PEAK: (30, 30, 3, 3, 4, 4, 4, 4, 4, 4),
 }
 
