@@ -482,11 +482,11 @@ def format_comparison(c: Comparison) -> str:
         lines.append(f"  note: {note}")
     if c.failure:
         lines.append(f"  capsim cannot plan this deployment: {c.failure}")
-    lines.append(f"  {'term':<48}{'log':>12}{'capsim':>12}  {'status':<22}source")
+    lines.append(f"  {'term':<48}{'log':>12}{'capsim':>12}  {'status':<21} source")
     for r in c.rows:
         lg = "-" if r.log is None else _num(r.log)
         cp = "-" if r.capsim is None else _num(r.capsim)
-        lines.append(f"  {r.term:<48}{lg:>12}{cp:>12}  {r.status:<22}{r.source}")
+        lines.append(f"  {r.term:<48}{lg:>12}{cp:>12}  {r.status:<21} {r.source}")
     diff = c.differing
     lines.append("  differs: " + (", ".join(diff) if diff else "nothing beyond tolerance"))
     if c.pinned is not None:
