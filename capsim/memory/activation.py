@@ -135,7 +135,7 @@ def held_dummy_pixels_bytes(model: ModelSpec, max_num_batched_tokens: int) -> in
     Charged in the model dtype: ``InputProcessingContext.call_hf_processor`` casts every
     floating tensor the HF processor returns to ``model_config.dtype``
     (multimodal/processing/context.py ``_postprocess_output``, 0.19.0-0.33.0; see
-    ``vision_bytes_per_patch`` for the vision pass, where the logs hold more). Read in session
+    ``vision_bytes_per_patch`` for the vision pass). Read in session
     8, after the H200 max_num_seqs 256 start-ups had been seen (their 2.71 GiB peaks at k = 1,
     3, 5 were 0.25 GiB above capsim's 2.46): a rule from the source, not a fit, but those rows
     no longer predict it blind."""
@@ -148,7 +148,7 @@ def held_dummy_pixels_bytes(model: ModelSpec, max_num_batched_tokens: int) -> in
 
 
 def encoder_profile_bytes(
-    model: ModelSpec, tp: int, max_num_batched_tokens: int, *, pixel_copy_held: bool = True
+    model: ModelSpec, tp: int, max_num_batched_tokens: int
 ) -> tuple[int, int]:
     """(encoder_cache_bytes, vision_forward_peak_bytes) of profile_run's multimodal pass.
 
@@ -163,33 +163,34 @@ def encoder_profile_bytes(
         return 0, 0
     tokens, patches = _profile_image_patches(model, max_num_batched_tokens)
     cache = tokens * v.out_hidden_size * (1 + v.num_deepstack) * dtype_bytes(model.weight_dtype)
-    return cache, patches * vision_bytes_per_patch(model, tp, pixel_copy_held=pixel_copy_held)
+    return cache, patches * vision_bytes_per_patch(model, tp)
 
 
-def vision_bytes_per_patch(model: ModelSpec, tp: int, *, pixel_copy_held: bool = True) -> int:
-    """Bytes per patch live at the vision tower's peak in ``profile_run`` (session 4, read in
-    0.26.0 ``v1/worker/gpu_model_runner.py:profile_run/_get_mm_dummy_batch``,
-    ``multimodal/utils.py:group_and_batch_mm_kwargs`` and ``model_executor/models/qwen3_vl.py``
-    ``_process_image_input``, ``Qwen3_VisionTransformer.forward``, ``Qwen3_VisionBlock``;
-    the same code path in 0.24.0, which Qwen3.5 uses through ``qwen3_5.py``):
+def vision_bytes_per_patch(model: ModelSpec, tp: int) -> int:
+    """Bytes per patch live at the vision tower's peak in ``profile_run`` (read in 0.26.0
+    ``v1/worker/gpu_model_runner.py:profile_run/_get_mm_dummy_batch``,
+    ``multimodal/processing/context.py:call_hf_processor``, ``model_executor/models/qwen3_vl.py``
+    ``_process_image_input``, ``Qwen3_VisionTransformer.forward``, ``Qwen3_VisionBlock`` and
+    ``qwen2_5_vl.py:Qwen2_5_VisionAttention.forward``; the same code path in 0.24.0 and 0.27.1,
+    which Qwen3.5 / 3.6 / 3.8 use through ``qwen3_5.py``):
 
-    - held for the whole pass: the dummy ``pixel_values`` as the HF image processor returns them
-      (fp32; ``group_and_batch_mm_kwargs`` moves them to the GPU without a cast) and
-      ``_process_image_input``'s ``.type(self.visual.dtype)`` copy, ``C * T * P * P`` values
-      per patch each (the copy only before 0.32, release rule ``vision_pixel_copy_freed``);
-      ``encoder_metadata["pos_embeds"]`` [patches, hidden] and the residual
-      stream [patches, hidden];
-      session 8: ``InputProcessingContext.call_hf_processor`` casts the processor's floating
-      outputs to the model dtype (multimodal/processing/context.py), which would make the
-      pixels bf16 and the ``.type`` a no-op, 4 B per pixel value fewer than charged here. Kept
-      as read in session 4 because the two logged start-ups whose peak is this pass (H200
-      0.26.0 k=0 max_num_seqs 256: 1.92 GiB logged, 2.11 charged; Qwen3.8-27B 2x RTX 3090
-      0.27.1: 1.46 logged, 1.55 charged) sit 6-10% above the bf16 reading's 1.73 / 1.17: the
-      pass holds something the reading does not see (an open gap, docs/known-gaps.md);
-    - the larger of one block's attention half (``norm1(x)`` [hidden], the qkv projection
-      [3 hidden / tp], the q/k concatenation and its rotated copy [2 x 2 hidden / tp], the
-      attention output [hidden / tp]) and its MLP half (``norm2(x)`` [hidden], fc1 output and
-      its activation [2 x intermediate / tp]).
+    - held for the whole pass: the dummy ``pixel_values``, ``C * T * P * P`` values per patch in
+      the model dtype (``call_hf_processor`` casts the processor's floating outputs to
+      ``model_config.dtype``, so ``_process_image_input``'s ``.type(self.visual.dtype)`` is a
+      no-op; session 4 had read fp32 pixels plus a bf16 copy), ``encoder_metadata["pos_embeds"]``
+      [patches, hidden] and the residual stream [patches, hidden];
+    - the larger of one block's attention half, live when its output projection runs
+      (``norm1(x)`` [hidden]; the qkv projection [3 hidden / tp], which ``x`` still names; the
+      contiguous q/k pair and its rotated copy [2 x 2 hidden / tp]; the attention output
+      [hidden / tp]; the projection's output [hidden]; at tp > 1 that output's all-reduce,
+      which is out of place: ``GroupCoordinator._all_reduce_out_place`` ->
+      ``CudaCommunicator.all_reduce`` returns a new tensor on every path, pynccl's
+      ``torch.empty_like`` included (distributed/, 0.27.1), so the partial and the reduced
+      output [hidden] are live together) and its MLP half (``norm2(x)`` [hidden], fc1 output
+      and its activation [2 x intermediate / tp]). Session 4 stopped at the attention output;
+      session 8 read the projection and its all-reduce after the two logged vision-pass peaks
+      (H200 TP1 1.92 GiB, Qwen3.8-27B TP2 1.46) had been seen: read from the source, but those
+      rows no longer predict it blind.
     """
     v = model.vision
     if v is None:
@@ -197,8 +198,9 @@ def vision_bytes_per_patch(model: ModelSpec, tp: int, *, pixel_copy_held: bool =
     b = dtype_bytes(model.weight_dtype)
     h = v.hidden_size
     pixels = v.in_channels * v.temporal_patch_size * v.patch_size**2
-    held = pixels * (4 + (b if pixel_copy_held else 0)) + 2 * h * b
-    attn = (h + (3 * h + 4 * h + h) // tp) * b
+    held = pixels * b + 2 * h * b
+    reduced = h if tp > 1 else 0
+    attn = (h + (3 * h + 4 * h + h) // tp + h + reduced) * b
     mlp = (h + 2 * v.intermediate_size // tp) * b
     return held + max(attn, mlp)
 

@@ -169,19 +169,6 @@ RELEASE_RULES: tuple[ReleaseRule, ...] = (
     ),
     _from_version_rules("hybrid_prefix_caching_default"),
     ReleaseRule(
-        "vision_pixel_copy_freed",
-        "the vision tower casts the dummy pixel_values inside its forward (input_norm), so no "
-        "model-dtype copy of them is held through the blocks; before, _process_image_input held "
-        "a .type(visual.dtype) copy for the whole vision forward",
-        False,
-        True,
-        (0, 32, 0),
-        "model_executor/models/qwen3_vl.py: _process_image_input has "
-        "'image_input[\"pixel_values\"].type(self.visual.dtype)' in 0.20.1-0.31.0 and passes "
-        "pixel_values uncast in 0.32.0/0.33.0, where Qwen3_VisionTransformer.forward starts with "
-        "self.input_norm(x, self.dtype) (reassigned by patch_embed)",
-    ),
-    ReleaseRule(
         "runner_buffers_charged",
         "the model runner's persistent buffers (allocated after the worker's init snapshot, "
         "before the profile) are charged to the KV budget, inside 'consumed memory'",

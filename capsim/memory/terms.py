@@ -125,10 +125,7 @@ def activation_term(p: PlanInputs) -> tuple[Term, dict[str, int]]:
     ``min(max_num_seqs, mnbt)`` rows and, with drafts, the rejection-sampler dummy run over the
     same rows."""
     m, tp, mnbt = p.model, p.engine.tp, p.max_num_batched_tokens
-    held_copy = not rule("vision_pixel_copy_freed", p.vllm_version)
-    enc_cache, enc_fwd = (
-        encoder_profile_bytes(m, tp, mnbt, pixel_copy_held=held_copy) if p.multimodal else (0, 0)
-    )
+    enc_cache, enc_fwd = encoder_profile_bytes(m, tp, mnbt) if p.multimodal else (0, 0)
     pixels = held_dummy_pixels_bytes(m, mnbt) if p.multimodal else 0
     fwd = forward_parts_bytes(m, tp, mnbt)
     measured: list[str] = []

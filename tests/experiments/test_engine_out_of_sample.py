@@ -151,7 +151,8 @@ ASYNC_VERDICTS: dict[str, dict[str, str]] = {
     "g060_k3_sg_c64": {THR: "ok", TTFT: "ok", P99: "ok", TPOT: "ok", PEAK: "ok"},
     # Poisson 8 req/s at the gmu 0.6 knee: the queue forms where capsim's does not (TTFT low)
     "g060_k3_rand_r8": {THR: "ok", TTFT: "-", P99: "-", TPOT: "ok", PEAK: "ok"},
-    "g060m256_k0_sg_c256": {THR: "+", TTFT: "ok", P99: "ok", TPOT: "-", PEAK: "ok"},
+    # session-8 pools (vision pass re-read: k=0 max_num_seqs 256 pool +1.5%): TTFT -20.02%
+    "g060m256_k0_sg_c256": {THR: "+", TTFT: "-", P99: "ok", TPOT: "-", PEAK: "ok"},
     "g060m256_k0_rand_c128": {THR: "ok", TTFT: "ok", P99: "-", TPOT: "ok", PEAK: "ok"},
     # calls 18-21 (session 6): first simulated after the runs were recorded, by main 4ce60b2's
     # code (the async period frozen at 279d2dd, round-9 tables); nothing fitted to them
@@ -179,7 +180,7 @@ ASYNC_VERDICTS: dict[str, dict[str, str]] = {
 # 18-21 and the 5 of calls 22-23 (out_of_sample.md's pass-count table)
 PASS_COUNTS: dict[str, tuple[int, ...]] = {
     THR: (16, 21, 2, 4, 3, 3, 3, 3, 1, 2),  # session-8 pools: g060m256_k1_sg_c128 +8.0%
-    TTFT: (27, 22, 3, 3, 3, 3, 3, 3, 5, 1),
+    TTFT: (27, 21, 3, 3, 3, 2, 3, 3, 5, 1),  # session-8 pools: g060m256_k0_sg_c256 -20.02%
     P99: (30, 27, 3, 4, 4, 2, 3, 3, 4, 4),
     # round-9 tables: g075_k1_sg_c64 -10.04%; session-8 pools: g060_k3_rand_c256 +12.4%
     TPOT: (13, 16, 1, 1, 2, 3, 3, 3, 0, 1),

@@ -46,3 +46,12 @@ def test_fit_row_is_still_reproduced() -> None:
     # 192 MiB of pixels out of the per-row constant: the fit row is unchanged
     log, mine = _peak("h200-35b-g090-k3-s2call3")
     assert (log, mine) == (8.05, 8.05)
+
+
+def test_k0_max_num_seqs_256_peak_is_the_vision_pass() -> None:
+    # excerpt h200-35b-g060-k0-mns256-s5call15.log: "1.92 GiB for peak activation" at k=0,
+    # max_num_seqs 256: the vision pass (bf16 pixels, pos_embeds, residual, one block's
+    # attention half up to its projection output) is above the text pass with the pixels held
+    log, mine = _peak("h200-35b-g060-k0-mns256-s5call15")
+    assert log == 1.92
+    assert abs(mine / log - 1) < 0.05
