@@ -100,8 +100,9 @@ def weights_term(p: PlanInputs) -> tuple[Term, dict[str, int]]:
     return Term(sum(parts.values()), Source.MODELLED, detail), parts
 
 
-def _sampler_bytes(p: PlanInputs, rows: int) -> tuple[int, bool]:
-    """The dummy sampler run's peak over ``rows`` and whether it comes from the H200 table.
+def _sampler_bytes(p: PlanInputs, rows: int) -> tuple[int, str]:
+    """The dummy sampler run's peak over ``rows`` and its path: "native", "measured" (the H200
+    table) or "modelled".
     A V1 release whose wheel does not bring FlashInfer (release rule
     ``flashinfer_installed_by_default``) runs the PyTorch-native top-k/top-p sort; otherwise
     vLLM 0.33's path (Triton top-k/top-p), or the H200 measurement of it."""
@@ -109,14 +110,17 @@ def _sampler_bytes(p: PlanInputs, rows: int) -> tuple[int, bool]:
     if rules_for(p.vllm_version).v1_engine and not rule(
         "flashinfer_installed_by_default", p.vllm_version
     ):
-        return native_topk_topp_sampler_peak_bytes(m, rows), False
+        return native_topk_topp_sampler_peak_bytes(m, rows), "native"
     got = p.measured("sampler_dummy_run", rows)
     if got is not None:
         # The table's row is the peak over the bf16 logits (kernels/MEMORY_TERMS.md), but
         # ``_dummy_sampler_run`` keeps ``compute_logits``' [rows, padded vocab] output alive
         # while both sampler calls run (0.26.0 v1/worker/gpu_model_runner.py): add it back.
-        return got + rows * padded_vocab(m) * dtype_bytes(m.weight_dtype), True
-    return sampler_peak_bytes(m, rows) + triton_topk_buffer_bytes(m, rows, p.gpu.sm_count), False
+        return got + rows * padded_vocab(m) * dtype_bytes(m.weight_dtype), "measured"
+    return (
+        sampler_peak_bytes(m, rows) + triton_topk_buffer_bytes(m, rows, p.gpu.sm_count),
+        "modelled",
+    )
 
 
 def activation_term(p: PlanInputs) -> tuple[Term, dict[str, int]]:
@@ -141,8 +145,8 @@ def activation_term(p: PlanInputs) -> tuple[Term, dict[str, int]]:
     forward = fwd["stream"] + max(fwd["gdn"], transient_ffn, fwd["attention"])
     rows = min(p.max_num_seqs, mnbt)
     held = sampler_held_bytes(m, rows, mnbt)
-    sampler, sampler_measured = _sampler_bytes(p, rows)
-    if sampler_measured:
+    sampler, sampler_path = _sampler_bytes(p, rows)
+    if sampler_path == "measured":
         measured.append("sampler")
     rejection = 0
     if p.spec.depth > 0:
@@ -175,6 +179,12 @@ def activation_term(p: PlanInputs) -> tuple[Term, dict[str, int]]:
     )[0]
     if top == "rejection_sampler":
         why = f"peak in the rejection sampler ({REJECTION_FIT_SOURCE})"
+        return Term(peak, Source.MODELLED, why), parts
+    if top == "sampler" and sampler_path == "native":
+        why = (
+            f"peak in the sampler: the PyTorch-native top-k/top-p sort (vLLM {p.vllm_version}'s "
+            "wheel does not bring FlashInfer; release rule flashinfer_installed_by_default)"
+        )
         return Term(peak, Source.MODELLED, why), parts
     if top == "sampler" and "sampler" in measured:
         return Term(peak, Source.MEASURED, "H200 table: sampler_dummy_run"), parts

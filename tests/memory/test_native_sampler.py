@@ -45,6 +45,7 @@ def test_qwen3_next_0_10_2_peak_and_pool() -> None:
     peak = next(t for t in r.comparison.rows if t.term.startswith("peak activation"))
     assert peak.log == 5.58 and peak.capsim is not None
     assert abs(peak.capsim / peak.log - 1) < 0.25
+    assert "PyTorch-native top-k/top-p" in peak.source
     kv = r.err("available_kv")
     assert kv is not None and abs(kv) < 0.02
 
