@@ -75,6 +75,15 @@ S7_RUNS: tuple[str, ...] = (
     "g090_k5_sg_c64",
     "g090_k5_rand_c1",
 )
+# serving runs of device calls 25-27 (session 9; PLAN.md 2026-12-03 06:45 and 13:08: predict runs
+# for every model column; the first three repeat session-3/7 runs on one machine to size the
+# machine-to-machine spread, g090_k8_sg_c64 is the first k=8 run)
+S9_RUNS: tuple[str, ...] = (
+    "g090m16_k3_sg_c64_r2",
+    "g090m16_k3_rand_c1_r2",
+    "g090_k2_sg_c64_r2",
+    "g090_k8_sg_c64",
+)
 
 
 def _ok(v: object) -> str:
@@ -103,6 +112,7 @@ def _counts_md(df: pd.DataFrame) -> list[str]:
         ("runs of calls 14-15", set(S5_RUNS)),
         ("runs of calls 18-21", set(S6_RUNS)),
         ("runs of calls 22-23", set(S7_RUNS)),
+        ("runs of calls 25-27", set(S9_RUNS)),
     ]
     groups = [(name, runs & set(df["run"])) for name, runs in groups]
     head = "".join(f" {name} | main c4fa656 | async step period |" for name, _ in groups)
@@ -157,6 +167,8 @@ def markdown(df: pd.DataFrame, delta_s: float) -> str:
         f"{', '.join(S6_RUNS)}.",
         f"Runs of device calls 22-23 (predict, session 7, PLAN.md 2026-12-02 21:20; k=2 and k=5): "
         f"{', '.join(S7_RUNS)}. g075_k1_sg_r16 (a calls 9-12 run) ran in call 24.",
+        f"Runs of device calls 25-27 (predict, session 9, PLAN.md 2026-12-03 06:45 and 13:08; "
+        f"repeats on one machine and k=8): {', '.join(S9_RUNS)}.",
         "",
         *_counts_md(df),
         "| run | role | metric | real | capsim | err % | capsim+delta | err % | "
