@@ -80,18 +80,34 @@ def sampler_peak_bytes(model: ModelSpec, num_reqs: int) -> int:
     return num_reqs * (padded_vocab(model) * b + 3 * model.vocab_size * 4)
 
 
+# torch.sort over a [rows, vocab] fp32 tensor on the PyTorch-native top-k/top-p path, measured
+# on the H200 (experiments/memory_plan/h200/sort_probe_s11.json, torch 2.11.0+cu130, session 11;
+# the expectation was written before the probe ran: h200/predictions_s10.md). From 128 rows on
+# (PyTorch's segmented radix sort, aten/src/ATen/native/cuda/SortStable.cu) the sequence peaks
+# in the sort at 4 (fp32 copy) + 4 (values) + 8 (indices) + 8 (reverse indices) + 4 + 8 (cub's
+# key and value buffers) = 36 B per entry: measured 36.00 (vocab 248,320) and 36.02 (151,936)
+# at 1024 rows. Below 128 rows another branch runs; measured at 64 rows only: 48.34 / 48.59 B
+# per entry (the larger is charged for every row count under 128, not derived).
+NATIVE_SORT_MOMENT_B_PER_ENTRY = 36
+NATIVE_FEW_ROWS_B_PER_ENTRY = 48.586  # measured, 64 rows, vocab 151,936 (sort_probe_s11.json)
+NATIVE_SEGMENTED_SORT_MIN_ROWS = 128
+
+
 def native_topk_topp_sampler_peak_bytes(model: ModelSpec, num_reqs: int) -> int:
     """Peak of the dummy sampler run on the PyTorch-native top-k/top-p path (V1 without
     FlashInfer, before the Triton kernel; read in 0.9.2 and 0.10.2
     ``v1/sample/sampler.py:Sampler.forward`` and ``ops/topk_topp_sampler.py:apply_top_k_top_p``,
-    the dummy run sets top_k = vocab - 1 and top_p = 0.9, so both masks run). Live when
-    ``logits_sort.scatter`` makes the re-sorted logits: the caller's model-dtype logits
-    [rows, padded vocab], the fp32 copy ``Sampler.forward`` makes, the sorted values (fp32)
-    and their int64 indices, the top-k bool mask, the softmax of the sorted values (fp32,
-    cumsum in place), the top-p bool mask and the scattered fp32 result: 2 + 26 bytes per
-    entry in bf16. ``torch.sort``'s own scratch is not in the source and not charged."""
+    the dummy run sets top_k = vocab - 1 and top_p = 0.9, so both masks run): the caller's
+    model-dtype logits [rows, padded vocab] plus the moment ``torch.sort`` runs on the fp32
+    copy ``Sampler.forward`` makes: 36 B per entry from 128 rows on (the sort's own scratch
+    included; the later scatter moment holds 26), 48.6 B measured at 64 rows below that
+    (``NATIVE_*`` constants above, H200 probe)."""
     b = dtype_bytes(model.weight_dtype)
-    return num_reqs * (padded_vocab(model) * b + model.vocab_size * (4 + 4 + 8 + 1 + 4 + 1 + 4))
+    if num_reqs >= NATIVE_SEGMENTED_SORT_MIN_ROWS:
+        sort_bytes = num_reqs * model.vocab_size * NATIVE_SORT_MOMENT_B_PER_ENTRY
+    else:
+        sort_bytes = round(num_reqs * model.vocab_size * NATIVE_FEW_ROWS_B_PER_ENTRY)
+    return num_reqs * padded_vocab(model) * b + sort_bytes
 
 
 def triton_topk_buffer_bytes(model: ModelSpec, num_reqs: int, sm_count: int) -> int:

@@ -84,6 +84,13 @@ S9_RUNS: tuple[str, ...] = (
     "g090_k2_sg_c64_r2",
     "g090_k8_sg_c64",
 )
+# serving runs of device calls 30-31 (session 11; PLAN.md 2026-12-03 16:30 and 23:40: predict
+# runs for every model column; k=4, and the k=2 ShareGPT-like run on a third machine)
+S11_RUNS: tuple[str, ...] = (
+    "g090_k4_sg_c64",
+    "g090_k4_rand_c1",
+    "g090_k2_sg_c64_r3",
+)
 
 
 def _ok(v: object) -> str:
@@ -113,6 +120,7 @@ def _counts_md(df: pd.DataFrame) -> list[str]:
         ("runs of calls 18-21", set(S6_RUNS)),
         ("runs of calls 22-23", set(S7_RUNS)),
         ("runs of calls 25-27", set(S9_RUNS)),
+        ("runs of calls 30-31", set(S11_RUNS)),
     ]
     groups = [(name, runs & set(df["run"])) for name, runs in groups]
     head = "".join(f" {name} | main c4fa656 | async step period |" for name, _ in groups)
@@ -169,6 +177,8 @@ def markdown(df: pd.DataFrame, delta_s: float) -> str:
         f"{', '.join(S7_RUNS)}. g075_k1_sg_r16 (a calls 9-12 run) ran in call 24.",
         f"Runs of device calls 25-27 (predict, session 9, PLAN.md 2026-12-03 06:45 and 13:08; "
         f"repeats on one machine and k=8): {', '.join(S9_RUNS)}.",
+        f"Runs of device calls 30-31 (predict, session 11, PLAN.md 2026-12-03 16:30 and 23:40; "
+        f"k=4 and a third machine's k=2): {', '.join(S11_RUNS)}.",
         "",
         *_counts_md(df),
         "| run | role | metric | real | capsim | err % | capsim+delta | err % | "
