@@ -8,7 +8,8 @@ capsim's ``shared-prefix`` workload (ShareGPT first turns behind 16 shared syste
   - ``{DEST}/sharedprefix{N}.jsonl`` (not committed; default .devstage/engine/datasets/,
     which engine_device.sh copies into the unpacked model dir's datasets/ on the device, so
     a job reads /tmp/capsim_engine/model/datasets/sharedprefix{N}.jsonl without a new
-    model.tar.xz).
+    model.tar.xz). The JSONL is ~7.2 MiB; `xz -9 -k` makes it ~0.33 MiB and engine_device.sh
+    unpacks a datasets/NAME.jsonl.xz the same way (carry one of the two, not both).
 
 Usage:
   python3 scripts/engine_dataset_sp.py [--rows 512] [--seed 0] [--dest .devstage/engine/datasets]
