@@ -73,9 +73,7 @@ def segment_word_idx(segment_id: int, num_tok: int, n_words: int, seed: int) -> 
     return rng.integers(0, n_words, size=num_tok)
 
 
-def _prompt_runs(
-    segments: tuple[tuple[int, int], ...], prompt_tok: int
-) -> list[tuple[int, int]]:
+def _prompt_runs(segments: tuple[tuple[int, int], ...], prompt_tok: int) -> list[tuple[int, int]]:
     """The ``(segment_id, num_tok)`` runs of the prompt part (segments cover prompt+output)."""
     runs, left = [], prompt_tok
     for sid, n in segments:
