@@ -13,8 +13,10 @@
 #
 # The folder this script lies in (.devstage/engine/, carried with the call) holds the
 # payload built by scripts/engine_payload.py (site.tar.xz, model.tar.xz, MANIFEST.json),
-# engine_runner.py + engine_jobs.py and the job lists. The payload is unpacked to /tmp/capsim_engine once
-# per machine (skipped when the sha256 of the carried file matches what was unpacked:
+# engine_runner.py + engine_jobs.py, the job lists and optionally datasets/*.jsonl[.xz] (copied
+# into the model dir's datasets/ on every call). The payload is unpacked to
+# /tmp/capsim_engine once per machine (skipped when the sha256 of the carried file matches
+# what was unpacked:
 # the machine keeps /tmp between back-to-back calls); compile caches live under
 # /tmp/capsim_cache so a second start-up on the same machine is warm.
 # Results: $OUT/engine_results.tar.xz (re-packed after every job) and $OUT/device.log.
@@ -55,6 +57,21 @@ for part in site model; do
     echo "$want" > "$ROOT/$part.sha256"
     echo "engine_device: unpacked $part in $(( $(date +%s) - T0 )) s"
 done
+# datasets carried beside the payload (scripts/engine_dataset_sp.py): into the model dir,
+# every call (an unpacked model dir is replaced whole when model.tar.xz changes); a
+# NAME.jsonl.xz (xz -9: ~1/20 of the carry) arrives as NAME.jsonl
+if ls "$HERE"/datasets/*.jsonl "$HERE"/datasets/*.jsonl.xz >/dev/null 2>&1; then
+    mkdir -p "$ROOT/model/datasets" || exit 3
+    for f in "$HERE"/datasets/*.jsonl "$HERE"/datasets/*.jsonl.xz; do
+        [ -f "$f" ] || continue
+        name=$(basename "$f" .xz)
+        if [ "$f" = "${f%.xz}" ]; then cp "$f" "$ROOT/model/datasets/$name.tmp"
+        else xz -d -c "$f" > "$ROOT/model/datasets/$name.tmp"; fi \
+            && mv "$ROOT/model/datasets/$name.tmp" "$ROOT/model/datasets/$name" \
+            || { echo "engine_device: dataset $f failed"; exit 3; }
+        echo "engine_device: dataset $name"
+    done
+fi
 export PYTHONPATH="$ROOT/site" HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1 VLLM_NO_USAGE_STATS=1 \
     DO_NOT_TRACK=1 VLLM_USE_FLASHINFER_SAMPLER=0 VLLM_SERVER_DEV_MODE=1 PYTHONUNBUFFERED=1 \
     TRITON_CACHE_DIR="$CACHE/triton" VLLM_CACHE_ROOT="$CACHE/vllm" \

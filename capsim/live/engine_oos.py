@@ -58,6 +58,7 @@ class RealRun:
     bench: dict[str, Any]
     requests: pd.DataFrame
     metrics: dict[str, float]
+    run_dir: Path | None = None  # where it was loaded from (finds the data folder)
 
 
 def load_run(run_dir: Path) -> RealRun:
@@ -84,7 +85,12 @@ def load_run(run_dir: Path) -> RealRun:
         "preemptions": float(delta.get("vllm:num_preemptions_total", math.nan)),
     }
     return RealRun(
-        run_dir.name, json.loads((run_dir / "server.json").read_text()), job["bench"], reqs, metrics
+        run_dir.name,
+        json.loads((run_dir / "server.json").read_text()),
+        job["bench"],
+        reqs,
+        metrics,
+        run_dir,
     )
 
 
@@ -132,12 +138,61 @@ def sim_config(
     )
 
 
-def request_table(run: RealRun) -> RequestTable:
+def default_data_root(run: RealRun) -> Path | None:
+    """The data folder next to the runs root (experiments/engine/data/), if known."""
+    return None if run.run_dir is None else run.run_dir.parent.parent / "data"
+
+
+def dataset_segments(
+    run: RealRun, data_root: Path | None = None
+) -> tuple[tuple[tuple[int, int], ...], ...] | None:
+    """The shared segments of the run's requests: from ``DATA/<stem of dataset_path>.csv``
+    when that CSV has a ``segments`` column (``capsim.live.engine_dataset``), checked row by
+    row against requests.csv (same prompt and output lengths, same order); else None."""
+    from capsim.live.engine_dataset import parse_segments
+
+    root = data_root if data_root is not None else default_data_root(run)
+    path = run.bench.get("dataset_path")
+    if root is None or not path:
+        return None
+    csv = Path(root) / f"{Path(str(path)).stem}.csv"
+    if not csv.exists():
+        return None
+    data = pd.read_csv(csv, dtype={"segments": str, "source_id": str})
+    if "segments" not in data.columns:
+        return None
+    got_p = run.requests["input_len"].to_numpy(np.int64)
+    got_o = run.requests["output_len"].to_numpy(np.int64)
+    if len(got_p) > len(data):
+        raise ValueError(
+            f"run {run.name}: requests.csv has {len(got_p)} rows, {csv} only {len(data)}"
+        )
+    want_p = data["prompt_tok"].to_numpy(np.int64)[: len(got_p)]
+    want_o = data["output_tok"].to_numpy(np.int64)[: len(got_p)]
+    bad = np.nonzero((want_p != got_p) | (want_o != got_o))[0]
+    if bad.size:
+        i = int(bad[0])
+        raise ValueError(
+            f"run {run.name}: requests.csv row {i} has input_len={got_p[i]}, "
+            f"output_len={got_o[i]}; {csv} row {i} has prompt_tok={want_p[i]}, "
+            f"output_tok={want_o[i]}"
+        )
+    return tuple(
+        parse_segments(text, f"{csv} row {i}")
+        for i, text in enumerate(data["segments"].iloc[: len(got_p)])
+    )
+
+
+def request_table(run: RealRun, data_root: Path | None = None) -> RequestTable:
+    """The run's requests as capsim simulates them: requests.csv's lengths in order, plus
+    the dataset's shared segments where its CSV has them (``dataset_segments``;
+    ``data_root`` None: the data folder next to the run's runs root)."""
     r = run.requests
     return RequestTable(
         name=run.name,
         prompt_tok=r["input_len"].to_numpy(np.int64),
         output_tok=r["output_len"].to_numpy(np.int64),
+        segments=dataset_segments(run, data_root),
     )
 
 
@@ -166,9 +221,11 @@ def simulate_run(
     engine_overhead: str | None = None,
     async_scheduling: bool | None = None,
     async_period: bool = True,
+    data_root: Path | None = None,
 ) -> dict[str, float]:
-    """capsim's metrics for the real run's configuration (same lengths, same load);
-    ``async_period=False``: main c4fa656's engine terms (no async step period)."""
+    """capsim's metrics for the real run's configuration (same lengths, same load, the
+    dataset's shared segments if any: ``request_table``); ``async_period=False``: main
+    c4fa656's engine terms (no async step period)."""
     from capsim.cost.factory import build_step_time_model
     from capsim.gpus import get_gpu
     from capsim.simulate import simulate
@@ -178,7 +235,7 @@ def simulate_run(
     cost = build_step_time_model(cfg, cfg.model_spec(), gpu, async_period=async_period)
     if delta_s:
         cost = PlusOverhead(cost, delta_s)
-    s = simulate(cfg, workload=request_table(run), cost=cost).summary
+    s = simulate(cfg, workload=request_table(run, data_root), cost=cost).summary
     return {
         "throughput_tok_per_s": s["output_throughput_tok_per_s"],
         "ttft_mean_ms": 1e3 * s["ttft_mean_s"],
@@ -191,9 +248,9 @@ def simulate_run(
     }
 
 
-def fit_delta_s(fit_run: RealRun) -> float:
+def fit_delta_s(fit_run: RealRun, data_root: Path | None = None) -> float:
     """PLAN.md: delta = (TPOT_real - TPOT_capsim) * capsim's tokens per step, fit run only."""
-    sim = simulate_run(fit_run)
+    sim = simulate_run(fit_run, data_root=data_root)
     return (fit_run.metrics["tpot_mean_ms"] - sim["tpot_mean_ms"]) * 1e-3 * sim["tokens_per_step"]
 
 
@@ -223,27 +280,34 @@ def startup_blocks(startups_csv: Path, server: dict[str, Any]) -> int | None:
     return int(hit["num_gpu_blocks"].iloc[0]) if len(hit) else None
 
 
-def table(runs_root: Path, startups_csv: Path | None = None) -> tuple[pd.DataFrame, float]:
+def table(
+    runs_root: Path, startups_csv: Path | None = None, data_root: Path | None = None
+) -> tuple[pd.DataFrame, float]:
     """One row per (run, metric): real, capsim, capsim+delta, capsim main c4fa656 (its engine
     terms: max(kernels, host) + delta), capsim+engine (the async step period, PLAN.md
     2026-12-02 05:20 / 05:44), % errors, fit/predict per column, pass; plus two diagnostic
     columns: capsim+engine on the real start-up's block count, and the engine terms with async
-    scheduling off (vLLM 0.26 runs it on; PLAN.md 2026-12-02 01:57)."""
+    scheduling off (vLLM 0.26 runs it on; PLAN.md 2026-12-02 01:57). A run whose dataset's
+    CSV in ``data_root`` (default: ``runs_root.parent / "data"``) has a ``segments`` column
+    is simulated with those shared segments (``request_table``)."""
     from capsim.live.engine_fit import FIT_RUNS as MAIN_FIT_RUNS
     from capsim.live.engine_period_fit import FIT_RUNS as ENGINE_FIT_RUNS
 
     runs = [load_run(d) for d in sorted(p for p in runs_root.iterdir() if p.is_dir())]
     by = {r.name: r for r in runs}
     fits = [by[n] for n in FIT_RUNS if n in by]
-    delta = fit_delta_s(fits[0]) if fits else 0.0
+    data = data_root if data_root is not None else runs_root.parent / "data"
+    delta = fit_delta_s(fits[0], data) if fits else 0.0
     rows = []
     for r in runs:
-        shipped, plus = simulate_run(r), simulate_run(r, delta)
-        eng = simulate_run(r, engine_overhead=ENGINE_OVERHEAD)
-        main = simulate_run(r, engine_overhead=ENGINE_OVERHEAD, async_period=False)
+        shipped, plus = simulate_run(r, data_root=data), simulate_run(r, delta, data_root=data)
+        eng = simulate_run(r, engine_overhead=ENGINE_OVERHEAD, data_root=data)
+        main = simulate_run(r, engine_overhead=ENGINE_OVERHEAD, async_period=False, data_root=data)
         blocks = startup_blocks(startups_csv, r.server) if startups_csv else None
-        diag = simulate_run(r, 0.0, blocks, ENGINE_OVERHEAD) if blocks else {}
-        sync = simulate_run(r, engine_overhead=ENGINE_OVERHEAD, async_scheduling=False)
+        diag = simulate_run(r, 0.0, blocks, ENGINE_OVERHEAD, data_root=data) if blocks else {}
+        sync = simulate_run(
+            r, engine_overhead=ENGINE_OVERHEAD, async_scheduling=False, data_root=data
+        )
         for m in METRICS:
             real, a, b, e = r.metrics[m], shipped[m], plus[m], eng[m]
             rows.append(
