@@ -149,6 +149,10 @@ class BenchSpec:
     # with a step-log server: False pauses the log for this bench and its warm-up (a paired
     # run on the same server measures what the log itself costs)
     step_log: bool = True
+    # POST /reset_prefix_cache (vLLM's dev-mode route, VLLM_SERVER_DEV_MODE=1) between the
+    # warm-up and the measured run, so a prefix-caching run starts cold as capsim simulates it
+    # (the warm-up sends the dataset's first rows, which the measured run sends again)
+    reset_prefix_cache: bool = False
 
     def __post_init__(self) -> None:
         if self.num_prompts < 1:

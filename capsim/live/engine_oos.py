@@ -41,6 +41,9 @@ METRICS: tuple[str, ...] = (
     "peak_running",
     "preemptions",
 )
+# prefix-caching runs only: tokens served from the prefix cache (vLLM's
+# vllm:prefix_cache_hits counter over the measured run; capsim's prefix_cache_hits_tok)
+PREFIX_METRIC = "prefix_hit_tok"
 # issue 21's thresholds: relative error, and an absolute floor (same unit) where one applies
 THRESHOLDS: dict[str, tuple[float, float]] = {
     "throughput_tok_per_s": (0.10, 0.0),
@@ -83,6 +86,7 @@ def load_run(run_dir: Path) -> RealRun:
         "tpot_p99_ms": float(summ["p99_tpot_ms"]),
         "peak_running": float(samples["running"].max()),
         "preemptions": float(delta.get("vllm:num_preemptions_total", math.nan)),
+        PREFIX_METRIC: float(delta.get("vllm:prefix_cache_hits_total", math.nan)),
     }
     return RealRun(
         run_dir.name,
@@ -245,6 +249,7 @@ def simulate_run(
         "peak_running": float(s["peak_running"]),
         "preemptions": float(s["num_preemptions"]),
         "tokens_per_step": float(s["mean_acceptance_len_tok"]),
+        PREFIX_METRIC: float(s.get("prefix_cache_hits_tok", math.nan)),
     }
 
 
@@ -308,7 +313,8 @@ def table(
         sync = simulate_run(
             r, engine_overhead=ENGINE_OVERHEAD, async_scheduling=False, data_root=data
         )
-        for m in METRICS:
+        metrics = METRICS + ((PREFIX_METRIC,) if r.server.get("enable_prefix_caching") else ())
+        for m in metrics:
             real, a, b, e = r.metrics[m], shipped[m], plus[m], eng[m]
             rows.append(
                 {

@@ -186,6 +186,29 @@ def http_get(url: str, timeout_s: float = 5.0) -> tuple[int, str]:
         return getattr(e, "code", 0) or 0, str(e)
 
 
+def http_post(url: str, timeout_s: float = 10.0) -> tuple[int, str]:
+    req = urllib.request.Request(url, data=b"", method="POST")
+    try:
+        with urllib.request.urlopen(req, timeout=timeout_s) as r:
+            return r.status, r.read().decode(errors="replace")
+    except OSError as e:
+        return getattr(e, "code", 0) or 0, str(e)
+
+
+def reset_prefix_cache(base_url: str, tries: int = 5, wait_s: float = 1.0) -> str:
+    """POST /reset_prefix_cache until vLLM says {"success": true} (it refuses while blocks are
+    held, e.g. by requests still finishing): "ok", or the last answer."""
+    last = ""
+    for i in range(tries):
+        code, body = http_post(base_url + "/reset_prefix_cache")
+        if code == 200 and '"success":true' in body.replace(" ", ""):
+            return "ok"
+        last = f"HTTP {code}: {body[:120]}"
+        if i + 1 < tries:
+            time.sleep(wait_s)
+    return last
+
+
 def metrics_row(m: dict[str, float], t_s: float, max_pos: int = 8) -> dict[str, float]:
     row = {"t_s": round(t_s, 3)}
     row |= {short: m.get(name, float("nan")) for name, short in SAMPLED_METRICS.items()}
@@ -425,6 +448,7 @@ class Runner:
             )
             if rc != 0:
                 return {"outcome": f"warmup_rc_{rc}", "bench_s": round(time.monotonic() - t0, 1)}
+        reset = reset_prefix_cache(self.base_url()) if b.reset_prefix_cache else None
         t_warm = time.monotonic() - t0
         before = parse_metrics(http_get(self.base_url() + "/metrics")[1])
         sampler = Sampler(self.base_url(), b.sample_period_s)
@@ -455,6 +479,7 @@ class Runner:
             "bench_s": round(time.monotonic() - t0 - t_warm, 1),
             "peak_running": max(run) if run else None,
             "preemptions": delta.get("vllm:num_preemptions_total"),
+            **({"prefix_cache_reset": reset} if reset is not None else {}),
         }
 
     def run(self, jobs: list[Job]) -> list[dict[str, Any]]:

@@ -32,6 +32,7 @@ SHORT = {
     "tpot_p99_ms": "TPOT p99 ms",
     "peak_running": "peak running",
     "preemptions": "preemptions",
+    "prefix_hit_tok": "prefix hit tok",
 }
 
 

@@ -226,9 +226,11 @@ def test_call32_job_list_parses() -> None:
     ]
     for j, k in ((jobs[0], 0), (jobs[2], 1)):
         assert j.server is not None and j.server.num_speculative_tokens == k
-        assert j.server.enable_prefix_caching and j.server.step_log and j.est_s == 230
+        assert j.server.enable_prefix_caching and j.server.step_log and j.est_s == 300
+        # a cold k=0 prefix-caching start-up took 346 s (call 9): the runner allows 1.5 x est_s
     for j in (jobs[1], jobs[3]):
         assert j.bench is not None and j.bench.dataset_path == SP_PATH and j.est_s == 90
+        assert j.bench.reset_prefix_cache  # the measured run starts cold, as capsim's
         assert (j.bench.num_prompts, j.bench.warmup_prompts, j.bench.max_concurrency) == (
             512,
             64,

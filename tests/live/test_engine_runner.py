@@ -441,3 +441,35 @@ def test_http_warmup_sends_the_bench_lengths(tmp_path, fake_env):
     assert [b["max_tokens"] for b in er.warmup_bodies(c, "/m")] == [7, 7]
     with pytest.raises(ValueError, match="warmup_client"):
         er.BenchSpec(num_prompts=1, warmup_client="x")
+
+
+def test_reset_prefix_cache_retries_until_vllm_says_success():
+    """vLLM refuses the reset while blocks are held ({"success": false}); the runner retries."""
+    import threading
+    from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+    answers = [b'{"success": false}', b'{"success": true}']
+    seen: list[str] = []
+
+    class H(BaseHTTPRequestHandler):
+        def log_message(self, *a):
+            pass
+
+        def do_POST(self):
+            seen.append(self.path)
+            self.send_response(200)
+            self.end_headers()
+            self.wfile.write(answers[min(len(seen) - 1, 1)])
+
+    srv = ThreadingHTTPServer(("127.0.0.1", 0), H)
+    threading.Thread(target=srv.serve_forever, daemon=True).start()
+    try:
+        url = f"http://127.0.0.1:{srv.server_address[1]}"
+        assert er.reset_prefix_cache(url, tries=3, wait_s=0.01) == "ok"
+        assert seen == ["/reset_prefix_cache"] * 2
+        answers[1] = b'{"success": false}'
+        got = er.reset_prefix_cache(url, tries=2, wait_s=0.01)
+        assert got.startswith("HTTP 200") and "false" in got
+    finally:
+        srv.shutdown()
+    assert er.reset_prefix_cache("http://127.0.0.1:9", tries=1).startswith("HTTP 0")
