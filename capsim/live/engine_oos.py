@@ -116,6 +116,7 @@ def sim_config(
         max_num_batched_tokens=s["max_num_batched_tokens"],
         enable_prefix_caching=bool(s["enable_prefix_caching"]),
         num_gpu_blocks_override=num_gpu_blocks,
+        enforce_eager="--enforce-eager" in (s.get("extra_args") or ()),
         vllm_version="0.26",
         engine_overhead=engine_overhead,
         async_scheduling=async_scheduling,
