@@ -495,6 +495,10 @@ class Runner:
                         "est_s": job.est_s,
                     }
                 )
+                if job.kind == "startup":
+                    # the benches after a skipped start-up must not run against the previous
+                    # job's server (they would be recorded under the wrong configuration)
+                    self.stop_server()
                 self._flush()
                 continue
             jdir.mkdir(parents=True, exist_ok=True)

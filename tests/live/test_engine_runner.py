@@ -473,3 +473,34 @@ def test_reset_prefix_cache_retries_until_vllm_says_success():
     finally:
         srv.shutdown()
     assert er.reset_prefix_cache("http://127.0.0.1:9", tries=1).startswith("HTTP 0")
+
+
+def test_bench_after_a_skipped_startup_finds_no_server(tmp_path, fake_env):
+    port = _free_port()
+    jobs, _ = er.parse_jobs(
+        {
+            "jobs": [
+                {
+                    "name": "s1",
+                    "kind": "startup",
+                    "mode": "full",
+                    "est_s": 20,
+                    "server": {"port": port, "max_num_seqs": 8},
+                },
+                {
+                    "name": "s2_too_long",
+                    "kind": "startup",
+                    "mode": "full",
+                    "est_s": 10_000,
+                    "server": {"port": port, "max_num_seqs": 4},
+                },
+                {"name": "b2", "kind": "bench", "est_s": 5, "bench": {"num_prompts": 1}},
+            ]
+        }
+    )
+    summary = _runner(tmp_path, 120).run(jobs)
+    by = {s["job"]: s for s in summary}
+    assert by["s1"]["outcome"] == "ready"
+    assert by["s2_too_long"]["outcome"] == "skipped_deadline"
+    # without the stop, b2 would have run against s1's server and been recorded as s2's run
+    assert by["b2"]["outcome"] == "no_server"
