@@ -34,6 +34,7 @@ from capsim.request_source import LazyRequests
 from capsim.sim_result import SimResult
 from capsim.streaming_metrics import RequestResults
 from capsim.traces.table import RequestTable
+from capsim.vllm_rules import rules_for
 
 STREAMING_MIN_REQUESTS = 200_000
 """Above this many requests a run streams by default: no per-request or per-step table
@@ -257,6 +258,7 @@ def _check_footprint(
 
 
 def make_scheduler(cfg: SimConfig, plan: MemoryPlan) -> Scheduler:
+    per_lookup = not rules_for(cfg.engine.vllm_version).prefix_stats_at_admission
     return Scheduler(
         SchedulerConfig(
             max_num_seqs=plan.max_num_seqs,
@@ -265,6 +267,7 @@ def make_scheduler(cfg: SimConfig, plan: MemoryPlan) -> Scheduler:
             enable_chunked_prefill=cfg.engine.enable_chunked_prefill,
             max_model_len=plan.max_model_len,
             async_scheduling=bool(cfg.engine.async_scheduling),
+            prefix_stats_per_lookup=per_lookup,
         ),
         KVCacheManager(pool_layout(plan, cfg.engine.watermark, cfg.engine.enable_prefix_caching)),
     )

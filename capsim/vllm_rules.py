@@ -107,6 +107,20 @@ RULES: tuple[VersionRule, ...] = (
         "prefix caching is on. Kept once, in capsim/vllm_rules.py (release_rules.py takes it)",
     ),
     VersionRule(
+        "prefix_stats_at_admission",
+        "vllm:prefix_cache_queries / _hits count a waiting request once, when it is admitted "
+        "(before: on every cache lookup, so a request looked up and left waiting is counted again)",
+        False,
+        True,
+        (0, 27),
+        "read in the wheels 2026-12-04: 0.26.0 v1/core/kv_cache_manager.py get_computed_blocks "
+        "calls prefix_cache_stats.record on every lookup (the scheduler's waiting loop looks a "
+        "request up each step until it is admitted); 0.27.0-0.32.0 add "
+        "KVCacheManager.record_prefix_cache_stats, which the scheduler calls once the request is "
+        "scheduled. Measured: vLLM 0.26 shared-prefix runs count 1-18 blocks more hits than one "
+        "lookup per request (experiments/engine/out_of_sample.md, calls 35-38)",
+    ),
+    VersionRule(
         "sm100_capture_ceiling",
         "default max_cudagraph_capture_size ceiling on SM100 (B200/B300); 512 elsewhere",
         512,
@@ -131,6 +145,7 @@ class VllmRules:
     large_gpu_batch_tier: bool
     async_scheduling: bool
     hybrid_prefix_caching_default: bool
+    prefix_stats_at_admission: bool
     sm100_capture_ceiling: int
 
     @property

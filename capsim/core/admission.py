@@ -61,9 +61,12 @@ def admit_cached(
     cfg, kv = self.config, self.kv
     running, waiting = self.running, self.waiting
     max_seqs, eligible = limits
+    per_lookup = cfg.prefix_stats_per_lookup
     while waiting and budget > 0 and len(running) < max_seqs and len(new_slots) < eligible:
         req = waiting[0]
         hit = kv.find_cache_hit(req)
+        if per_lookup:
+            kv.record_hit(req, hit)
         hit_tok = hit.num_tok
         num_new = req.num_tokens - req.num_computed_tok - hit_tok
         if not cfg.enable_chunked_prefill and num_new > budget:
@@ -76,7 +79,8 @@ def admit_cached(
             break
         if not kv.allocate_slots(req, num_new, self._lookahead, hit):
             break
-        kv.record_hit(req, hit)
+        if not per_lookup:
+            kv.record_hit(req, hit)
         req.num_computed_tok += hit_tok
         req.num_cached_tok = hit_tok
         waiting.popleft()

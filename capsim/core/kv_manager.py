@@ -125,8 +125,9 @@ class KVCacheManager:
         return self.coordinator.find_cache_hit(req)
 
     def record_hit(self, req: Request, hit: CacheHit) -> None:
-        """``PrefixCacheStats.record`` at admission (vLLM 0.32 records then, so lookups
-        of a request that stays waiting do not count)."""
+        """``PrefixCacheStats.record``: at admission since vLLM 0.27 (lookups of a request
+        that stays waiting do not count), on every lookup in 0.26 and before
+        (``SchedulerConfig.prefix_stats_per_lookup``, the caller decides when)."""
         self.prefix_stats.record(req.num_tokens, hit.num_tok, req.num_preemptions > 0)
 
     def new_step(self) -> None:

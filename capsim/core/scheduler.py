@@ -92,6 +92,9 @@ class SchedulerConfig:
     enable_chunked_prefill: bool = True
     max_model_len: int = 1 << 30
     async_scheduling: bool = False
+    # vLLM <= 0.26 records the prefix-cache stats on every lookup of a waiting request, not
+    # once at admission (capsim.vllm_rules "prefix_stats_at_admission")
+    prefix_stats_per_lookup: bool = False
 
     def __post_init__(self) -> None:
         for name in ("max_num_seqs", "max_num_batched_tokens", "max_model_len"):

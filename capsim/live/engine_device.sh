@@ -60,7 +60,8 @@ done
 # datasets carried beside the payload (scripts/engine_dataset_sp.py): into the model dir,
 # every call (an unpacked model dir is replaced whole when model.tar.xz changes); a
 # NAME.jsonl.xz (xz -9: ~1/20 of the carry) arrives as NAME.jsonl
-if ls "$HERE"/datasets/*.jsonl "$HERE"/datasets/*.jsonl.xz >/dev/null 2>&1; then
+# (`ls A B` fails when either glob is empty: test for any match, not for all)
+if ls "$HERE"/datasets/ 2>/dev/null | grep -qE '\.jsonl(\.xz)?$'; then
     mkdir -p "$ROOT/model/datasets" || exit 3
     for f in "$HERE"/datasets/*.jsonl "$HERE"/datasets/*.jsonl.xz; do
         [ -f "$f" ] || continue

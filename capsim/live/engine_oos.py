@@ -44,6 +44,9 @@ METRICS: tuple[str, ...] = (
 # prefix-caching runs only: tokens served from the prefix cache (vLLM's
 # vllm:prefix_cache_hits counter over the measured run; capsim's prefix_cache_hits_tok)
 PREFIX_METRIC = "prefix_hit_tok"
+# and the tokens looked up (vllm:prefix_cache_queries; capsim's prefix_cache_queries_tok): more
+# than the prompts hold where a waiting request is looked up on several steps (vLLM <= 0.26)
+PREFIX_QUERY_METRIC = "prefix_query_tok"
 # issue 21's thresholds: relative error, and an absolute floor (same unit) where one applies
 THRESHOLDS: dict[str, tuple[float, float]] = {
     "throughput_tok_per_s": (0.10, 0.0),
@@ -87,6 +90,7 @@ def load_run(run_dir: Path) -> RealRun:
         "peak_running": float(samples["running"].max()),
         "preemptions": float(delta.get("vllm:num_preemptions_total", math.nan)),
         PREFIX_METRIC: float(delta.get("vllm:prefix_cache_hits_total", math.nan)),
+        PREFIX_QUERY_METRIC: float(delta.get("vllm:prefix_cache_queries_total", math.nan)),
     }
     return RealRun(
         run_dir.name,
@@ -251,6 +255,7 @@ def simulate_run(
         "preemptions": float(s["num_preemptions"]),
         "tokens_per_step": float(s["mean_acceptance_len_tok"]),
         PREFIX_METRIC: float(s.get("prefix_cache_hits_tok", math.nan)),
+        PREFIX_QUERY_METRIC: float(s.get("prefix_cache_queries_tok", math.nan)),
     }
 
 
@@ -314,7 +319,8 @@ def table(
         sync = simulate_run(
             r, engine_overhead=ENGINE_OVERHEAD, async_scheduling=False, data_root=data
         )
-        metrics = METRICS + ((PREFIX_METRIC,) if r.server.get("enable_prefix_caching") else ())
+        prefix = (PREFIX_METRIC, PREFIX_QUERY_METRIC)
+        metrics = METRICS + (prefix if r.server.get("enable_prefix_caching") else ())
         for m in metrics:
             real, a, b, e = r.metrics[m], shipped[m], plus[m], eng[m]
             rows.append(

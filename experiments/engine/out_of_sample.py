@@ -33,6 +33,7 @@ SHORT = {
     "peak_running": "peak running",
     "preemptions": "preemptions",
     "prefix_hit_tok": "prefix hit tok",
+    "prefix_query_tok": "prefix query tok",
 }
 
 
@@ -92,6 +93,16 @@ S11_RUNS: tuple[str, ...] = (
     "g090_k4_rand_c1",
     "g090_k2_sg_c64_r3",
 )
+# serving runs of device calls 35-39 (session 12; PLAN.md 2026-12-04 00:25, 01:25, 01:37 and
+# 01:42: predict runs for every model column, prefix hit tokens included): the shared-prefix
+# workload with prefix caching at k=0 (16, 64, 128 clients) and k=1, and k=6 ShareGPT-like
+S12_RUNS: tuple[str, ...] = (
+    "g090_k0_pc_sp_c64",
+    "g090_k1_pc_sp_c64",
+    "g090_k6_sg_c64",
+    "g090_k0_pc_sp_c128",
+    "g090_k0_pc_sp_c16",
+)
 
 
 def _ok(v: object) -> str:
@@ -122,6 +133,7 @@ def _counts_md(df: pd.DataFrame) -> list[str]:
         ("runs of calls 22-23", set(S7_RUNS)),
         ("runs of calls 25-27", set(S9_RUNS)),
         ("runs of calls 30-31", set(S11_RUNS)),
+        ("runs of calls 35-39", set(S12_RUNS)),
     ]
     groups = [(name, runs & set(df["run"])) for name, runs in groups]
     head = "".join(f" {name} | main c4fa656 | async step period |" for name, _ in groups)
@@ -180,6 +192,8 @@ def markdown(df: pd.DataFrame, delta_s: float) -> str:
         f"repeats on one machine and k=8): {', '.join(S9_RUNS)}.",
         f"Runs of device calls 30-31 (predict, session 11, PLAN.md 2026-12-03 16:30 and 23:40; "
         f"k=4 and a third machine's k=2): {', '.join(S11_RUNS)}.",
+        f"Runs of device calls 35-39 (predict, session 12, PLAN.md 2026-12-04 00:25, 01:25, 01:37 "
+        f"and 01:42; shared prefixes with prefix caching, k=6): {', '.join(S12_RUNS)}.",
         "",
         *_counts_md(df),
         "| run | role | metric | real | capsim | err % | capsim+delta | err % | "
