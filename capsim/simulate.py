@@ -60,8 +60,13 @@ def step_time_label(desc: dict[str, object]) -> str:
 
 
 def pool_layout(
-    plan: MemoryPlan, watermark: float = 0.0, enable_caching: bool = False
+    plan: MemoryPlan,
+    watermark: float = 0.0,
+    enable_caching: bool = False,
+    vllm_version: str | None = None,
 ) -> PoolLayout:
+    """The KV manager's layout; ``vllm_version`` None: the current align-mode rules."""
+    legacy = vllm_version is not None and not rules_for(vllm_version).align_split_to_prefill_end
     return PoolLayout(
         block_size_tok=plan.block_size_tok,
         num_blocks=plan.num_blocks,
@@ -74,6 +79,7 @@ def pool_layout(
         pending_blocks_per_request=plan.pending_blocks_per_request,
         enable_caching=enable_caching,
         max_num_batched_tokens=plan.max_num_batched_tokens,
+        align_split_before_0_27=legacy,
     )
 
 
@@ -269,7 +275,14 @@ def make_scheduler(cfg: SimConfig, plan: MemoryPlan) -> Scheduler:
             async_scheduling=bool(cfg.engine.async_scheduling),
             prefix_stats_per_lookup=per_lookup,
         ),
-        KVCacheManager(pool_layout(plan, cfg.engine.watermark, cfg.engine.enable_prefix_caching)),
+        KVCacheManager(
+            pool_layout(
+                plan,
+                cfg.engine.watermark,
+                cfg.engine.enable_prefix_caching,
+                cfg.engine.vllm_version,
+            )
+        ),
     )
 
 

@@ -121,6 +121,19 @@ RULES: tuple[VersionRule, ...] = (
         "lookup per request (experiments/engine/out_of_sample.md, calls 35-38)",
     ),
     VersionRule(
+        "align_split_to_prefill_end",
+        "align mode (GDN prefix caching): every prefill chunk that stops short of the prompt's "
+        "end is floored to a block (before: only one that stops short of the last whole block, "
+        "so a prompt's last partial block, or a prompt shorter than a block, is cut anywhere)",
+        False,
+        True,
+        (0, 27),
+        "read in the wheels 2026-12-04: 0.26.0 v1/core/sched/scheduler.py "
+        "_mamba_block_aligned_split floors `end` only `if end < last_cache_position` (num_tokens "
+        "floored to a block); 0.27.0-0.32.0 floor `if end < prefill_end` (with the wide-block "
+        "exception). Releases before 0.26 were not read: capsim applies the 0.26 rule to them",
+    ),
+    VersionRule(
         "sm100_capture_ceiling",
         "default max_cudagraph_capture_size ceiling on SM100 (B200/B300); 512 elsewhere",
         512,
@@ -146,6 +159,7 @@ class VllmRules:
     async_scheduling: bool
     hybrid_prefix_caching_default: bool
     prefix_stats_at_admission: bool
+    align_split_to_prefill_end: bool
     sm100_capture_ceiling: int
 
     @property

@@ -53,6 +53,7 @@ class HybridKVCacheCoordinator:
     """Caching on: attention groups + GDN groups over one named pool."""
 
     __slots__ = (
+        "_align_0_26",
         "_attn_mgrs",
         "_bs",
         "_budget",
@@ -76,6 +77,7 @@ class HybridKVCacheCoordinator:
         self._max_len = layout.max_model_len
         self._use_eagle = layout.lookahead_tok > 0
         self._budget = layout.max_num_batched_tokens
+        self._align_0_26 = layout.align_split_before_0_27
         self.watermark_blocks = int(layout.watermark * layout.num_blocks)
         self._hashes: dict[int, list[int]] = {}
         self._junction: dict[int, int] = {}
@@ -153,6 +155,8 @@ class HybridKVCacheCoordinator:
         if start >= prefill_end:
             return num_new_tok
         bs = self._bs
+        if self._align_0_26:
+            return self._align_split_0_26(req, start, num_new_tok)
         if self._use_eagle:
             last = max(req.num_tokens // bs * bs - bs, 0)
         else:
@@ -165,6 +169,30 @@ class HybridKVCacheCoordinator:
         junction = self._junction.get(req.slot, 0)
         stops = (
             (start // bs + 1) * bs if start % bs else 0,
+            last,
+            start + (junction - start) // bs * bs if start < junction < end else 0,
+        )
+        end = min((x for x in stops if start < x < end), default=end)
+        return max(end - start, 0)
+
+    def _align_split_0_26(self, req: Request, start: int, num_new_tok: int) -> int:
+        """vLLM 0.26.0's ``_mamba_block_aligned_split`` (read in the wheel 2026-12-04; 0.27
+        moved to the rule above): the last cacheable position is ``num_tokens`` floored to a
+        block (one block less with a drafter); only a chunk ending before it is floored to a
+        block boundary, so a prompt's last partial block (a whole prompt shorter than a
+        block) is cut anywhere the token budget ends; a chunk that starts mid-block stops at
+        the next boundary only when that boundary is cacheable."""
+        bs = self._bs
+        last = req.num_tokens - req.num_tokens % bs
+        if self._use_eagle:
+            last = max(last - bs, 0)
+        end = start + num_new_tok
+        if end < last:
+            end = end // bs * bs
+        nxt = (start // bs + 1) * bs
+        junction = self._junction.get(req.slot, 0)
+        stops = (
+            nxt if start % bs and nxt <= last else 0,
             last,
             start + (junction - start) // bs * bs if start < junction < end else 0,
         )

@@ -46,6 +46,8 @@ class PoolLayout:
     enable_caching: bool = False
     max_num_batched_tokens: int = 1 << 30
     """Largest prefill chunk (align-mode split: a block wider than this is split)."""
+    align_split_before_0_27: bool = False
+    """vLLM <= 0.26's align-mode chunk cut (``capsim.vllm_rules`` "align_split_to_prefill_end")."""
 
     def __post_init__(self) -> None:
         if self.block_size_tok < 1:

@@ -80,7 +80,9 @@ MAIN_VERDICTS: dict[str, dict[str, str]] = {
     # calls 9-10 (2026-12-02, session 4): predict runs (PLAN.md 05:10), first simulated by main
     # c4fa656's model (the engine terms and async scheduling as they stood; nothing fitted to them)
     "g090pc_k0_sg_c64": {THR: "-", TTFT: "ok", P99: "ok", TPOT: "+", PEAK: "ok"},
-    "g090pc_k0_rand_c128": {THR: "-", TTFT: "ok", P99: "ok", TPOT: "+", PEAK: "ok"},
+    # vLLM 0.26's align-mode cut (session 12, read after the run was seen): a 1024-token prompt
+    # (shorter than a 1056-token block) is no longer held back a step: throughput -10.9% -> -8.6%
+    "g090pc_k0_rand_c128": {THR: "ok", TTFT: "ok", P99: "ok", TPOT: "+", PEAK: "ok"},
     "g075_k1_sg_c64": {THR: "ok", TTFT: "-", P99: "-", TPOT: "ok", PEAK: "ok"},
     # calls 14-15 (2026-12-02, session 5): predict runs for every column (PLAN.md 07:58), first
     # simulated by main 460846f's code (these engine terms as refitted on the round-8 tables;
@@ -178,7 +180,10 @@ ASYNC_VERDICTS: dict[str, dict[str, str]] = {
     "g090m16_k3_rand_c64": {THR: "+", TTFT: "ok", P99: "ok", TPOT: "ok", PEAK: "ok"},
     "g090m16_k3_rand_r8": {THR: "ok", TTFT: "-", P99: "ok", TPOT: "-", PEAK: "-"},
     "g090pc_k0_sg_c64": {THR: "ok", TTFT: "ok", P99: "ok", TPOT: "+", PEAK: "ok"},
-    "g090pc_k0_rand_c128": {THR: "ok", TTFT: "ok", P99: "ok", TPOT: "ok", PEAK: "ok"},
+    # vLLM 0.26's align-mode cut (session 12): the prompts shorter than a block are admitted a
+    # step sooner, as the real counters show (queried tokens 393,216 = real, was 429,056), and
+    # capsim's mean TTFT, already low, drops further: -17.0% -> -20.6%
+    "g090pc_k0_rand_c128": {THR: "ok", TTFT: "-", P99: "ok", TPOT: "ok", PEAK: "ok"},
     # TPOT -10.04% on the round-9 tables (-9.99988% on round 8, -10.02% on round 7, the
     # frozen model's own tables): on the threshold; a miss since round 9's ingest (session 6)
     "g075_k1_sg_c64": {THR: "ok", TTFT: "ok", P99: "ok", TPOT: "-", PEAK: "ok"},
@@ -237,9 +242,11 @@ ASYNC_VERDICTS: dict[str, dict[str, str]] = {
 # pass-count table)
 PASS_COUNTS: dict[str, tuple[int, ...]] = {
     # session-8 pools: g060m256_k1_sg_c128 +8.0%
-    THR: (17, 23, 2, 4, 3, 3, 3, 3, 1, 2, 0, 0, 1, 0, 0, 2),
+    # session 12's 0.26 align-mode cut: g090pc_k0_rand_c128 main -10.9% -> -8.6%
+    THR: (18, 23, 3, 4, 3, 3, 3, 3, 1, 2, 0, 0, 1, 0, 0, 2),
     # session-8 pools: g060m256_k0_sg_c256 -20.02%
-    TTFT: (36, 26, 3, 3, 3, 2, 3, 3, 5, 1, 2, 1, 2, 1, 5, 3),
+    # session 12's 0.26 align-mode cut: g090pc_k0_rand_c128 async -17.0% -> -20.6%
+    TTFT: (36, 25, 3, 2, 3, 2, 3, 3, 5, 1, 2, 1, 2, 1, 5, 3),
     P99: (38, 36, 3, 4, 4, 2, 3, 3, 4, 4, 3, 3, 2, 2, 3, 4),
     # round-9 tables: g075_k1_sg_c64 -10.04%; session-8 pools: g060_k3_rand_c256 +12.4%
     TPOT: (14, 19, 1, 1, 2, 3, 3, 3, 0, 1, 0, 0, 1, 2, 0, 1),
@@ -499,14 +506,16 @@ def test_config_names_the_shipped_engine_overheads() -> None:
 
 def test_prefix_hit_tokens_of_the_shared_prefix_runs(computed):
     """PLAN.md 2026-12-04 00:25 (before the runs): k=0 hits one 1056-token block per request
-    whose system prompt is cached (515,328 tokens on the 512 prompts, counted once per request
-    as vLLM 0.27+ counts); with MTP (k=1) align mode drops the last matched block, so a
-    2,048-token system prompt yields no hit at all. Real vLLM 0.26: 0 at k=1; 521,664 / 534,336 /
-    110,880 at k=0 (c64 / c128 / c16), 6 / 18 / 1 blocks MORE than one lookup per request, and
-    1,182,644 tokens looked up where the prompts hold 1,164,024: 0.26 records the stats on every
-    lookup of a waiting request (capsim.vllm_rules "prefix_stats_at_admission", read in the
-    wheels AFTER these runs were seen, so from here on these are seen runs for the hit metric).
-    capsim with the rule: 5 / 4 / 2 blocks more than real (+1.0% / +0.6% / +1.9%)."""
+    whose system prompt is cached (515,328 tokens, counted once per request as vLLM 0.27+
+    counts); with MTP (k=1) align mode drops the last matched block, so a 2,048-token system
+    prompt yields no hit at all. Real vLLM 0.26: 0 at k=1 (as predicted); 521,664 / 534,336 /
+    110,880 at k=0 (c64 / c128 / c16) and 1,182,644 tokens looked up where the 512 prompts hold
+    1,164,024. Two 0.26 rules read in the wheels AFTER these runs were seen (so these are seen
+    runs for the two counters): the stats are recorded on every lookup of a waiting request
+    (vllm_rules "prefix_stats_at_admission") and the align-mode cut floors only chunks ending
+    before the last whole block ("align_split_to_prefill_end"). With both, capsim's counters
+    land within 1% (c64: hits exact, queries +0.01%); every earlier prefix-caching run's queried
+    tokens equal the real ones exactly."""
     df, _ = computed
     k1 = _row(df, "g090_k1_pc_sp_c64", "prefix_hit_tok")
     assert k1["real"] == 0 and k1["capsim_engine"] == 0
@@ -518,4 +527,8 @@ def test_prefix_hit_tokens_of_the_shared_prefix_runs(computed):
         q = _row(df, run, "prefix_query_tok")
         if run in prompts_tok:  # looked up more than once: both count every lookup
             assert q["real"] > prompts_tok[run] and q["capsim_engine"] > prompts_tok[run]
-        assert abs(q["capsim_engine"] / q["real"] - 1) < 0.03, (run, q["real"])
+        assert abs(q["capsim_engine"] / q["real"] - 1) < 0.01, (run, q["real"])
+    assert _row(df, "g090_k0_pc_sp_c64", "prefix_hit_tok")["capsim_engine"] == 521664
+    for run in ("g090pc_k0_rand_c128", "g090pc_k0_sg_c64", "g090pc_k1_sg_c64"):
+        q = _row(df, run, "prefix_query_tok")
+        assert q["capsim_engine"] == q["real"], (run, q["real"], q["capsim_engine"])

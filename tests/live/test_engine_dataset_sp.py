@@ -277,3 +277,24 @@ def test_prefix_stats_count_every_lookup_in_0_26_and_once_since_0_27() -> None:
     assert hits == served and queries == int(reqs["input_len"].sum())
     hits, queries, served = out["0.26"]
     assert hits > served and queries > int(reqs["input_len"].sum())
+
+
+def test_align_cut_of_0_26_admits_a_prompt_shorter_than_a_block_on_a_partial_budget(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """vLLM 0.26.0's `_mamba_block_aligned_split` floors a chunk to a block only when it ends
+    before the last whole block; 0.27 floors every chunk that ends before the prompt does. The
+    recorded g090pc_k0_rand_c128 run (1024-token prompts, 1056-token blocks, 8192 batched
+    tokens), with 0.26's per-lookup counters: on 0.26's cut no request is held back, so the
+    tokens looked up are the prompts' (real vLLM 0.26 counted 393,216, exactly that); with
+    0.27's cut the eighth prompt of a step gets an empty chunk, waits and is looked up again."""
+    import capsim.simulate as sim_mod
+    from capsim.vllm_rules import rules_for
+
+    run = load_run(REPO / "experiments" / "engine" / "runs" / "g090pc_k0_rand_c128")
+    cfg, t = sim_config(run), request_table(run)
+    prompts = int(run.requests["input_len"].sum())
+    assert int(simulate(cfg, workload=t).summary["prefix_cache_queries_tok"]) == prompts == 393216
+    later_cut = dataclasses.replace(rules_for("0.26"), align_split_to_prefill_end=True)
+    monkeypatch.setattr(sim_mod, "rules_for", lambda v: later_cut)
+    assert int(simulate(cfg, workload=t).summary["prefix_cache_queries_tok"]) > prompts
