@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import asdict, dataclass, field, replace
+from pathlib import Path
 from typing import Any, Literal
 
 from capsim.commit_modes import COMMIT_MODES, CommitModeName, get_mode
@@ -192,13 +193,18 @@ class EngineConfig:
             not _is_int(self.max_cudagraph_capture_size) or self.max_cudagraph_capture_size < 1
         ):
             _fail(o, "max_cudagraph_capture_size", self.max_cudagraph_capture_size, "must be >= 1")
-        if self.engine_overhead is not None and self.engine_overhead not in ENGINE_OVERHEAD_NAMES:
-            _fail(
-                o,
-                "engine_overhead",
-                self.engine_overhead,
-                f"choose one of {list(ENGINE_OVERHEAD_NAMES)}",
-            )
+        eo = self.engine_overhead
+        if eo is not None and eo not in ENGINE_OVERHEAD_NAMES:
+            if not (isinstance(eo, str) and eo.endswith(".json")):
+                _fail(
+                    o,
+                    "engine_overhead",
+                    eo,
+                    f"choose one of {list(ENGINE_OVERHEAD_NAMES)} or a `capsim engine host-fit` "
+                    "JSON file",
+                )
+            elif not Path(eo).is_file():
+                _fail(o, "engine_overhead", eo, "no such file")
         dtype_bytes(self.conv_state_dtype, field_name="engine.conv_state_dtype")
         if self.ssm_state_dtype is not None:
             dtype_bytes(self.ssm_state_dtype, field_name="engine.ssm_state_dtype")

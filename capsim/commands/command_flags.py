@@ -356,6 +356,18 @@ COMMAND_FLAGS: dict[str, Opt] = {
         show_default=True,
         help="a folder `capsim engine record` wrote",
     ),
+    "engine.host_fit.out": raw_opt(
+        "--out",
+        type=click.Path(dir_okay=False, path_type=Path),
+        required=True,
+        help="the fit's JSON file (pass it as --engine-overhead FILE.json)",
+    ),
+    "engine.host_fit.base": raw_opt(
+        "--base",
+        default="measured-h200-vllm0.26",
+        show_default=True,
+        help="the registered fit whose FULL-graph terms are kept",
+    ),
     "doctor.command": raw_opt(
         "--command", "command", default=None, help="a 'vllm serve MODEL --flags' line (or a file)"
     ),

@@ -129,6 +129,38 @@ def record_cmd(results: Path, dest: Path) -> None:
     click.echo(f"recorded {results} -> {dest} ({len(rows)} start-up(s))")
 
 
+@engine.command("host-fit")
+@click.argument(
+    "runs", nargs=-1, required=True, type=click.Path(exists=True, file_okay=False, path_type=Path)
+)
+@options("engine.host_fit.out")
+@options("engine.host_fit.base")
+def host_fit_cmd(runs: tuple[Path, ...], out: Path, base: str) -> None:
+    """Your machine's host cost per mixed step, from recorded runs' step logs (runs/NAME
+    folders that `capsim engine record` wrote, served with the step log): the mean PIECEWISE
+    and eager periods replace those of the registered fit. Use it as --engine-overhead
+    OUT.json (docs/engine.md)."""
+    import dataclasses
+
+    from capsim.cost.engine_period import get_async_period
+    from capsim.live.engine_period_fit import fit_machine_host
+
+    try:
+        fit = fit_machine_host(list(runs), get_async_period(base), name=out.stem)
+    except ValueError as e:
+        raise click.ClickException(str(e)) from None
+    doc = {**dataclasses.asdict(fit), "fit_runs": list(fit.fit_runs), "base": base}
+    tmp = out.with_name(out.name + ".tmp")
+    tmp.write_text(json.dumps(doc, indent=1) + "\n")
+    tmp.replace(out)
+    reg = get_async_period(base)
+    click.echo(
+        f"{out}: PIECEWISE {1e3 * fit.piecewise_host_s:.1f} ms, eager "
+        f"{1e3 * fit.eager_host_s:.1f} ms per step (base {base}: "
+        f"{1e3 * reg.piecewise_host_s:.1f} / {1e3 * reg.eager_host_s:.1f} ms)"
+    )
+
+
 @engine.command("compare")
 @options("engine.compare.dest")
 def compare_cmd(dest: Path) -> None:

@@ -28,6 +28,7 @@ from capsim.commands.command_flags import COMMAND_FLAGS
 from capsim.commands.opt import Opt, dc_default, raw_opt
 from capsim.commands.param_types import (
     SPEC_METHODS,
+    EngineOverheadType,
     FiniteFloat,
     KvCacheDtype,
     ListOf,
@@ -71,6 +72,7 @@ MAX_MM_PER_PROMPT = 1024
 
 
 _ENG, _SPEC, _LOAD = EngineConfig, SpecDecodeConfig, LoadConfig
+
 
 SHARED_OPTIONS: dict[str, Opt] = {
     # deployment
@@ -151,11 +153,12 @@ SHARED_OPTIONS: dict[str, Opt] = {
     ),
     "engine_overhead": Opt(
         ("--engine-overhead",),
-        type=click.Choice(["measured-h200-vllm0.26"]),
+        type=EngineOverheadType(),
         default=None,
         help="add the engine's host cost per step by CUDA-graph mode (FULL decode / "
         "PIECEWISE mixed <= largest capture / eager above), fitted on real vLLM 0.26 H200 "
-        "runs (experiments/engine/PLAN.md); default: kernel prices only",
+        "runs (experiments/engine/PLAN.md): measured-h200-vllm0.26, or your machine's own "
+        "fit from `capsim engine host-fit` (a .json file); default: kernel prices only",
         target="engine",
     ),
     "ssm_state_dtype": Opt(

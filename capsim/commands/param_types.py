@@ -246,3 +246,26 @@ def workload_names() -> list[str]:
 
 def positive_int(high: int) -> click.IntRange:
     return click.IntRange(1, high)
+
+
+class EngineOverheadType(click.ParamType):
+    """A registered engine-overhead fit, or a `capsim engine host-fit` JSON file."""
+
+    name = "FIT|FILE.json"
+
+    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> Any:
+        from capsim.config import ENGINE_OVERHEAD_NAMES
+
+        text = str(value)
+        if text in ENGINE_OVERHEAD_NAMES:
+            return text
+        if text.endswith(".json"):
+            if Path(text).is_file():
+                return text
+            self.fail(f"{text!r}: no such file", param, ctx)
+        self.fail(
+            f"{text!r}: choose one of {list(ENGINE_OVERHEAD_NAMES)} or a `capsim engine "
+            "host-fit` .json file",
+            param,
+            ctx,
+        )

@@ -90,7 +90,21 @@ MEASURED_H200_VLLM026 = EngineOverheadFit(
 ENGINE_OVERHEADS: dict[str, EngineOverheadFit] = {MEASURED_H200_VLLM026.name: MEASURED_H200_VLLM026}
 
 
+def base_fit_name(name: str) -> str:
+    """A registered name as given; a ``capsim engine host-fit`` JSON file: its ``base``."""
+    if not name.endswith(".json"):
+        return name
+    import json
+    from pathlib import Path
+
+    try:
+        return str(json.loads(Path(name).read_text())["base"])
+    except (OSError, ValueError, KeyError) as e:
+        raise ValueError(f"engine.engine_overhead={name!r}: no readable 'base' ({e})") from None
+
+
 def get_engine_overhead(name: str) -> EngineOverheadFit:
+    name = base_fit_name(name)
     if name not in ENGINE_OVERHEADS:
         raise ValueError(
             f"engine.engine_overhead={name!r}: choose one of {sorted(ENGINE_OVERHEADS)}"

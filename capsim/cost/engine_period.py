@@ -93,7 +93,28 @@ ASYNC_PERIODS: dict[str, AsyncPeriodFit] = {
 }
 
 
+def load_async_period(path: str) -> AsyncPeriodFit:
+    """A machine's own fit written by ``capsim engine host-fit`` (JSON: the fields of
+    ``AsyncPeriodFit`` and ``base``, the registered fit it started from)."""
+    import json
+    from pathlib import Path
+
+    try:
+        raw = json.loads(Path(path).read_text())
+    except (OSError, ValueError) as e:
+        raise ValueError(f"engine.engine_overhead={path!r}: cannot read the fit ({e})") from None
+    want = set(AsyncPeriodFit.__dataclass_fields__)
+    missing = sorted(want - set(raw))
+    if missing:
+        raise ValueError(f"engine.engine_overhead={path!r}: the fit lacks {missing}")
+    vals = {k: raw[k] for k in want}
+    vals["fit_runs"] = tuple(vals["fit_runs"])
+    return AsyncPeriodFit(**vals)
+
+
 def get_async_period(name: str) -> AsyncPeriodFit:
+    if name.endswith(".json"):
+        return load_async_period(name)
     if name not in ASYNC_PERIODS:
         raise ValueError(
             f"engine.engine_overhead={name!r}: no async step-period fit; choose one of "

@@ -20,6 +20,7 @@ period it is fitted to): then the period would not measure the host term.
 
 from __future__ import annotations
 
+import dataclasses
 import sys
 from pathlib import Path
 
@@ -36,6 +37,9 @@ SPEC_RUNS: tuple[str, str] = ("g090_k1_rand_c1", "g090_k3_rand_c1_steps")
 LOADED_RUN = "g090m16_k3_sg_c64"
 FIT_RUNS: tuple[str, ...] = (EXCESS_RUN, *SPEC_RUNS, LOADED_RUN)
 IDLE_GAP_S = 1.0
+# fewest PIECEWISE / NONE steps a machine's host fit accepts per mode (the fit run of the
+# registered fit has 121 PIECEWISE steps; a ShareGPT-like 64-client run has 75-280)
+MIN_HOST_STEPS = 20
 
 
 def step_shapes(steps: pd.DataFrame, num_spec_tok: int) -> list[BatchShape]:
@@ -129,6 +133,38 @@ def fit_async_period(runs: Path) -> AsyncPeriodFit:
         eager_host_s=_host_bound(eager, excess, "NONE"),
         fit_runs=FIT_RUNS,
         source="fit: experiments/engine/runs steps.csv periods, capsim.live.engine_period_fit",
+    )
+
+
+def fit_machine_host(
+    run_dirs: list[Path], base: AsyncPeriodFit, name: str = "machine"
+) -> AsyncPeriodFit:
+    """``base`` with its PIECEWISE and NONE (eager) host costs replaced by one machine's own:
+    the mean periods of those steps pooled over ``run_dirs`` (step logs of runs on that
+    machine; the same period rule as the fit above). These host-bound steps are what moves
+    from machine to machine (experiments/engine/repeatability.md: 50-57% apart where the
+    GPU-bound FULL steps stay within 4%), so the FULL-graph terms and the kernel excess are
+    kept from ``base``. Refused where a mode has fewer than ``MIN_HOST_STEPS`` steps or is
+    not host-bound."""
+    if not run_dirs:
+        raise ValueError("host fit: no run given")
+    frames = {d.name: run_periods(d) for d in run_dirs}
+    out: dict[str, float] = {}
+    for mode, key in ((PIECEWISE, "piecewise_host_s"), (NONE, "eager_host_s")):
+        x = pd.concat([f[f["mode"] == mode] for f in frames.values()])
+        if len(x) < MIN_HOST_STEPS:
+            raise ValueError(
+                f"host fit: {len(x)} {mode} steps in {sorted(frames)}, need >= {MIN_HOST_STEPS} "
+                "(a run with prefills under load has them)"
+            )
+        out[key] = _host_bound(x, base.kernel_excess_s, f"host fit {mode}")
+    return dataclasses.replace(
+        base,
+        name=name,
+        fit_runs=tuple(sorted(frames)),
+        source=f"fit: PIECEWISE/NONE mean periods of {sorted(frames)} (capsim engine host-fit); "
+        f"FULL terms and kernel excess from {base.name}",
+        **out,
     )
 
 
