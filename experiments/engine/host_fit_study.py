@@ -1,4 +1,4 @@
-"""Same-machine host calibration study (experiments/engine/PLAN.md 2026-12-04 02:30, rule fixed
+"""Same-machine host calibration study (experiments/engine/PLAN.md 2026-12-04 02:03, rule fixed
 before computing; every run here had been seen, so this is not a blind prediction).
 
 Per machine (a device log's boot_id): the FIT run is the first run in call order whose step
@@ -117,7 +117,7 @@ def markdown(df: pd.DataFrame) -> str:
     ]
     lines = [
         "# Same-machine host calibration "
-        "(a study on seen runs; rule fixed in PLAN.md 2026-12-04 02:30)",
+        "(a study on seen runs; rule fixed in PLAN.md 2026-12-04 02:03)",
         "",
         "Per machine the first run with >= 20 PIECEWISE and >= 20 eager steps is the fit run "
         "(`capsim engine host-fit`); the machine's other predict runs are simulated with its fit "

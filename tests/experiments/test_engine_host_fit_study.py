@@ -1,4 +1,4 @@
-"""experiments/engine/host_fit_study.py (PLAN.md 2026-12-04 02:30): recomputed from the
+"""experiments/engine/host_fit_study.py (PLAN.md 2026-12-04 02:03): recomputed from the
 committed step logs, equal to the committed table, and the counts it states."""
 
 from __future__ import annotations
