@@ -133,19 +133,31 @@ def test_qwen3_rows_sharing_a_system_prompt_share_its_2048_token_ids(tmp_path: P
 # -- the out-of-sample table: a recorded run's requests + the dataset's segments --------------
 
 
+def _server(enable_prefix_caching: bool = True) -> dict[str, object]:
+    """server.json of a k=0 gmu 0.9 run with vLLM 0.26's batch defaults."""
+    return {
+        "gpu_memory_utilization": 0.9,
+        "num_speculative_tokens": 0,
+        "max_num_seqs": None,
+        "max_num_batched_tokens": None,
+        "enable_prefix_caching": enable_prefix_caching,
+    }
+
+
+def _sp_run(pc: bool = True) -> RealRun:
+    """The shared-prefix dataset's first 192 rows at 64 clients, as a recorded run would be."""
+    data = pd.read_csv(DATA / "sharedprefix512.csv").iloc[:192]
+    reqs = pd.DataFrame({"input_len": data["prompt_tok"], "output_len": data["output_tok"]})
+    bench = {"dataset_path": SP_PATH, "max_concurrency": 64}
+    return RealRun("g090_k0_pc_sp_c64", _server(pc), bench, reqs, {})
+
+
 def _run_dir(root: Path, name: str, prompt: list[int], output: list[int], path: str) -> Path:
     d = root / "runs" / name
     d.mkdir(parents=True)
     bench = {"num_prompts": len(prompt), "max_concurrency": 4, "dataset_path": path}
     (d / "job.json").write_text(json.dumps({"name": name, "bench": bench}))
-    server = {
-        "gpu_memory_utilization": 0.9,
-        "num_speculative_tokens": 0,
-        "max_num_seqs": None,
-        "max_num_batched_tokens": None,
-        "enable_prefix_caching": True,
-    }
-    (d / "server.json").write_text(json.dumps(server))
+    (d / "server.json").write_text(json.dumps(_server()))
     summ = dict.fromkeys(
         ("output_throughput", "mean_ttft_ms", "p99_ttft_ms", "mean_tpot_ms", "p99_tpot_ms"), 1.0
     )
@@ -192,19 +204,9 @@ def test_request_table_refuses_a_mismatch_naming_run_and_row(tmp_path: Path) -> 
 
 
 def test_shared_prefix_run_with_prefix_caching_computes_fewer_prefill_tokens() -> None:
-    data = pd.read_csv(DATA / "sharedprefix512.csv").iloc[:192]
-    reqs = pd.DataFrame({"input_len": data["prompt_tok"], "output_len": data["output_tok"]})
-    bench = {"dataset_path": SP_PATH, "max_concurrency": 64}
     computed, hits, served = {}, {}, {}
     for pc in (True, False):
-        server = {
-            "gpu_memory_utilization": 0.9,
-            "num_speculative_tokens": 0,
-            "max_num_seqs": None,
-            "max_num_batched_tokens": None,
-            "enable_prefix_caching": pc,
-        }
-        run = RealRun("g090_k0_pc_sp_c64", server, bench, reqs, {})
+        run = _sp_run(pc)
         t = request_table(run, DATA)
         assert t.segments is not None
         res = simulate(sim_config(run), workload=t)
@@ -218,7 +220,7 @@ def test_shared_prefix_run_with_prefix_caching_computes_fewer_prefill_tokens() -
     # "prefix_stats_at_admission": since 0.27 the two are equal)
     assert hits[True] >= served[True]
     # at least one attention block of the 2048-token system prompt per repeat user
-    assert served[True] > 0.3 * int(reqs["input_len"].sum())
+    assert served[True] > 0.3 * int(run.requests["input_len"].sum())
 
 
 def test_call32_job_list_parses() -> None:
@@ -250,18 +252,8 @@ def test_prefix_stats_count_every_lookup_in_0_26_and_once_since_0_27() -> None:
     waiting request; 0.27.0 records once, at admission (read in both wheels). On the
     shared-prefix rows at 64 clients some requests are looked up, left waiting and looked up
     again: the 0.26 counter exceeds what was served, the 0.27 one equals it."""
-    data = pd.read_csv(DATA / "sharedprefix512.csv").iloc[:192]
-    reqs = pd.DataFrame({"input_len": data["prompt_tok"], "output_len": data["output_tok"]})
-    server = {
-        "gpu_memory_utilization": 0.9,
-        "num_speculative_tokens": 0,
-        "max_num_seqs": None,
-        "max_num_batched_tokens": None,
-        "enable_prefix_caching": True,
-    }
-    run = RealRun(
-        "g090_k0_pc_sp_c64", server, {"dataset_path": SP_PATH, "max_concurrency": 64}, reqs, {}
-    )
+    run = _sp_run()
+    reqs = run.requests
     t = request_table(run, DATA)
     base = sim_config(run)
     out = {}
