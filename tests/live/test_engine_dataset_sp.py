@@ -290,3 +290,16 @@ def test_align_cut_of_0_26_admits_a_prompt_shorter_than_a_block_on_a_partial_bud
     later_cut = dataclasses.replace(rules_for("0.26"), align_split_to_prefill_end=True)
     monkeypatch.setattr(sim_mod, "rules_for", lambda v: later_cut)
     assert int(simulate(cfg, workload=t).summary["prefix_cache_queries_tok"]) > prompts
+
+
+@pytest.mark.parametrize("name", ["call40.json", "call41.json", "call42.json"])
+def test_next_sessions_job_lists_parse_and_fit_one_call(name: str) -> None:
+    """PLAN.md 2026-12-04 02:11: staged for the next session; each fits the 600 s call limit
+    with the runner's 1.5 x est_s start-up allowance left to the deadline check."""
+    raw = json.loads((REPO / "experiments" / "engine" / "jobs" / name).read_text())
+    jobs, _ = parse_jobs(raw)
+    assert jobs[0].kind == "startup" and jobs[0].server is not None and jobs[0].server.step_log
+    assert all(j.kind == "bench" for j in jobs[1:])
+    assert sum(j.est_s for j in jobs) <= 560, name
+    names = {p.name for p in (REPO / "experiments" / "engine" / "runs").iterdir()}
+    assert not names & {j.name for j in jobs}, "a staged run would overwrite a recorded one"
