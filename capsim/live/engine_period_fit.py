@@ -71,7 +71,7 @@ def run_periods(run_dir: Path) -> pd.DataFrame:
     from capsim.cost.factory import build_step_time_model
     from capsim.gpus import get_gpu
     from capsim.live.engine_oos import load_run, sim_config
-    from capsim.memory.cudagraph import capture_descs
+    from capsim.memory.cudagraph import CaptureDescs, capture_descs
 
     if not (run_dir / "steps.csv").exists():
         raise ValueError(f"run_dir={str(run_dir)!r}: steps.csv is missing (no step log)")
@@ -81,11 +81,15 @@ def run_periods(run_dir: Path) -> pd.DataFrame:
     base = build_step_time_model(cfg, cfg.model_spec(), gpu)
     seqs, tokens = cfg.engine.resolved_batch_defaults(gpu)
     k = cfg.spec.num_draft_nodes
-    descs = capture_descs(
-        vllm_version=cfg.engine.vllm_version,
-        max_num_seqs=seqs,
-        num_spec_tok=k,
-        max_num_batched_tokens=tokens,
+    descs = (
+        CaptureDescs((), ())  # --enforce-eager: every step is eager (NONE)
+        if cfg.engine.enforce_eager
+        else capture_descs(
+            vllm_version=cfg.engine.vllm_version,
+            max_num_seqs=seqs,
+            num_spec_tok=k,
+            max_num_batched_tokens=tokens,
+        )
     )
     sh = step_shapes(steps, k)
     df = pd.DataFrame(
