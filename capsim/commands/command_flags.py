@@ -12,7 +12,7 @@ from pathlib import Path
 import click
 
 from capsim.commands.opt import Opt, raw_opt
-from capsim.commands.param_types import FiniteFloat, ListOf, OutDir, TreeShapes
+from capsim.commands.param_types import EngineOverheadType, FiniteFloat, ListOf, OutDir, TreeShapes
 from capsim.commit_modes import COMMIT_MODES
 from capsim.config import MAX_CONCURRENCY, MAX_TOKENS
 from capsim.sweep.grid import PUBLISHED_GRID
@@ -355,6 +355,13 @@ COMMAND_FLAGS: dict[str, Opt] = {
         default=Path("experiments/engine"),
         show_default=True,
         help="a folder `capsim engine record` wrote",
+    ),
+    "engine.compare.engine_overhead": raw_opt(
+        "--engine-overhead",
+        type=EngineOverheadType(),
+        default="measured-h200-vllm0.26",
+        show_default=True,
+        help="the async column's engine fit: a registered one or a `capsim engine host-fit` file",
     ),
     "engine.host_fit.out": raw_opt(
         "--out",

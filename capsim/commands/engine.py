@@ -163,11 +163,15 @@ def host_fit_cmd(runs: tuple[Path, ...], out: Path, base: str) -> None:
 
 @engine.command("compare")
 @options("engine.compare.dest")
-def compare_cmd(dest: Path) -> None:
+@options("engine.compare.engine_overhead")
+def compare_cmd(dest: Path, engine_overhead: str) -> None:
     """capsim vs the recorded runs (the out-of-sample table) as Markdown."""
     from capsim.live.engine_oos import table
 
-    df, delta = table(dest / "runs", dest / "startups.csv")
+    if not (dest / "runs").is_dir():
+        raise click.ClickException(f"{dest / 'runs'}: no recorded runs (capsim engine record)")
+    csv = dest / "startups.csv"  # the start-ups' block counts: the diagnostic column only
+    df, delta = table(dest / "runs", csv if csv.exists() else None, engine_overhead=engine_overhead)
     click.echo(f"engine overhead delta = {1e3 * delta:.3f} ms/step")
     click.echo(
         df.to_markdown(index=False, floatfmt=".4g")

@@ -292,7 +292,10 @@ def startup_blocks(startups_csv: Path, server: dict[str, Any]) -> int | None:
 
 
 def table(
-    runs_root: Path, startups_csv: Path | None = None, data_root: Path | None = None
+    runs_root: Path,
+    startups_csv: Path | None = None,
+    data_root: Path | None = None,
+    engine_overhead: str = ENGINE_OVERHEAD,
 ) -> tuple[pd.DataFrame, float]:
     """One row per (run, metric): real, capsim, capsim+delta, capsim main c4fa656 (its engine
     terms: max(kernels, host) + delta), capsim+engine (the async step period, PLAN.md
@@ -300,7 +303,9 @@ def table(
     columns: capsim+engine on the real start-up's block count, and the engine terms with async
     scheduling off (vLLM 0.26 runs it on; PLAN.md 2026-12-02 01:57). A run whose dataset's
     CSV in ``data_root`` (default: ``runs_root.parent / "data"``) has a ``segments`` column
-    is simulated with those shared segments (``request_table``)."""
+    is simulated with those shared segments (``request_table``). ``engine_overhead``: the
+    fit of the async column and the two diagnostic ones (a `capsim engine host-fit` file
+    prices your machine); the main c4fa656 column keeps the registered fit."""
     from capsim.live.engine_fit import FIT_RUNS as MAIN_FIT_RUNS
     from capsim.live.engine_period_fit import FIT_RUNS as ENGINE_FIT_RUNS
 
@@ -312,12 +317,12 @@ def table(
     rows = []
     for r in runs:
         shipped, plus = simulate_run(r, data_root=data), simulate_run(r, delta, data_root=data)
-        eng = simulate_run(r, engine_overhead=ENGINE_OVERHEAD, data_root=data)
+        eng = simulate_run(r, engine_overhead=engine_overhead, data_root=data)
         main = simulate_run(r, engine_overhead=ENGINE_OVERHEAD, async_period=False, data_root=data)
         blocks = startup_blocks(startups_csv, r.server) if startups_csv else None
-        diag = simulate_run(r, 0.0, blocks, ENGINE_OVERHEAD, data_root=data) if blocks else {}
+        diag = simulate_run(r, 0.0, blocks, engine_overhead, data_root=data) if blocks else {}
         sync = simulate_run(
-            r, engine_overhead=ENGINE_OVERHEAD, async_scheduling=False, data_root=data
+            r, engine_overhead=engine_overhead, async_scheduling=False, data_root=data
         )
         prefix = (PREFIX_METRIC, PREFIX_QUERY_METRIC)
         metrics = METRICS + (prefix if r.server.get("enable_prefix_caching") else ())

@@ -64,3 +64,36 @@ def test_host_fit_refuses_with_one_line(tmp_path: Path) -> None:
     bad.write_text('{"name": "x"}')
     with pytest.raises(ValueError, match=r"the fit lacks \['eager_host_s'"):
         get_async_period(str(bad))
+
+
+def test_compare_prices_the_async_column_with_a_host_fit(tmp_path: Path) -> None:
+    """`capsim engine compare --engine-overhead mine.json`: the async column (and its two
+    diagnostic ones) use the machine's fit; the main c4fa656 column keeps the registered."""
+    import shutil
+
+    dest = tmp_path / "engine"
+    for run in ("g090_k0_pc_sp_c64", "g090_k6_sg_c64"):
+        shutil.copytree(RUNS / run, dest / "runs" / run)
+    shutil.copytree(RUNS.parent / "data", dest / "data")
+    out = tmp_path / "mine.json"
+    runner = CliRunner()
+    assert (
+        runner.invoke(
+            cli, ["engine", "host-fit", str(dest / "runs" / "g090_k0_pc_sp_c64"), "--out", str(out)]
+        ).exit_code
+        == 0
+    )
+    from capsim.live.engine_oos import table
+
+    reg, _ = table(dest / "runs")
+    own, _ = table(dest / "runs", engine_overhead=str(out))
+    pd_reg = reg.set_index(["run", "metric"])
+    pd_own = own.set_index(["run", "metric"])
+    k6 = ("g090_k6_sg_c64", "tpot_mean_ms")
+    assert pd_own.loc[k6, "capsim_engine"] < pd_reg.loc[k6, "capsim_engine"]
+    assert pd_own.loc[k6, "capsim_main"] == pd_reg.loc[k6, "capsim_main"]
+    r = runner.invoke(
+        cli, ["engine", "compare", "--dest", str(dest), "--engine-overhead", str(out)]
+    )
+    assert r.exit_code == 0, r.output
+    assert "g090_k6_sg_c64" in r.output
