@@ -50,6 +50,18 @@ def _is_num(value: object) -> bool:
 ENGINE_OVERHEAD_NAMES: tuple[str, ...] = ("measured-h200-vllm0.26",)
 
 
+def engine_overhead_error(value: object) -> str | None:
+    """Why ``value`` is not an engine-overhead fit (None: a registered name, a
+    `capsim engine host-fit` JSON file that exists, or None)."""
+    if value is None or value in ENGINE_OVERHEAD_NAMES:
+        return None
+    if not (isinstance(value, str) and value.endswith(".json")):
+        return (
+            f"choose one of {list(ENGINE_OVERHEAD_NAMES)} or a `capsim engine host-fit` JSON file"
+        )
+    return None if Path(value).is_file() else "no such file"
+
+
 @dataclass(frozen=True, slots=True, kw_only=True)
 class EngineConfig:
     """vLLM engine settings that shape the pool and the scheduler."""
@@ -193,18 +205,9 @@ class EngineConfig:
             not _is_int(self.max_cudagraph_capture_size) or self.max_cudagraph_capture_size < 1
         ):
             _fail(o, "max_cudagraph_capture_size", self.max_cudagraph_capture_size, "must be >= 1")
-        eo = self.engine_overhead
-        if eo is not None and eo not in ENGINE_OVERHEAD_NAMES:
-            if not (isinstance(eo, str) and eo.endswith(".json")):
-                _fail(
-                    o,
-                    "engine_overhead",
-                    eo,
-                    f"choose one of {list(ENGINE_OVERHEAD_NAMES)} or a `capsim engine host-fit` "
-                    "JSON file",
-                )
-            elif not Path(eo).is_file():
-                _fail(o, "engine_overhead", eo, "no such file")
+        why = engine_overhead_error(self.engine_overhead)
+        if why is not None:
+            _fail(o, "engine_overhead", self.engine_overhead, why)
         dtype_bytes(self.conv_state_dtype, field_name="engine.conv_state_dtype")
         if self.ssm_state_dtype is not None:
             dtype_bytes(self.ssm_state_dtype, field_name="engine.ssm_state_dtype")

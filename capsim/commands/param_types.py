@@ -254,18 +254,10 @@ class EngineOverheadType(click.ParamType):
     name = "FIT|FILE.json"
 
     def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> Any:
-        from capsim.config import ENGINE_OVERHEAD_NAMES
+        from capsim.config import engine_overhead_error
 
         text = str(value)
-        if text in ENGINE_OVERHEAD_NAMES:
-            return text
-        if text.endswith(".json"):
-            if Path(text).is_file():
-                return text
-            self.fail(f"{text!r}: no such file", param, ctx)
-        self.fail(
-            f"{text!r}: choose one of {list(ENGINE_OVERHEAD_NAMES)} or a `capsim engine "
-            "host-fit` .json file",
-            param,
-            ctx,
-        )
+        why = engine_overhead_error(text)
+        if why is not None:
+            self.fail(f"{text!r}: {why}", param, ctx)
+        return text

@@ -90,17 +90,28 @@ MEASURED_H200_VLLM026 = EngineOverheadFit(
 ENGINE_OVERHEADS: dict[str, EngineOverheadFit] = {MEASURED_H200_VLLM026.name: MEASURED_H200_VLLM026}
 
 
-def base_fit_name(name: str) -> str:
-    """A registered name as given; a ``capsim engine host-fit`` JSON file: its ``base``."""
-    if not name.endswith(".json"):
-        return name
+def read_fit_file(path: str) -> dict:
+    """A `capsim engine host-fit` JSON file as a dict; a one-line error naming it."""
     import json
     from pathlib import Path
 
     try:
-        return str(json.loads(Path(name).read_text())["base"])
-    except (OSError, ValueError, KeyError) as e:
-        raise ValueError(f"engine.engine_overhead={name!r}: no readable 'base' ({e})") from None
+        raw = json.loads(Path(path).read_text())
+    except (OSError, ValueError) as e:
+        raise ValueError(f"engine.engine_overhead={path!r}: cannot read the fit ({e})") from None
+    if not isinstance(raw, dict):
+        raise ValueError(f"engine.engine_overhead={path!r}: the fit is not a JSON object")
+    return raw
+
+
+def base_fit_name(name: str) -> str:
+    """A registered name as given; a ``capsim engine host-fit`` JSON file: its ``base``."""
+    if not name.endswith(".json"):
+        return name
+    raw = read_fit_file(name)
+    if "base" not in raw:
+        raise ValueError(f"engine.engine_overhead={name!r}: the fit lacks ['base']")
+    return str(raw["base"])
 
 
 def get_engine_overhead(name: str) -> EngineOverheadFit:

@@ -35,7 +35,7 @@ from dataclasses import asdict, dataclass
 from typing import ClassVar
 
 from capsim.cost.base import BatchShape, StepTimeModel
-from capsim.cost.engine_overhead import FULL, PIECEWISE, graph_mode
+from capsim.cost.engine_overhead import FULL, PIECEWISE, graph_mode, read_fit_file
 from capsim.memory.cudagraph import CaptureDescs
 
 
@@ -96,13 +96,7 @@ ASYNC_PERIODS: dict[str, AsyncPeriodFit] = {
 def load_async_period(path: str) -> AsyncPeriodFit:
     """A machine's own fit written by ``capsim engine host-fit`` (JSON: the fields of
     ``AsyncPeriodFit`` and ``base``, the registered fit it started from)."""
-    import json
-    from pathlib import Path
-
-    try:
-        raw = json.loads(Path(path).read_text())
-    except (OSError, ValueError) as e:
-        raise ValueError(f"engine.engine_overhead={path!r}: cannot read the fit ({e})") from None
+    raw = read_fit_file(path)
     want = set(AsyncPeriodFit.__dataclass_fields__)
     missing = sorted(want - set(raw))
     if missing:
