@@ -31,6 +31,10 @@ from capsim.cost.engine_period import get_async_period  # noqa: E402
 from capsim.live.engine_oos import ENGINE_OVERHEAD, load_run, simulate_run, within  # noqa: E402
 from capsim.live.engine_period_fit import FIT_RUNS, fit_machine_host  # noqa: E402
 
+# Calls whose machines were registered as an out-of-sample test of this rule before they ran
+# (PLAN.md 2026-12-04 02:11: calls 40-42, g090_k2_sg_c64_r4 the fit run).
+FIRST_PREREGISTERED_CALL = 40
+
 METRICS: tuple[tuple[str, str], ...] = (
     ("throughput_tok_per_s", "out tok/s"),
     ("tpot_mean_ms", "TPOT mean ms"),
@@ -58,6 +62,7 @@ def study(
     runs_root: Path = HERE / "runs", manifest_path: Path = HERE / "manifest.json"
 ) -> pd.DataFrame:
     manifest = json.loads(manifest_path.read_text())
+    calls = run_calls(manifest)
     base = get_async_period(ENGINE_OVERHEAD)
     rows = []
     with tempfile.TemporaryDirectory() as tmp:
@@ -97,6 +102,7 @@ def study(
                             "piecewise_host_ms": round(1e3 * fit.piecewise_host_s, 3),
                             "eager_host_ms": round(1e3 * fit.eager_host_s, 3),
                             "run": r,
+                            "preregistered": int(calls[r][0]) >= FIRST_PREREGISTERED_CALL,
                             "metric": m,
                             "real": real,
                             "registered": reg[m],
@@ -141,6 +147,21 @@ def markdown(df: pd.DataFrame) -> str:
         x = df[df["metric"] == m]
         reg, own = int(x["pass_registered"].sum()), int(x["pass_machine"].sum())
         lines.append(f"| {name} | {len(x)} | {reg} | {own} |")
+    pre = df[df["preregistered"]]
+    if len(pre):
+        lines += [
+            "",
+            f"Pre-registered out-of-sample test (calls >= {FIRST_PREREGISTERED_CALL}, PLAN.md "
+            f"2026-12-04 02:11, fit run and predicted runs named before they ran), over "
+            f"{pre['run'].nunique()} runs:",
+            "",
+            "| metric | runs | registered | machine fit |",
+            "|---|---|---|---|",
+        ]
+        for m, name in METRICS:
+            x = pre[pre["metric"] == m]
+            reg, own = int(x["pass_registered"].sum()), int(x["pass_machine"].sum())
+            lines.append(f"| {name} | {len(x)} | {reg} | {own} |")
     lines += [
         "",
         "| run | machine | metric | real | registered | err % | machine fit | err % |",
