@@ -103,6 +103,17 @@ S12_RUNS: tuple[str, ...] = (
     "g090_k0_pc_sp_c128",
     "g090_k0_pc_sp_c16",
 )
+# serving runs of device calls 40-42 (session 13; staged and registered in PLAN.md 2026-12-04
+# 02:11, run as staged, PLAN.md 03:27): predict runs for every model column; a fourth k=2 machine
+# (ShareGPT-like c64, random c16, Poisson 12/s), k=1 shared prefixes at 128 clients, k=0 shared
+# prefixes at 64 clients again
+S13_RUNS: tuple[str, ...] = (
+    "g090_k2_sg_c64_r4",
+    "g090_k2_rand_c16_r2",
+    "g090_k2_sg_r12_r2",
+    "g090_k1_pc_sp_c128",
+    "g090_k0_pc_sp_c64_r2",
+)
 
 
 def _ok(v: object) -> str:
@@ -134,6 +145,7 @@ def _counts_md(df: pd.DataFrame) -> list[str]:
         ("runs of calls 25-27", set(S9_RUNS)),
         ("runs of calls 30-31", set(S11_RUNS)),
         ("runs of calls 35-39", set(S12_RUNS)),
+        ("runs of calls 40-42", set(S13_RUNS)),
     ]
     groups = [(name, runs & set(df["run"])) for name, runs in groups]
     head = "".join(f" {name} | main c4fa656 | async step period |" for name, _ in groups)
@@ -194,6 +206,8 @@ def markdown(df: pd.DataFrame, delta_s: float) -> str:
         f"k=4 and a third machine's k=2): {', '.join(S11_RUNS)}.",
         f"Runs of device calls 35-39 (predict, session 12, PLAN.md 2026-12-04 00:25, 01:25, 01:37 "
         f"and 01:42; shared prefixes with prefix caching, k=6): {', '.join(S12_RUNS)}.",
+        f"Runs of device calls 40-42 (predict, session 13, PLAN.md 2026-12-04 02:11 and 03:27; a "
+        f"fourth k=2 machine, shared prefixes again): {', '.join(S13_RUNS)}.",
         "",
         *_counts_md(df),
         "| run | role | metric | real | capsim | err % | capsim+delta | err % | "

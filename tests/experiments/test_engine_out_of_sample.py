@@ -131,6 +131,14 @@ MAIN_VERDICTS: dict[str, dict[str, str]] = {
     "g090_k6_sg_c64": {THR: "-", TTFT: "ok", P99: "ok", TPOT: "+", PEAK: "ok"},
     "g090_k0_pc_sp_c128": {THR: "-", TTFT: "ok", P99: "ok", TPOT: "+", PEAK: "ok"},
     "g090_k0_pc_sp_c16": {THR: "-", TTFT: "ok", P99: "+", TPOT: "+", PEAK: "ok"},
+    # calls 40-42 (session 13, PLAN.md 2026-12-04 02:11): first simulated by main 9e09bfb's code;
+    # nothing fitted to them. A slower host than session 12's (host-fit on g090_k2_sg_c64_r4:
+    # PIECEWISE 73.8 ms, eager 153.8 ms)
+    "g090_k2_sg_c64_r4": {THR: "ok", TTFT: "-", P99: "-", TPOT: "+", PEAK: "ok"},
+    "g090_k2_rand_c16_r2": {THR: "-", TTFT: "ok", P99: "ok", TPOT: "+", PEAK: "ok"},
+    "g090_k2_sg_r12_r2": {THR: "ok", TTFT: "ok", P99: "ok", TPOT: "+", PEAK: "+"},
+    "g090_k1_pc_sp_c128": {THR: "ok", TTFT: "ok", P99: "ok", TPOT: "ok", PEAK: "ok"},
+    "g090_k0_pc_sp_c64_r2": {THR: "ok", TTFT: "ok", P99: "ok", TPOT: "ok", PEAK: "ok"},
 }
 CALLS67 = tuple(n for n in MAIN_VERDICTS if n.startswith(("g090_k1_", "g090m16_")))
 # calls 9-10, predict; g075_k1_sg_r16 (the same PLAN.md line) ran in call 24 (session 7)
@@ -154,6 +162,15 @@ S12 = (
     "g090_k6_sg_c64",
     "g090_k0_pc_sp_c128",
     "g090_k0_pc_sp_c16",
+)
+# calls 40-42 (session 13), predict (PLAN.md 2026-12-04 02:11: a fourth k=2 machine at c64, c16
+# and Poisson 12/s; k=1 shared prefixes at 128 clients; k=0 shared prefixes at 64 again)
+S13 = (
+    "g090_k2_sg_c64_r4",
+    "g090_k2_rand_c16_r2",
+    "g090_k2_sg_r12_r2",
+    "g090_k1_pc_sp_c128",
+    "g090_k0_pc_sp_c64_r2",
 )
 # The async step period (column "capsim_engine": capsim.cost.engine_period, FROZEN at 279d2dd,
 # PLAN.md 2026-12-02 05:49) on every predict run of its fit (19 of 23; the four fit runs are
@@ -233,24 +250,33 @@ ASYNC_VERDICTS: dict[str, dict[str, str]] = {
     "g090_k6_sg_c64": {THR: "-", TTFT: "+", P99: "ok", TPOT: "+", PEAK: "ok"},
     "g090_k0_pc_sp_c128": {THR: "-", TTFT: "ok", P99: "ok", TPOT: "+", PEAK: "ok"},
     "g090_k0_pc_sp_c16": {THR: "ok", TTFT: "ok", P99: "ok", TPOT: "+", PEAK: "ok"},
+    # calls 40-42 (session 13): first simulated by main 9e09bfb's code; nothing fitted to them.
+    # The Poisson run's peak running (real 58, capsim 80) and mean TPOT (+23%) miss: at 12 req/s
+    # the slower real steps are not what make it run fewer requests at once
+    "g090_k2_sg_c64_r4": {THR: "ok", TTFT: "ok", P99: "-", TPOT: "ok", PEAK: "ok"},
+    "g090_k2_rand_c16_r2": {THR: "ok", TTFT: "ok", P99: "ok", TPOT: "ok", PEAK: "ok"},
+    "g090_k2_sg_r12_r2": {THR: "ok", TTFT: "ok", P99: "ok", TPOT: "+", PEAK: "+"},
+    "g090_k1_pc_sp_c128": {THR: "+", TTFT: "ok", P99: "ok", TPOT: "-", PEAK: "ok"},
+    "g090_k0_pc_sp_c64_r2": {THR: "ok", TTFT: "ok", P99: "ok", TPOT: "ok", PEAK: "ok"},
 }
 
 # per metric, predict runs within the threshold: (main c4fa656, async) over the async model's
-# 45 predict runs, over the 4 runs of calls 9-10 and 24, the 4 of calls 14-15, the 4 of calls
-# 18-21, the 5 of calls 22-23, the 4 of calls 25-27, the 3 of calls 30-31 and the 5 of calls 35-39
+# 50 predict runs, over the 4 runs of calls 9-10 and 24, the 4 of calls 14-15, the 4 of calls
+# 18-21, the 5 of calls 22-23, the 4 of calls 25-27, the 3 of calls 30-31, the 5 of calls 35-39
+# and the 5 of calls 40-42
 # (out_of_sample.md's
 # pass-count table)
 PASS_COUNTS: dict[str, tuple[int, ...]] = {
     # session-8 pools: g060m256_k1_sg_c128 +8.0%
     # session 12's 0.26 align-mode cut: g090pc_k0_rand_c128 main -10.9% -> -8.6%
-    THR: (18, 23, 3, 4, 3, 3, 3, 3, 1, 2, 0, 0, 1, 0, 0, 2),
+    THR: (22, 27, 3, 4, 3, 3, 3, 3, 1, 2, 0, 0, 1, 0, 0, 2, 4, 4),
     # session-8 pools: g060m256_k0_sg_c256 -20.02%
     # session 12's 0.26 align-mode cut: g090pc_k0_rand_c128 async -17.0% -> -20.6%
-    TTFT: (36, 25, 3, 2, 3, 2, 3, 3, 5, 1, 2, 1, 2, 1, 5, 3),
-    P99: (38, 36, 3, 4, 4, 2, 3, 3, 4, 4, 3, 3, 2, 2, 3, 4),
+    TTFT: (40, 30, 3, 2, 3, 2, 3, 3, 5, 1, 2, 1, 2, 1, 5, 3, 4, 5),
+    P99: (42, 40, 3, 4, 4, 2, 3, 3, 4, 4, 3, 3, 2, 2, 3, 4, 4, 4),
     # round-9 tables: g075_k1_sg_c64 -10.04%; session-8 pools: g060_k3_rand_c256 +12.4%
-    TPOT: (14, 19, 1, 1, 2, 3, 3, 3, 0, 1, 0, 0, 1, 2, 0, 1),
-    PEAK: (42, 42, 3, 3, 4, 4, 4, 4, 4, 4, 4, 4, 3, 3, 5, 5),
+    TPOT: (16, 22, 1, 1, 2, 3, 3, 3, 0, 1, 0, 0, 1, 2, 0, 1, 2, 3),
+    PEAK: (46, 46, 3, 3, 4, 4, 4, 4, 4, 4, 4, 4, 3, 3, 5, 5, 4, 4),
 }
 
 
@@ -383,11 +409,13 @@ def test_pass_counts_old_and_new(computed):
     14-15 (recorded after main 460846f's model)."""
     df, _ = computed
     pred = df[df["role_engine"] == "predict"]
-    assert set(S4) | set(S5) | set(S6) | set(S7) | set(S9) | set(S11) | set(S12) <= set(pred["run"])
+    assert set(S4) | set(S5) | set(S6) | set(S7) | set(S9) | set(S11) | set(S12) | set(S13) <= set(
+        pred["run"]
+    )
     for metric, want in PASS_COUNTS.items():
         rows = pred[pred["metric"] == metric]
         got = []
-        subsets = (rows, *(rows[rows["run"].isin(g)] for g in (S4, S5, S6, S7, S9, S11, S12)))
+        subsets = (rows, *(rows[rows["run"].isin(g)] for g in (S4, S5, S6, S7, S9, S11, S12, S13)))
         for sel in subsets:
             for col in ("capsim_main", "capsim_engine"):
                 got.append(
@@ -462,8 +490,9 @@ def test_synthetic_acceptance_matches_the_rates_given():
     # 10 at k=3 (calls 1-4), 3 at k=1 (call 6: rate 0.8522), 4 at k=3 (call 7), 1 at k=1 (call
     # 10), 2 at k=3 (call 14), 1 at k=3 (call 18), 3 at k=1 (calls 19, 21), 3 at k=2 (call 22),
     # 2 at k=5 (call 23), 1 at k=1 (call 24), 2 at k=3 (call 25), 1 at k=2 (call 26), 1 at k=8
-    # (call 27), 2 at k=4 (call 30), 1 at k=2 (call 31), 1 at k=1 (call 35), 1 at k=6 (call 37)
-    assert seen == 39
+    # (call 27), 2 at k=4 (call 30), 1 at k=2 (call 31), 1 at k=1 (call 35), 1 at k=6 (call 37),
+    # 3 at k=2 (call 40), 1 at k=1 (call 41)
+    assert seen == 43
 
 
 def test_async_scheduling_is_what_moved_ttft(computed):
