@@ -328,6 +328,7 @@ class SpecDecodeConfig:
     acceptance: AcceptanceConfig = field(default_factory=AcceptanceConfig)
     drafter: DrafterSpec | None = field(
         default=None,
+        repr=False,  # the reprs of MTP configs (keys of pinned digests) stay as they were
         metadata={"help": "an external draft model (vLLM speculative_config.model); None: MTP"},
     )
 
