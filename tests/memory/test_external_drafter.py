@@ -196,3 +196,42 @@ def test_the_log_parser_reads_the_speculative_model() -> None:
         "/m/dflash2",
         7,
     )
+
+
+def test_capsim_memory_takes_a_drafter_file() -> None:
+    from click.testing import CliRunner
+
+    from capsim.commands.main import main
+
+    args = [
+        "memory",
+        "-m",
+        str(LOGS / "models" / "qwen3.8-27b.json"),
+        "-g",
+        "rtx5090",
+        "--tp",
+        "2",
+        "--vllm-version",
+        "0.27.1",
+        "-q",
+        "fp8",
+        "--max-num-seqs",
+        "1",
+        "--max-num-batched-tokens",
+        "8192",
+        "--max-model-len",
+        "65536",
+        "--kv-cache-dtype",
+        "bfloat16",
+        "--enable-prefix-caching",
+        "-k",
+        "7",
+        "--drafter",
+        str(DRAFTER_FILE),
+        "--json",
+    ]
+    out = CliRunner().invoke(main, args)
+    assert out.exit_code == 0, out.output
+    plan = json.loads(out.output)
+    assert (plan["num_draft_groups"], plan["group_size"], plan["model_runner"]) == (1, 5, "v2")
+    assert plan["weights_breakdown_bytes"]["mtp"] == 0
