@@ -151,8 +151,10 @@ def test_an_external_drafter_replaces_mtp_and_is_charged(drafter: DrafterSpec) -
     assert with_d.model_runner == "v2"
     assert with_d.num_draft_groups == 1 and with_d.group_size == 5
     # a request past the window holds the cap, not its whole context, in the drafter group
-    assert with_d.draft_blocks_for(60000) == with_d.draft_admission_blocks == (
-        cdiv(2047 + 2 * 8192, with_d.draft_block_size_tok) + 1
+    assert (
+        with_d.draft_blocks_for(60000)
+        == with_d.draft_admission_blocks
+        == (cdiv(2047 + 2 * 8192, with_d.draft_block_size_tok) + 1)
     )
 
 
