@@ -16,6 +16,7 @@ from typing import Any, Literal
 
 from capsim.commit_modes import COMMIT_MODES, CommitModeName, get_mode
 from capsim.draft_rank import TREE_MODELS, temperature_factor
+from capsim.drafter import DrafterSpec
 from capsim.gpus import GpuSpec
 from capsim.models import QUANT_METHOD_FORMATS, ModelSpec
 from capsim.units import dtype_bytes
@@ -325,8 +326,15 @@ class SpecDecodeConfig:
     )
     commit: CommitMode = field(default="storeall", metadata={"help": " | ".join(COMMIT_MODES)})
     acceptance: AcceptanceConfig = field(default_factory=AcceptanceConfig)
+    drafter: DrafterSpec | None = field(
+        default=None,
+        repr=False,  # the reprs of MTP configs (keys of pinned digests) stay as they were
+        metadata={"help": "an external draft model (vLLM speculative_config.model); None: MTP"},
+    )
 
     def __post_init__(self) -> None:
+        if self.drafter is not None and not isinstance(self.drafter, DrafterSpec):
+            _fail("spec", "drafter", self.drafter, "must be a DrafterSpec or None")
         if not _is_int(self.num_spec_tok) or not 0 <= self.num_spec_tok <= MAX_DRAFT_NODES:
             _fail(
                 "spec",
@@ -354,6 +362,16 @@ class SpecDecodeConfig:
     @property
     def depth(self) -> int:
         return self.num_spec_tok
+
+    @property
+    def uses_mtp(self) -> bool:
+        """Drafting with the target's own MTP layer (no external drafter)."""
+        return self.num_spec_tok > 0 and self.drafter is None
+
+    @property
+    def v2_runner(self) -> bool:
+        """The drafter makes vLLM select the V2 model runner."""
+        return self.drafter is not None and self.drafter.uses_v2_runner
 
     @property
     def num_draft_nodes(self) -> int:
@@ -472,6 +490,8 @@ class SimConfig:
         fixed while they hold their defaults (``ENGINE_FIELDS_OMITTED_AT_DEFAULT``): the
         ids, and so the published outputs, stay byte-identical."""
         d = asdict(self)
+        if d["spec"].get("drafter", None) is None:  # added after the ids were fixed
+            d["spec"].pop("drafter", None)
         eng = d["engine"]
         for name, default in ENGINE_FIELDS_OMITTED_AT_DEFAULT.items():
             if eng.get(name, default) == default:

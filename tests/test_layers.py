@@ -21,6 +21,7 @@ LAYERS: tuple[str, ...] = (
     "footprint",
     "gpus",
     "models",
+    "drafter",
     "commit_modes",
     "vllm_rules",
     "draft_rank",

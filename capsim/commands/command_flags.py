@@ -424,6 +424,13 @@ COMMAND_FLAGS: dict[str, Opt] = {
     "memory.version_rules": raw_opt(
         "--version-rules", is_flag=True, help="print the vLLM version rules table and exit"
     ),
+    "memory.drafter": raw_opt(
+        "--drafter",
+        type=click.Path(exists=True, dir_okay=False, path_type=Path),
+        default=None,
+        help="an external draft model's spec file (experiments/vllm_logs/drafters/*.json): its "
+        "weights, KV layers and runner are planned with the speculative config's k",
+    ),
     "memory.gpu_total_gib": raw_opt(
         "--gpu-total-gib",
         type=click.FloatRange(min=1.0, max=4096.0),

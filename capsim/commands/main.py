@@ -11,7 +11,12 @@ from typing import Any
 
 import click
 
-from capsim.commands.memory import apply_pool_flags, memory_mode_options, run_memory_mode
+from capsim.commands.memory import (
+    apply_pool_flags,
+    memory_mode_options,
+    run_memory_mode,
+    with_drafter,
+)
 from capsim.commands.options import collect, fold_speculative_config, options
 from capsim.config import (
     AcceptanceConfig,
@@ -162,8 +167,19 @@ def memory_report(plan) -> str:  # type: ignore[no-untyped-def]
         f"({plan.mamba_padding_pct:.2f} %)",
         f"  block_size             {plan.block_size_tok} tokens",
         f"  groups                 group_size {plan.group_size}: {plan.num_attn_groups} attention "
-        f"({plan.num_attn_layers} layers incl. MTP) + {plan.num_gdn_groups} GDN "
-        f"({plan.num_gdn_layers} layers, {plan.gdn_padding_layers} padding)",
+        f"({plan.num_attn_layers} layers) + {plan.num_gdn_groups} GDN "
+        f"({plan.num_gdn_layers} layers, {plan.gdn_padding_layers} padding)"
+        + (
+            f" + {plan.num_draft_groups} drafter ({plan.num_draft_layers} layers, "
+            f"{plan.draft_block_size_tok}-token blocks, "
+            + (
+                f"at most {plan.draft_admission_blocks} blocks per request: sliding window)"
+                if plan.draft_admission_blocks
+                else "full attention)"
+            )
+            if plan.num_draft_groups
+            else ""
+        ),
         f"  bytes per block        {plan.bytes_per_block} B = {plan.bytes_per_block / MiB:.2f} MiB",
         f"  num_blocks             {plan.num_blocks} ({plan.usable_blocks} usable; 0 is null)",
         f"  GDN blocks per request {plan.gdn_blocks_per_request} "
@@ -217,7 +233,7 @@ def memory(ctx: click.Context, as_json: bool, **params: Any) -> None:
     from capsim.memory.memory_plan import plan_memory
     from capsim.memory.term_lookup import measured_term
 
-    spec = spec_config(params)
+    spec = with_drafter(params, spec_config(params))
     engine = engine_config(params)
 
     def given(name: str) -> bool:

@@ -27,6 +27,7 @@ MODE_KEYS: tuple[str, ...] = (
     "version_rules",
     "validate_out",
     "gpu_total_gib",
+    "drafter",
     "kv_cache_dtype",
     "quantization",
 )
@@ -38,6 +39,7 @@ memory_mode_options = options(
     "memory.validate_out",
     "memory.version_rules",
     "memory.gpu_total_gib",
+    "memory.drafter",
 )
 
 
@@ -54,6 +56,16 @@ def apply_pool_flags(
     if params.get("quantization"):
         model = replace(model, quantization=QUANT[params["quantization"]])
     return model, engine
+
+
+def with_drafter(params: dict[str, Any], spec: SpecDecodeConfig) -> SpecDecodeConfig:
+    """--drafter FILE onto the speculative config (the file's every value cites a source)."""
+    from dataclasses import replace
+
+    from capsim.drafter import drafter_from_json
+
+    path = params.get("drafter")
+    return spec if path is None else replace(spec, drafter=drafter_from_json(path))
 
 
 def run_memory_mode(

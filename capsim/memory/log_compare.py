@@ -14,6 +14,7 @@ import re
 from dataclasses import dataclass, field, replace
 
 from capsim.config import EngineConfig, SpecDecodeConfig
+from capsim.drafter import DrafterSpec
 from capsim.gpus import GpuSpec, with_total_memory
 from capsim.memory.log_fixes import dev_build
 from capsim.memory.memory_plan import MemoryPlan, plan_memory
@@ -143,20 +144,44 @@ def _quantization_from_log(log: VllmLog, model: ModelSpec) -> ModelSpec:
     return model
 
 
-def _spec_from_log(log: VllmLog, spec: SpecDecodeConfig, notes: list[str]) -> SpecDecodeConfig:
-    """The speculative-decoding settings from the log, else those given."""
-    if log.num_speculative_tokens is not None:
-        method = log.speculative_method or "mtp"
-        if method in ("mtp", "qwen3_next_mtp", "qwen3_5_mtp"):
-            spec = replace(spec, num_spec_tok=int(log.num_speculative_tokens), tree_widths=None)
-        else:
-            spec = replace(spec, num_spec_tok=int(log.num_speculative_tokens), tree_widths=None)
-            notes.append(
-                f"speculative method {method!r}: its draft model's weights are not modelled"
-            )
-    else:
+def _drafter_note(d: DrafterSpec, tp: int) -> str:
+    from capsim.memory.drafter_memory import drafter_weight_parts
+
+    w = sum(drafter_weight_parts(d, tp).values())
+    window = f"sliding window {d.sliding_window_tok}" if d.sliding_window_tok else "full"
+    return (
+        f"external drafter {d.name} planned from its spec file: weights {w / GiB:.2f} GiB per "
+        f"rank ({d.linear_format} linears), {d.num_layers} {window} attention layers in their "
+        f"own KV groups, {d.model_runner} model runner; each value's source is in the file"
+    )
+
+
+def _spec_from_log(
+    log: VllmLog,
+    spec: SpecDecodeConfig,
+    notes: list[str],
+    drafter: DrafterSpec | None,
+    tp: int,
+) -> SpecDecodeConfig:
+    """The speculative-decoding settings from the log, else those given; a method other than
+    MTP is planned with its external drafter when one is given (``drafter`` or the spec's)."""
+    if log.num_speculative_tokens is None:
         notes.append(f"speculative config not in the log: k={spec.depth} from the command line")
-    return spec
+        return spec
+    method = log.speculative_method or "mtp"
+    k = int(log.num_speculative_tokens)
+    if method in ("mtp", "qwen3_next_mtp", "qwen3_5_mtp"):
+        return replace(spec, num_spec_tok=k, tree_widths=None, drafter=None)
+    d = drafter or spec.drafter
+    if d is None:
+        notes.append(f"speculative method {method!r}: its draft model's weights are not modelled")
+        return replace(spec, num_spec_tok=k, tree_widths=None)
+    if d.method != method:
+        raise ValueError(
+            f"speculative_config.method={method!r}: drafter {d.name} is a {d.method!r} drafter"
+        )
+    notes.append(_drafter_note(d, tp))
+    return replace(spec, num_spec_tok=k, tree_widths=None, drafter=d)
 
 
 def _default_gmu_for_log(log: VllmLog, engine: EngineConfig) -> float:
@@ -178,8 +203,10 @@ def settings_from_log(
     gpu: GpuSpec,
     engine: EngineConfig,
     spec: SpecDecodeConfig,
+    drafter: DrafterSpec | None = None,
 ) -> Settings:
-    """The log's settings over the given defaults; notes name what came from elsewhere."""
+    """The log's settings over the given defaults; notes name what came from elsewhere;
+    ``drafter``: the external draft model the log's ``speculative_config.model`` names."""
     notes: list[str] = []
     upd = _fields_from_log(log)
     _version_from_log(log, model, engine, upd, notes)
@@ -206,8 +233,9 @@ def settings_from_log(
     else:
         notes.append(f"GPU total memory not in the log: {gpu.name} registry value")
     model = _quantization_from_log(log, model)
-    spec = _spec_from_log(log, spec, notes)
-    return Settings(model, gpu, replace(engine, **upd), spec, tuple(notes))  # type: ignore[arg-type]
+    engine = replace(engine, **upd)  # type: ignore[arg-type]
+    spec = _spec_from_log(log, spec, notes, drafter, engine.tp)
+    return Settings(model, gpu, engine, spec, tuple(notes))
 
 
 @dataclass(frozen=True, slots=True)
@@ -268,7 +296,8 @@ def _graph_row(log: VllmLog, plan: MemoryPlan | None, g, src: dict[str, str]) ->
         label,
     )
     if plan is not None and plan.terms["cudagraph"].source is Source.NOT_CHARGED:
-        return replace(row, status=row.status + "; not charged in this version")
+        why = "by the V2 runner" if plan.model_runner == "v2" else "in this version"
+        return replace(row, status=f"{row.status}; not charged {why}")
     return row
 
 

@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from capsim.config import EngineConfig, SpecDecodeConfig
+from capsim.drafter import DrafterSpec, drafter_from_json, drafters_in
 from capsim.gpus import GpuSpec, get_gpu
 from capsim.memory.log_compare import Comparison, compare, settings_from_log
 from capsim.memory.log_fixes import dev_build
@@ -121,6 +122,7 @@ def log_from_row(row: dict[str, str]) -> VllmLog:
             parsed = json.loads(spec)
             log.num_speculative_tokens = int(parsed.get("num_speculative_tokens", 0))
             log.speculative_method = str(parsed.get("method", "mtp"))
+            log.speculative_model = str(parsed["model"]) if parsed.get("model") else None
         except (ValueError, AttributeError):
             pass
     mm = (row.get("limit_mm_per_prompt") or "").strip()
@@ -211,6 +213,14 @@ def resolve_model(hf_id: str, configs: dict[str, Path]) -> ModelSpec:
     raise ValueError(f"model_hf_id={hf_id!r}: no models/*.json with that _hf_id and no preset")
 
 
+def resolve_drafter(hf_id: str | None, drafters: dict[str, Path]) -> DrafterSpec | None:
+    """The drafter file (``drafters/*.json``, by ``_hf_id``) of a row's speculative model."""
+    if not hf_id:
+        return None
+    path = drafters.get(hf_id.strip().lower())
+    return drafter_from_json(path) if path else None
+
+
 def gpu_from_text(text: str, total_gib: float | None) -> GpuSpec:
     """A row's GPU: a registry entry by name (a parenthetical note is dropped), else, when
     the row logs the total memory, an unnamed GPU of that size (vLLM's tier and capture
@@ -255,6 +265,7 @@ def validate_dir(directory: Path, *, default_engine: EngineConfig | None = None)
     if not csv_path.is_file():
         raise ValueError(f"--validate {directory}: no startups.csv there")
     configs = model_configs(directory)
+    drafters = drafters_in(directory / "drafters")
     base = default_engine or EngineConfig()
     results: list[RowResult] = []
     with csv_path.open(newline="") as fh:
@@ -292,7 +303,12 @@ def validate_dir(directory: Path, *, default_engine: EngineConfig | None = None)
             model = resolve_model(row.get("model_hf_id", ""), configs)
             gpu = gpu_from_text(row.get("gpu", ""), log.gpu_total_gib)
             settings = settings_from_log(
-                log, model=model, gpu=gpu, engine=base, spec=SpecDecodeConfig(num_spec_tok=0)
+                log,
+                model=model,
+                gpu=gpu,
+                engine=base,
+                spec=SpecDecodeConfig(num_spec_tok=0),
+                drafter=resolve_drafter(log.speculative_model, drafters),
             )
             if dated:
                 settings = replace(settings, notes=(dated[1], *settings.notes))

@@ -78,6 +78,7 @@ from dataclasses import dataclass, field, fields
 
 from capsim.config import EngineConfig, SpecDecodeConfig
 from capsim.gpus import GpuSpec
+from capsim.memory import drafter_memory as dm
 from capsim.memory import refusals as rf
 from capsim.memory.activation import (  # noqa: F401  (re-exported for callers)
     encoder_profile_bytes,
@@ -158,6 +159,12 @@ class MemoryPlan:
     max_num_batched_tokens: int
     multimodal: bool
     prefix_caching: bool
+    # An external drafter's attention layers (drafter_memory.py): their own bucket of groups
+    num_draft_layers: int = 0
+    num_draft_groups: int = 0
+    draft_block_size_tok: int = 0
+    draft_admission_blocks: int = 0  # sliding-window cap per request (0: full attention)
+    model_runner: str = "v1"  # "v2" when the drafter makes vLLM select the V2 runner
 
     # The terms' bytes under their historic names (callers read these).
     @property
@@ -232,9 +239,24 @@ class MemoryPlan:
         """Attention blocks (all attention groups) holding ``num_tok`` tokens."""
         return self.num_attn_groups * cdiv(min(num_tok, self.max_model_len), self.block_size_tok)
 
+    def draft_blocks_for(self, num_tok: int) -> int:
+        """Drafter attention blocks (all drafter groups) holding ``num_tok`` tokens; a
+        sliding-window group holds at most ``draft_admission_blocks``."""
+        if not self.num_draft_groups:
+            return 0
+        need = cdiv(min(num_tok, self.max_model_len), self.draft_block_size_tok)
+        if self.draft_admission_blocks:
+            need = min(need, self.draft_admission_blocks)
+        return self.num_draft_groups * need
+
     def blocks_per_request(self, context_tok: int) -> int:
         """Blocks one running request of ``context_tok`` tokens holds (with lookahead)."""
-        return self.attn_blocks_for(context_tok + self.lookahead_tok) + self.gdn_blocks_per_request
+        num_tok = context_tok + self.lookahead_tok
+        return (
+            self.attn_blocks_for(num_tok)
+            + self.draft_blocks_for(num_tok)
+            + (self.gdn_blocks_per_request)
+        )
 
     def max_concurrency(self, context_tok: int) -> int:
         """Requests of ``context_tok`` tokens the pool holds at once (analytical capacity)."""
@@ -249,10 +271,14 @@ class MemoryPlan:
         len(kv_cache_groups) * block_size`` (release_rules.kv_size_line_concurrency).
         """
         if not rule("kv_size_line_concurrency", self.vllm_version):
-            groups = self.num_attn_groups + self.num_gdn_groups
+            groups = self.num_attn_groups + self.num_gdn_groups + self.num_draft_groups
             return self.num_blocks // groups * self.block_size_tok
         per_req = self.num_attn_groups * cdiv(self.max_model_len, self.block_size_tok)
         per_req += self.num_gdn_groups * self.size_line_gdn_slots
+        if self.num_draft_groups:  # SlidingWindowSpec.max_memory_usage_bytes: the cap
+            per_req += self.num_draft_groups * (
+                self.draft_admission_blocks or cdiv(self.max_model_len, self.draft_block_size_tok)
+            )
         return int(self.num_blocks / per_req * self.max_model_len)
 
 
@@ -294,9 +320,12 @@ def block_size_and_page(
     return block, block * attn_per_tok, attn_per_tok, conv_bytes, ssm_bytes
 
 
-def group_layout(num_attn: int, num_gdn: int) -> tuple[int, int, int, int]:
-    """(group_size, num_attn_groups, num_gdn_groups, gdn_padding_layers), VLLM.md s2.4."""
-    sizes = [n for n in (num_attn, num_gdn) if n > 0]
+def group_layout(num_attn: int, num_gdn: int, num_draft: int = 0) -> tuple[int, int, int, int]:
+    """(group_size, num_attn_groups, num_gdn_groups, gdn_padding_layers), VLLM.md s2.4;
+    ``num_draft``: a third bucket (an external drafter's own attention layers), which takes
+    part in the group size (``_get_kv_cache_groups_uniform_page_size`` takes min/max over
+    every bucket) and splits into ``cdiv(num_draft, group_size)`` groups."""
+    sizes = [n for n in (num_attn, num_gdn, num_draft) if n > 0]
     lo, hi = min(sizes), max(sizes)
     group_size = hi if hi < 1.5 * lo else lo
     num_attn_groups = cdiv(num_attn, group_size) if num_attn else 0
@@ -372,17 +401,18 @@ def _refuse_budget(
 def bytes_per_block_of(model: ModelSpec, engine: EngineConfig, spec: SpecDecodeConfig) -> int:
     """``group_size * page``: what one block id costs in the shared pool (VLLM.md s2.5)."""
     _block, page, _a, _c, _s = block_size_and_page(model, engine, spec)
-    num_attn = model.num_attn_layers + (model.num_mtp_layers if spec.depth > 0 else 0)
-    return group_layout(num_attn, model.num_gdn_layers)[0] * page
+    num_attn, num_draft = dm.layer_buckets(model, engine, spec)
+    return group_layout(num_attn, model.num_gdn_layers, num_draft)[0] * page
 
 
 def _layout(p: PlanInputs, nk: NonKv, budget: int, kv_budget: int) -> MemoryPlan:
     """The page/group layout of the pool and the plan that holds it."""
     model, engine, spec = p.model, p.engine, p.spec
     block, page, attn_per_tok, conv_b, ssm_b = block_size_and_page(model, engine, spec)
-    with_mtp = spec.depth > 0
-    num_attn = model.num_attn_layers + (model.num_mtp_layers if with_mtp else 0)
-    group_size, n_attn_groups, n_gdn_groups, padding = group_layout(num_attn, model.num_gdn_layers)
+    num_attn, num_draft = dm.layer_buckets(model, engine, spec)
+    group_size, n_attn_groups, n_gdn_groups, padding = group_layout(
+        num_attn, model.num_gdn_layers, num_draft
+    )
     bytes_per_block = group_size * page
     if engine.num_gpu_blocks_override is not None:
         num_blocks = engine.num_gpu_blocks_override
@@ -440,6 +470,8 @@ def _layout(p: PlanInputs, nk: NonKv, budget: int, kv_budget: int) -> MemoryPlan
         max_num_batched_tokens=p.max_num_batched_tokens,
         multimodal=p.multimodal,
         prefix_caching=engine.enable_prefix_caching,
+        model_runner="v2" if spec.v2_runner else "v1",
+        **dm.draft_layout(p, page, group_size, num_draft),
     )
 
 

@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 from capsim.config import EngineConfig, SpecDecodeConfig
 from capsim.gpus import GpuSpec
 from capsim.memory import cudagraph as cg
+from capsim.memory import drafter_memory as dm
 from capsim.memory.activation import (
     REJECTION_BYTES_PER_ROW_VOCAB,
     REJECTION_FIT_SOURCE,
@@ -88,8 +89,11 @@ def _logged(p: PlanInputs, name: str, what: str) -> Term | None:
 def weights_term(p: PlanInputs) -> tuple[Term, dict[str, int]]:
     """``model_memory_usage`` ("Model loading took X GiB"): the rank's tensors."""
     parts = weight_breakdown_bytes(
-        p.model, p.engine.tp, with_mtp=p.spec.depth > 0, with_vision=p.multimodal
+        p.model, p.engine.tp, with_mtp=p.spec.uses_mtp, with_vision=p.multimodal
     )
+    d = p.spec.drafter
+    if d is not None:  # loaded in the same DeviceMemoryProfiler (drafter_memory.py)
+        parts["drafter"] = sum(dm.drafter_weight_parts(d, p.engine.tp).values())
     logged = _logged(p, "weights", "'Model loading took X GiB'")
     if logged:
         return logged, parts
@@ -97,6 +101,8 @@ def weights_term(p: PlanInputs) -> tuple[Term, dict[str, int]]:
     if p.model.quant_formats:
         fmt = "mixed (" + ", ".join(f"{c} {f}" for c, f in p.model.quant_formats) + ")"
     detail = f"config shapes, {fmt} weights" + (", vision tower" if p.multimodal else "")
+    if d is not None:
+        detail += f", drafter {d.name} {parts['drafter'] / GiB:.2f} GiB ({d.linear_format})"
     return Term(sum(parts.values()), Source.MODELLED, detail), parts
 
 
@@ -149,9 +155,11 @@ def activation_term(p: PlanInputs) -> tuple[Term, dict[str, int]]:
     if sampler_path == "measured":
         measured.append("sampler")
     rejection = 0
-    if p.spec.depth > 0:
+    if p.spec.depth > 0 and not p.spec.v2_runner:  # the V2 profile_run has no such run
         elems = rejection_row_vocab_elems(rows, padded_vocab(m))
         rejection = round(REJECTION_BYTES_PER_ROW_VOCAB * elems) + held
+    d = p.spec.drafter
+    propose = dm.propose_transient_bytes(d, mnbt) if d is not None and p.spec.depth else 0
     parts = {
         "moe_workspace_kept": kept,
         "forward": forward,
@@ -159,6 +167,7 @@ def activation_term(p: PlanInputs) -> tuple[Term, dict[str, int]]:
         "sampler": sampler + held,
         "sampler.held_hidden_states": held,
         "rejection_sampler": rejection,
+        "drafter_propose": propose,
         "encoder_cache": enc_cache,
         "encoder_dummy_pixels_held": pixels,
         "encoder_forward": enc_fwd,
@@ -167,14 +176,19 @@ def activation_term(p: PlanInputs) -> tuple[Term, dict[str, int]]:
     if logged:
         return logged, parts
     sampler += held
-    peak = max(enc_fwd, enc_cache + pixels + kept + max(forward, sampler, rejection))
+    peak = max(enc_fwd, enc_cache + pixels + kept + max(forward, sampler, rejection, propose))
     if enc_fwd == peak and enc_fwd:
         why = (
             "peak in the vision encoder pass (one largest image; activation.vision_bytes_per_patch)"
         )
         return Term(peak, Source.MODELLED, why), parts
     top = max(
-        (("forward", forward), ("sampler", sampler), ("rejection_sampler", rejection)),
+        (
+            ("forward", forward),
+            ("sampler", sampler),
+            ("rejection_sampler", rejection),
+            ("drafter propose", propose),
+        ),
         key=lambda kv: kv[1],
     )[0]
     if top == "rejection_sampler":
@@ -196,7 +210,15 @@ def activation_term(p: PlanInputs) -> tuple[Term, dict[str, int]]:
 def runner_buffer_bytes(p: PlanInputs) -> int:
     """Persistent input ids/positions (int64) and hidden-state staging of mnbt tokens."""
     b = dtype_bytes(p.model.weight_dtype)
-    return p.max_num_batched_tokens * (2 * 8 + 2 * p.model.hidden_size * b)
+    n = p.max_num_batched_tokens * (2 * 8 + 2 * p.model.hidden_size * b)
+    if p.spec.drafter is not None and p.spec.depth:
+        n += dm.speculator_buffer_bytes(
+            p.spec.drafter,
+            max_num_seqs=p.max_num_seqs,
+            mnbt=p.max_num_batched_tokens,
+            k=p.spec.num_draft_nodes,
+        )
+    return n
 
 
 def runner_buffers_term(p: PlanInputs) -> Term:
@@ -212,8 +234,9 @@ def runner_buffers_term(p: PlanInputs) -> Term:
     n = runner_buffer_bytes(p)
     if rule("runner_buffers_charged", p.vllm_version):
         why = (
-            f"{n / GiB:.2f} GiB of GPUModelRunner buffers, inside 'consumed memory' since "
-            "0.27.0 (utils/mem_utils.py total_consumed)"
+            f"{n / GiB:.2f} GiB of GPUModelRunner buffers"
+            + (" and the drafter's speculator buffers" if p.spec.drafter else "")
+            + ", inside 'consumed memory' since 0.27.0 (utils/mem_utils.py total_consumed)"
         )
         return Term(n, Source.MODELLED, why)
     why = (
@@ -289,6 +312,13 @@ def cudagraph_term(p: PlanInputs) -> tuple[Term, cg.CaptureDescs, int]:
         return logged, descs, logged.bytes
     if not descs.largest_tok:
         return Term(0, Source.NOT_CHARGED, "no CUDA graphs (--enforce-eager)"), descs, 0
+    if p.spec.v2_runner and p.spec.depth:
+        why = (
+            f"drafter {p.spec.drafter.name if p.spec.drafter else ''} selects the V2 model "
+            "runner, whose profile_cudagraph_memory returns 0 (0.27.1 v1/worker/gpu/"
+            "model_runner.py): its graphs land outside the budget"
+        )
+        return Term(0, Source.NOT_CHARGED, why), descs, 0
     m, tp = p.model, p.engine.tp
     transient = 0
     k = p.spec.num_draft_nodes
@@ -298,7 +328,7 @@ def cudagraph_term(p: PlanInputs) -> tuple[Term, cg.CaptureDescs, int]:
     samples = cg.modelled_samples(
         descs,
         lambda n: captured_forward_bytes(m, tp, n),
-        attn_layers=m.num_attn_layers + (m.num_mtp_layers if p.spec.depth > 0 else 0),
+        attn_layers=m.num_attn_layers + (m.num_mtp_layers if p.spec.uses_mtp else 0),
         fa_split_at=(
             (lambda n: cg.fa_split_buffer_bytes(n, heads, m.head_dim))
             if cg.flash_attn_split_buffers(p.gpu.compute_capability, p.engine.kv_cache_dtype)

@@ -69,6 +69,7 @@ class VllmLog:
     enable_prefix_caching: bool | None = None
     num_speculative_tokens: int | None = None
     speculative_method: str | None = None
+    speculative_model: str | None = None  # an external drafter's path or HF id
     limit_mm_per_prompt: int | None = None
     kv_cache_memory_bytes: int | None = None
     num_gpu_blocks_override: int | None = None
@@ -160,6 +161,9 @@ def _non_default_args(text: str) -> dict[str, Any]:
         mm = re.search(r"'speculative_config':\s*\{[^}]*'method':\s*'(\w+)'", body)
         if mm:
             out["speculative_config"]["method"] = mm.group(1)
+        md = re.search(r"'speculative_config':\s*\{[^}]*'model':\s*'([^']+)'", body)
+        if md:
+            out["speculative_config"]["model"] = md.group(1)
     m = re.search(r"'served_model_name':\s*\['([^']*)'", body)
     if m:
         out["served_model_name"] = [m.group(1)]
@@ -186,6 +190,8 @@ def _apply_args(log: VllmLog, args: dict[str, Any]) -> None:
             log.num_speculative_tokens = int(spec["num_speculative_tokens"])
         if spec.get("method"):
             log.speculative_method = str(spec["method"])
+        if spec.get("model"):
+            log.speculative_model = str(spec["model"])
     mm = args.get("limit_mm_per_prompt")
     if isinstance(mm, dict):
         log.limit_mm_per_prompt = max(
