@@ -27,7 +27,7 @@ sys.path.insert(0, str(HERE))
 
 from repeatability import run_calls  # noqa: E402
 
-from capsim.cost.engine_period import get_async_period  # noqa: E402
+from capsim.cost.engine_period import AsyncPeriodFit, get_async_period  # noqa: E402
 from capsim.live.engine_oos import ENGINE_OVERHEAD, load_run, simulate_run, within  # noqa: E402
 from capsim.live.engine_period_fit import FIT_RUNS, fit_machine_host  # noqa: E402
 
@@ -58,6 +58,27 @@ def _ran_order(manifest: dict) -> list[str]:
     return [r.split(" ")[0] for c in manifest["calls"] for r in c.get("ran", [])]
 
 
+def machine_fit(
+    runs_root: Path, boot: str, runs: list[str], base: AsyncPeriodFit
+) -> tuple[str | None, AsyncPeriodFit | None]:
+    """(fit run, fit) of a machine: its first run with enough PIECEWISE and eager steps."""
+    for r in runs:
+        if not (runs_root / r / "steps.csv").exists():
+            continue
+        try:
+            return r, fit_machine_host([runs_root / r], base, name=f"host-{boot}")
+        except ValueError:
+            continue
+    return None, None
+
+
+def write_fit(path: Path, fit: AsyncPeriodFit) -> Path:
+    """A host-fit file ``--engine-overhead`` reads, on the registered base."""
+    doc = {**dataclasses.asdict(fit), "fit_runs": list(fit.fit_runs), "base": ENGINE_OVERHEAD}
+    path.write_text(json.dumps(doc))
+    return path
+
+
 def study(
     runs_root: Path = HERE / "runs", manifest_path: Path = HERE / "manifest.json"
 ) -> pd.DataFrame:
@@ -67,25 +88,10 @@ def study(
     rows = []
     with tempfile.TemporaryDirectory() as tmp:
         for boot, runs in machines(manifest, runs_root).items():
-            fit_run, fit = None, None
-            for r in runs:
-                if not (runs_root / r / "steps.csv").exists():
-                    continue
-                try:
-                    fit = fit_machine_host([runs_root / r], base, name=f"host-{boot}")
-                except ValueError:
-                    continue
-                fit_run = r
-                break
+            fit_run, fit = machine_fit(runs_root, boot, runs, base)
             if fit is None:
                 continue
-            path = Path(tmp) / f"host-{boot}.json"
-            doc = {
-                **dataclasses.asdict(fit),
-                "fit_runs": list(fit.fit_runs),
-                "base": ENGINE_OVERHEAD,
-            }
-            path.write_text(json.dumps(doc))
+            path = write_fit(Path(tmp) / f"host-{boot}.json", fit)
             for r in runs:
                 if r == fit_run or r in FIT_RUNS:
                     continue

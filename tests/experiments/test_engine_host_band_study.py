@@ -1,0 +1,46 @@
+"""experiments/engine/host_band_study.py (PLAN.md 2026-12-04 04:23): recomputed from the committed
+step logs, equal to the committed table, and the counts it states."""
+
+from __future__ import annotations
+
+import importlib.util
+import sys
+from pathlib import Path
+
+import pandas as pd
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2] / "experiments" / "engine"
+
+
+@pytest.fixture(scope="module")
+def band() -> pd.DataFrame:
+    sys.path.insert(0, str(ROOT))
+    spec = importlib.util.spec_from_file_location("host_band_study", ROOT / "host_band_study.py")
+    mod = importlib.util.module_from_spec(spec)
+    assert spec.loader is not None
+    spec.loader.exec_module(mod)
+    df = mod.study(ROOT / "runs", ROOT / "manifest.json")
+    assert (ROOT / "host_band_study.md").read_text() == mod.markdown(df)
+    return df
+
+
+def test_recomputes_to_the_committed_table(band: pd.DataFrame) -> None:
+    old = pd.read_csv(ROOT / "host_band_study.csv")
+    assert list(old["run"]) == list(band["run"]) and list(old["metric"]) == list(band["metric"])
+    for col in ("real", "fast", "slow"):
+        pd.testing.assert_series_equal(old[col], band[col], rtol=1e-5, check_names=False)
+
+
+def test_the_band_does_not_hold_the_real_engine(band: pd.DataFrame) -> None:
+    """43 predict runs on 11 machines: the measured spread of host costs across the other
+    machines holds throughput on 14, mean TPOT on 17, mean TTFT on 16, p99 TTFT on 17. Where
+    it misses, capsim's TPOT is mostly high even at the fastest machine's host cost (15 runs
+    below the band, 11 above): the host cost is not the only error."""
+    assert band["run"].nunique() == 43 and band["boot_id"].nunique() == 11
+    want = {"throughput_tok_per_s": 14, "tpot_mean_ms": 17, "ttft_mean_ms": 16, "ttft_p99_ms": 17}
+    for m, n in want.items():
+        assert int(band[band["metric"] == m]["inside"].sum()) == n, m
+    t = band[(band["metric"] == "tpot_mean_ms") & ~band["inside"]]
+    below = int((t["real"] < t[["fast", "slow"]].min(axis=1)).sum())
+    assert (below, len(t) - below) == (15, 11)
