@@ -98,11 +98,15 @@ def step_medians_ms(run_dir: Path) -> dict[str, float]:
         return {m: float("nan") for m in ("full", "piecewise", "eager")}
     s = pd.read_csv(f)
     per_ms = s["t_sched_s"].diff().shift(-1) * 1e3
-    mode = np.where(s["num_prefill_tok"] == 0, "full", np.where(s["num_tok"] <= 512, "piecewise", "eager"))
+    mode = np.where(
+        s["num_prefill_tok"] == 0, "full", np.where(s["num_tok"] <= 512, "piecewise", "eager")
+    )
     return {m: float(per_ms[mode == m].median()) for m in ("full", "piecewise", "eager")}
 
 
-def table(runs_root: Path = HERE / "runs", manifest_path: Path = HERE / "manifest.json") -> pd.DataFrame:
+def table(
+    runs_root: Path = HERE / "runs", manifest_path: Path = HERE / "manifest.json"
+) -> pd.DataFrame:
     calls = run_calls(json.loads(manifest_path.read_text()))
     rows = []
     for group, _, runs in GROUPS:

@@ -1,0 +1,110 @@
+"""How the real engine and capsim group new requests into steps (a diagnostic on seen runs, no
+fit; session 13).
+
+For every run with a step log and an async-column prediction: the steps that carry prefill
+tokens, split by how many new requests each admits (vLLM's step log `num_new_req`, capsim's
+`num_admitted`), and the steps by CUDA-graph mode (pure decode = FULL, mixed <= 512 tokens =
+PIECEWISE, above = eager; as `step_diagnostic.py`). A mixed step costs 60-170 ms on the real
+engine against ~20 ms for a FULL one, so a simulator that admits the same requests in more,
+smaller groups runs more expensive steps.
+
+    PYTHONPATH=. python3 experiments/engine/admission_grouping.py
+writes admission_grouping.csv and admission_grouping.md next to this file (atomic writes).
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE))
+
+from host_band_study import predict_runs  # noqa: E402
+from host_fit_study import _atomic  # noqa: E402
+
+from capsim.cost.factory import build_step_time_model  # noqa: E402
+from capsim.gpus import get_gpu  # noqa: E402
+from capsim.live.engine_oos import ENGINE_OVERHEAD, load_run, request_table, sim_config  # noqa: E402
+from capsim.simulate import simulate  # noqa: E402
+
+
+def _modes(prefill_tok: pd.Series, tok: pd.Series) -> dict[str, int]:
+    m = np.where(prefill_tok == 0, "full", np.where(tok <= 512, "piecewise", "eager"))
+    return {k: int((m == k).sum()) for k in ("full", "piecewise", "eager")}
+
+
+def _side(prefill_tok: pd.Series, tok: pd.Series, new: pd.Series) -> dict[str, int]:
+    pre = prefill_tok > 0
+    return {
+        **_modes(prefill_tok, tok),
+        "prefill_steps": int(pre.sum()),
+        "admit_0": int((pre & (new == 0)).sum()),
+        "admit_1": int((pre & (new == 1)).sum()),
+        "admit_2plus": int((pre & (new >= 2)).sum()),
+    }
+
+
+def run_row(run_dir: Path) -> dict[str, object]:
+    run = load_run(run_dir)
+    cfg = sim_config(run, None, ENGINE_OVERHEAD, None)
+    cost = build_step_time_model(cfg, cfg.model_spec(), get_gpu(cfg.gpu), async_period=True)
+    st = simulate(cfg, workload=request_table(run, run_dir.parent.parent / "data"), cost=cost).steps
+    real = pd.read_csv(run_dir / "steps.csv")
+    r = _side(real["num_prefill_tok"], real["num_tok"], real["num_new_req"])
+    c = _side(st["num_prefill_tok"], st["num_scheduled_tok"], st["num_admitted"])
+    return {"run": run_dir.name, **{f"real_{k}": v for k, v in r.items()},
+            **{f"capsim_{k}": v for k, v in c.items()}}  # fmt: skip
+
+
+def table(runs_root: Path = HERE / "runs") -> pd.DataFrame:
+    wanted = predict_runs(runs_root.parent / "out_of_sample.csv")
+    rows = [
+        run_row(d)
+        for d in sorted(runs_root.iterdir())
+        if d.name in wanted and (d / "steps.csv").exists()
+    ]
+    return pd.DataFrame(rows)
+
+
+def markdown(df: pd.DataFrame) -> str:
+    tot = df.drop(columns="run").sum()
+    lines = [
+        "# New requests per step: real engine vs capsim (diagnostic on seen runs, no fit)",
+        "",
+        "Steps with prefill tokens by new requests admitted (0 = a continued chunk), and all steps by "
+        "CUDA-graph mode, real / capsim (async column's configuration). Regenerate: "
+        "`PYTHONPATH=. python3 experiments/engine/admission_grouping.py`.",
+        "",
+        f"Over {len(df)} predict runs with a step log: prefill steps real {tot.real_prefill_steps} / "
+        f"capsim {tot.capsim_prefill_steps} "
+        f"({100 * (tot.capsim_prefill_steps / tot.real_prefill_steps - 1):+.1f}%); steps admitting "
+        f"one request {tot.real_admit_1} / {tot.capsim_admit_1}; two or more "
+        f"{tot.real_admit_2plus} / {tot.capsim_admit_2plus}; PIECEWISE {tot.real_piecewise} / "
+        f"{tot.capsim_piecewise}; eager {tot.real_eager} / {tot.capsim_eager}.",
+        "",
+        "| run | prefill steps | admit 0 | admit 1 | admit >= 2 | FULL | PIECEWISE | eager |",
+        "|---|---|---|---|---|---|---|---|",
+    ]
+    for r in df.itertuples():
+        cells = [
+            f"{getattr(r, 'real_' + k)} / {getattr(r, 'capsim_' + k)}"
+            for k in ("prefill_steps", "admit_0", "admit_1", "admit_2plus", "full", "piecewise",
+                      "eager")
+        ]  # fmt: skip
+        lines.append(f"| {r.run} | " + " | ".join(cells) + " |")
+    return "\n".join(lines) + "\n"
+
+
+def main() -> None:
+    df = table()
+    _atomic(HERE / "admission_grouping.csv", df.to_csv(index=False))
+    _atomic(HERE / "admission_grouping.md", markdown(df))
+    print(markdown(df).split("\n\n")[2])
+
+
+if __name__ == "__main__":
+    main()

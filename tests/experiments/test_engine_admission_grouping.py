@@ -1,0 +1,48 @@
+"""experiments/engine/admission_grouping.py (session 13, a diagnostic on seen runs): recomputed
+from the committed step logs and equal to the committed table; the pattern it states."""
+
+from __future__ import annotations
+
+import importlib.util
+import sys
+from pathlib import Path
+
+import pandas as pd
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2] / "experiments" / "engine"
+
+
+@pytest.fixture(scope="module")
+def grouping() -> pd.DataFrame:
+    sys.path.insert(0, str(ROOT))
+    spec = importlib.util.spec_from_file_location(
+        "admission_grouping", ROOT / "admission_grouping.py"
+    )
+    mod = importlib.util.module_from_spec(spec)
+    assert spec.loader is not None
+    spec.loader.exec_module(mod)
+    df = mod.table(ROOT / "runs")
+    assert (ROOT / "admission_grouping.md").read_text() == mod.markdown(df)
+    pd.testing.assert_frame_equal(pd.read_csv(ROOT / "admission_grouping.csv"), df)
+    return df
+
+
+def test_capsim_admits_in_smaller_groups_on_closed_loop_sharegpt(grouping: pd.DataFrame) -> None:
+    """Every ShareGPT-like 64-client run (12, k = 0..8): capsim runs more prefill steps than
+    the real engine, most of them steps that admit one request; the four k = 2 machines agree
+    with each other (265-284 real) and not with capsim (308)."""
+    sg = grouping[grouping["run"].str.contains("_sg_c64")]
+    assert len(sg) == 12
+    assert (sg["capsim_prefill_steps"] > sg["real_prefill_steps"]).all()
+    assert (sg["capsim_admit_1"] > sg["real_admit_1"]).all()
+    k2 = grouping[grouping["run"].str.startswith("g090_k2_sg_c64")]
+    assert k2["real_prefill_steps"].between(265, 284).all()
+    assert set(k2["capsim_prefill_steps"]) == {308}
+
+
+def test_one_request_runs_agree(grouping: pd.DataFrame) -> None:
+    """One client: one prefill step per request on both sides."""
+    c1 = grouping[grouping["run"].str.contains(r"_c1(?:_|$)")]
+    assert len(c1) >= 5
+    assert (c1["real_prefill_steps"] == c1["capsim_prefill_steps"]).all()
