@@ -139,6 +139,20 @@ _PIPES: dict[str, tuple[PipeConfig | None, PipeConfig | None]] = {
     "pipe_zw1": (None, PipeConfig(3, 16, 1, 32, pending_in_stage1=True, tma=True)),
     "pipe_zw1s2": (None, PipeConfig(2, 16, 1, 32, pending_in_stage1=True, tma=True)),
     "pipe_zw2s4": (None, PipeConfig(4, 32, 2, 32, pending_in_stage1=True, tma=True)),
+    # session 13 round 12 (NOTES.md section 18; sm_90 compiles here, Triton 3.6.0, fp32;
+    # pipe_zw1's TTGIR: the window's key / query / pending-key chunk loads stay synchronous
+    # after each state chunk's TMA wait). pipe_zw1p: pipe_zw1 + pack_qk (one key / query
+    # operand where 2 W <= BW: 120 HMMA vs 168): 159 regs -> 12 / SM (T = 2: 128 -> 14;
+    # T = 9 unpacked, pipe_zw1's kernel); pipe_zw1e: + early_rows (the next chunk's rows
+    # loaded before this chunk's state wait, one load for keys and queries): 199 regs ->
+    # 10 / SM (T = 2: 163 -> 12); pipe_zw1e168: pipe_zw1e capped at 168 registers: 48 bytes
+    # of spills at T = 4 (T = 2 none), 12 / SM. All 14.3 KB of shared memory
+    "pipe_zw1p": (None, PipeConfig(3, 16, 1, 32, pending_in_stage1=True, tma=True,
+                                   pack_qk=True)),
+    "pipe_zw1e": (None, PipeConfig(3, 16, 1, 32, pending_in_stage1=True, tma=True,
+                                   pack_qk=True, early_rows=True)),
+    "pipe_zw1e168": (None, PipeConfig(3, 16, 1, 32, pending_in_stage1=True, tma=True,
+                                      pack_qk=True, early_rows=True, maxnreg=168)),
 }
 VARIANTS: dict[str, LaunchPolicy] = {
     name: LaunchPolicy(pipe_verify=pv, pipe_deferred=pd) for name, (pv, pd) in _PIPES.items()
