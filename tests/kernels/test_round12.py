@@ -49,9 +49,10 @@ def test_plan_r12_is_gdn_kc_alone_and_ends_inside_the_budget(monkeypatch):
     known = {k.name for k in VARIANT_KERNELS}
     assert set(KC12_VARIANTS) <= known
     assert {"deferred@pipe_zw1", "deferred@pipe_zw2", "treewy_verify@pipe_r"} <= known
-    for cands, limits in RULES12.values():
-        assert set(cands) == set(KC12_VARIANTS)
-        assert {ref for _, _, ref, _ in limits} == {"deferred@pipe_zw1"} <= set(KC12_BASELINES)
+    assert {c for cands, _ in RULES12.values() for c in cands} == set(KC12_VARIANTS)
+    refs = {name: {ref for _, _, ref, _ in limits} for name, (_, limits) in RULES12.items()}
+    assert refs == {"deferred": {"deferred@pipe_zw1"}, "verify": {"treewy_verify@pipe_r"}}
+    assert set().union(*refs.values()) <= set(KC12_BASELINES)
     # one warm-up key per worker (15 at most): every kernel of a cell warmed at its key
     warm = round6.warm_cells(False, WARM12)
     assert 0 < len(warm) <= 15
@@ -103,6 +104,17 @@ def test_the_round12_rule_holds_only_when_every_inequality_holds():
     # the reference is pipe_zw1, not pipe_zw2 (1.05 x pipe_zw1 here)
     lines = dict(decide(_cell_rows(0.98), RULES12))["deferred"][1]
     assert "0.97 x deferred@pipe_zw1 387.0" in lines[0]
+
+
+def test_the_round12_verify_rule_is_round9s_against_pipe_r():
+    rows = []
+    for t, b, r in ((4, 256, 206.0), (2, 256, 199.0), (9, 256, 231.0), (4, 64, 63.0)):
+        f = 0.96 if b == 256 and t != 9 else 1.0
+        rows += [_row("treewy_verify@pipe_r", t, b, r), _row("treewy_verify@pipe_re", t, b, r * f)]
+    assert decide(rows, RULES12)["verify"][0] == "treewy_verify@pipe_re"
+    slow = [dict(r, p50_us="202.0") if r["kernel"].endswith("pipe_re") and r["T"] == "4"
+            and r["B"] == "256" else r for r in rows]  # fmt: skip
+    assert decide(slow, RULES12)["verify"][0] is None  # 0.98 x pipe_r: not >= 3% faster
 
 
 def test_round12_targets_name_the_fastest_passing_rows():

@@ -145,14 +145,14 @@ _PIPES: dict[str, tuple[PipeConfig | None, PipeConfig | None]] = {
     # operand where 2 W <= BW: 120 HMMA vs 168): 159 regs -> 12 / SM (T = 2: 128 -> 14;
     # T = 9 unpacked, pipe_zw1's kernel); pipe_zw1e: + early_rows (the next chunk's rows
     # loaded before this chunk's state wait, one load for keys and queries): 199 regs ->
-    # 10 / SM (T = 2: 163 -> 12); pipe_zw1e168: pipe_zw1e capped at 168 registers: 48 bytes
-    # of spills at T = 4 (T = 2 none), 12 / SM. All 14.3 KB of shared memory
+    # 10 / SM (T = 2: 163 -> 12); both 14.3 KB of shared memory. pipe_re: verify pipe_r +
+    # early_rows (pipe_r's k / q chunk loads are synchronous too): 128 regs, 38.1 KB -> 4 / SM
+    # (pipe_r 96 -> 5; T = 2 128 vs 108 -> 4 as pipe_r; T = 9 unpacked, pipe_r's kernel)
     "pipe_zw1p": (None, PipeConfig(3, 16, 1, 32, pending_in_stage1=True, tma=True,
                                    pack_qk=True)),
     "pipe_zw1e": (None, PipeConfig(3, 16, 1, 32, pending_in_stage1=True, tma=True,
                                    pack_qk=True, early_rows=True)),
-    "pipe_zw1e168": (None, PipeConfig(3, 16, 1, 32, pending_in_stage1=True, tma=True,
-                                      pack_qk=True, early_rows=True, maxnreg=168)),
+    "pipe_re": (PipeConfig(2, 64, 4, 32, pack_qk=True, early_rows=True), None),
 }
 VARIANTS: dict[str, LaunchPolicy] = {
     name: LaunchPolicy(pipe_verify=pv, pipe_deferred=pd) for name, (pv, pd) in _PIPES.items()
