@@ -121,3 +121,22 @@ def test_round12_targets_name_the_fastest_passing_rows():
     got = dict(targets(_cell_rows(0.95)))
     step = next(v for k, v in got.items() if k.startswith("fastest full"))
     assert "deferred@pipe_zw1e" in step and step.startswith(f"{805.0 / (387.0 * 0.95):.2f}x")
+
+
+def test_the_committed_round12_run_holds_neither_rule_and_no_s13_policy():
+    # recomputed from the committed device rows (kernels/results/h200/round12_gdn_kc.csv,
+    # 2026-12-04 04:06 UTC): pipe_zw1p 0.990 / pipe_zw1e 1.001 x pipe_zw1 at T = 4 B = 256
+    # (limit 0.97), pipe_re 0.978 x pipe_r (needs <= 0.97) -> MEASURED_POLICY_S13 not created
+    from pathlib import Path
+
+    from capsim_kernels.bench.gdn.report9 import load_round
+    from capsim_kernels.gdn_verify import policy
+
+    results = Path(__file__).resolve().parents[2] / "kernels" / "results" / "h200"
+    rows = load_round(results, "round12")
+    assert len(rows) == 48 and all(r.get("check_ok") in ("True", True) for r in rows)
+    assert all(r.get("contract_ok") in ("True", True) for r in rows)
+    got = decide(rows, RULES12)
+    assert got["deferred"][0] is None, got["deferred"][1]
+    assert got["verify"][0] is None, got["verify"][1]
+    assert not hasattr(policy, "MEASURED_POLICY_S13")
