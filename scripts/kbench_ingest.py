@@ -1,4 +1,4 @@
-"""Ingest a kernels device call (round6.py --plan r7 / r8 / r9 / r10 / r11) into the results and calibration tables.
+"""Ingest a kernels device call (round6.py --plan r7 / r8 / r9 / r10 / r11 / r12) into the results and calibration tables.
 
     python3 scripts/kbench_ingest.py --src /work/notes/s3/kbench_results [--no-build]
 
@@ -7,7 +7,7 @@ round7_step_ops.csv, round7_meta.json), ``round7_log.txt`` and ``nvsmi.txt``; or
 round 8, ``r8.tar.gz`` (``r8/round8_*``, ``nvsmi.txt``: the device returns at most 8 files),
 unpacked next to it into ``x/`` first, and ``round8_log.txt`` (round 9: ``r9.tar.gz``,
 ``round9_log.txt``; round 10: ``r10.tar.gz``, ``round10_log.txt``; round 11: ``r11.tar.gz``,
-``round11_log.txt``). The round (``round7``,
+``round11_log.txt``; round 12: ``r12.tar.gz``, ``round12_log.txt``). The round (``round7``,
 ``round8``) is read from the metadata's file name (``--prefix`` forces it). Steps:
 
 1. the GDN CSVs, metadata, log and nvidia-smi output go to ``kernels/results/h200/``
@@ -38,7 +38,7 @@ import tarfile
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
-PREFIXES = ("round11", "round10", "round9", "round8", "round7")
+PREFIXES = ("round12", "round11", "round10", "round9", "round8", "round7")
 
 
 def _atomic_text(path: Path, text: str) -> None:
@@ -153,11 +153,11 @@ def ingest_step(run: Path, src: Path, dst: Path, meta: dict, step_run: int, pref
 
 
 def unpack(src: Path) -> Path:
-    """``src`` itself, or, when it holds a round-8/9/10/11 tarball (r11.tar.gz, r10.tar.gz / r9.tar.gz /
+    """``src`` itself, or, when it holds a round-8 .. 12 tarball (r12.tar.gz, r11.tar.gz, r10.tar.gz / r9.tar.gz /
     r8.tar.gz) and no r10/ / r9/ / r8/ folder, the tarball unpacked into ``src/x`` (members
     outside it refused), with the log returned next to the tarball (round10_log.txt, ...)
     copied in."""
-    for n in (11, 10, 9, 8):
+    for n in (12, 11, 10, 9, 8):
         tar = src / f"r{n}.tar.gz"
         if (src / f"r{n}").is_dir():
             return src
@@ -181,7 +181,7 @@ def run_dir(src: Path, prefix: str | None) -> tuple[Path, str]:
             if (run / f"{pre}_meta.json").is_file():
                 return run, pre
     want = prefix or "/".join(PREFIXES)
-    raise SystemExit(f"--src={src}: no {want}_meta.json under it or its r7/ .. r11/ folder")
+    raise SystemExit(f"--src={src}: no {want}_meta.json under it or its r7/ .. r12/ folder")
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -93,6 +93,10 @@ class PipeConfig:
     slot_ahead (session 5): each tile's pool slot is loaded one tile early and carried
     through the loop, so the state tile's load depends on no load of its own iteration
     (Triton 3.6 then gives it its own stage: NUM_STAGES - 1 tiles ahead instead of one).
+    early_rows (session 13; needs pack_qk, applies where it packs): the window's packed
+    key / query rows and pending keys of the next key chunk are loaded before this chunk's
+    state chunk is waited for (Triton 3.6 leaves them synchronous, one L2 round trip per
+    chunk after the state chunk); not with slot_ahead.
     """
 
     stages: int = 2
@@ -107,6 +111,7 @@ class PipeConfig:
     pack_qk: bool = False
     tma: bool = False
     slot_ahead: bool = False
+    early_rows: bool = False
 
     def __post_init__(self) -> None:
         for name in ("stages", "block_v", "num_warps", "bkc"):
@@ -117,6 +122,8 @@ class PipeConfig:
                 raise ValueError(f"PipeConfig.{name} must be >= 0, got {getattr(self, name)}")
         if self.pack_qk and self.pending_gram:
             raise ValueError("PipeConfig.pack_qk cannot be combined with pending_gram=True")
+        if self.early_rows and (self.slot_ahead or not self.pack_qk):
+            raise ValueError("PipeConfig.early_rows needs pack_qk=True and slot_ahead=False")
 
     def label(self) -> str:
         return (f"pipe s{self.stages} bv{self.block_v} w{self.num_warps} kc{self.bkc} "
@@ -127,7 +134,8 @@ class PipeConfig:
                 + (" fused-window" if self.fused_window else "")
                 + (" pack-qk" if self.pack_qk else "")
                 + (" tma" if self.tma else "")
-                + (" slot-ahead" if self.slot_ahead else ""))  # fmt: skip
+                + (" slot-ahead" if self.slot_ahead else "")
+                + (" early-rows" if self.early_rows else ""))  # fmt: skip
 
 
 @dataclass(frozen=True)

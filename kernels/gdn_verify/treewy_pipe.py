@@ -35,7 +35,7 @@ from ._jit import tile_coords, xdot
 from .treewy_pending import launch_pending, pending_tile
 
 __all__ = ["launch_pipe_stream", "occupancy", "resident_programs", "state_descriptor",
-           "treewy_pipe_kernel"]
+           "treewy_pipe_kernel", "window_rows"]
 
 
 @triton.jit
@@ -81,6 +81,7 @@ def treewy_pipe_kernel(
     PACK: tl.constexpr = False,
     TMA: tl.constexpr = False,
     SLOT_AHEAD: tl.constexpr = False,
+    EARLY_ROWS: tl.constexpr = False,
 ):
     """Tiles pid, pid + P, ... (P programs); tile = (request * HV + head) * NV + dv tile.
 
@@ -97,6 +98,11 @@ def treewy_pipe_kernel(
     PENDING, stored) through ``sdesc``, a 2-D tensor descriptor over the pool viewed as
     [slots * HV * V, K] (Hopper's bulk tensor copies: no per-element addresses in
     registers, the store staged in shared memory instead of the register file).
+    EARLY_ROWS (session 13; with PACK only): the packed key / query rows and the pending
+    keys of chunk c + 1 are loaded (``window_rows``: keys and queries in one load through a
+    [BW, BKC] tensor of pointers into k and q) before chunk c's state chunk is waited for,
+    chunk 0's and v before the first (Triton 3.6 leaves these loads synchronous: in place,
+    each chunk waited on an L2 round trip after its state chunk had arrived).
     """
     pid = tl.program_id(0)
     nprog = tl.num_programs(0)
@@ -131,17 +137,31 @@ def treewy_pipe_kernel(
                                                           SLOT_AHEAD)  # fmt: skip
         b_sk = tl.zeros([BW, BV], dtype=tl.float32)
         b_sq = tl.zeros([BW, BV], dtype=tl.float32)
+        if EARLY_ROWS:
+            if not PENDING:
+                m_ppath, o_prow = m_w, o_row  # unused: no pending rows are loaded
+            b_kn, b_qn, b_pkn = window_rows(k, q, pk, o_row, o_prow, is_k, m_w, m_q, m_ppath,
+                                            0, K, BKC, PENDING)  # fmt: skip
+            b_v = tl.load(v + ((i_b * W + o_w[:, None]).to(tl.int64) * HV + i_h) * V
+                          + o_v[None, :], mask=m_wv, other=0.0).to(tl.float32)  # fmt: skip
         for i_kc in tl.static_range(0, BK, BKC):
             o_kc = i_kc + tl.arange(0, BKC)
             m_kc = o_kc < K
             m_vk = m_v[:, None] & m_kc[None, :]
+            if EARLY_ROWS:  # this chunk's rows arrived during the last chunk; fetch the next
+                b_kraw, b_q, b_pk = b_kn, b_qn, b_pkn
+                if i_kc + BKC < BK:
+                    b_kn, b_qn, b_pkn = window_rows(k, q, pk, o_row, o_prow, is_k, m_w, m_q,
+                                                    m_ppath, i_kc + BKC, K, BKC,
+                                                    PENDING)  # fmt: skip
             if TMA:
                 b_s = sdesc.load([r_s, i_kc]).to(tl.float32)
             else:
                 b_s = tl.load(p_s + o_kc[None, :], mask=m_vk, other=0.0).to(tl.float32)
-            b_kraw = tl.load(k + o_row + o_kc[None, :], mask=m_w[:, None] & m_kc[None, :],
-                             other=0.0)  # fmt: skip
-            if PENDING:
+            if not EARLY_ROWS:
+                b_kraw = tl.load(k + o_row + o_kc[None, :], mask=m_w[:, None] & m_kc[None, :],
+                                 other=0.0)  # fmt: skip
+            if PENDING and not EARLY_ROWS:
                 if SLOT_AHEAD:  # every pending row read, the rows off the path zeroed
                     b_pk = tl.load(pk + o_prow + o_kc[None, :],
                                    mask=(tl.arange(0, BWP) < WP)[:, None] & m_kc[None, :],
@@ -150,6 +170,7 @@ def treewy_pipe_kernel(
                 else:
                     b_pk = tl.load(pk + o_prow + o_kc[None, :],
                                    mask=m_ppath[:, None] & m_kc[None, :], other=0.0)  # fmt: skip
+            if PENDING:
                 b_sn = xdot(tl.trans(b_pvt), b_pk, b_pgam * b_s, STATE_PREC, False, NATIVE)
                 b_s_st = b_sn.to(state.dtype.element_ty)
                 if TMA:
@@ -158,9 +179,12 @@ def treewy_pipe_kernel(
                     tl.store(p_s + o_kc[None, :], b_s_st, mask=m_vk)
                 if not GRAM:
                     b_s = b_s_st.to(tl.float32)
-            b_q = tl.load(q + o_row + o_kc[None, :], mask=m_q[:, None] & m_kc[None, :],
-                          other=0.0)  # fmt: skip
-            if PACK:
+            if not EARLY_ROWS:
+                b_q = tl.load(q + o_row + o_kc[None, :], mask=m_q[:, None] & m_kc[None, :],
+                              other=0.0)  # fmt: skip
+            if EARLY_ROWS:  # packed: one load holds both (window_rows)
+                b_sk = xdot(b_kraw, tl.trans(b_s), b_sk, STATE_PREC, True, NATIVE)
+            elif PACK:
                 # one row is a key or a query, the other load is 0 there: the sum is exact
                 b_sk = xdot(b_kraw + b_q, tl.trans(b_s), b_sk, STATE_PREC, True, NATIVE)
             else:
@@ -178,7 +202,8 @@ def treewy_pipe_kernel(
         o_bw = i_bh.to(tl.int64) * W + o_w
         o_wv = ((i_b * W + o_w[:, None]).to(tl.int64) * HV + i_h) * V + o_v[None, :]
         b_ck = tl.load(ck + o_bw, mask=m_w, other=0.0)
-        b_v = tl.load(v + o_wv, mask=m_wv, other=0.0).to(tl.float32)
+        if not EARLY_ROWS:
+            b_v = tl.load(v + o_wv, mask=m_wv, other=0.0).to(tl.float32)
         b_m1 = tl.load(m1 + o_ww, mask=m_ww, other=0.0)
         b_vt = tl.dot(b_m1, b_v - b_ck[:, None] * b_sk, input_precision=SMALL_PREC)
         if PACK:
@@ -199,11 +224,31 @@ def treewy_pipe_kernel(
             tl.store(vt + o_wv, b_vt, mask=m_wv)
 
 
+@triton.jit
+def window_rows(k, q, pk, o_row, o_prow, is_k, m_w, m_q, m_ppath, KC0: tl.constexpr,
+                K: tl.constexpr, BKC: tl.constexpr, PENDING: tl.constexpr):
+    """(packed rows, the same again, pending keys) [BW, BKC] / [BWP, BKC] bf16 of key chunk
+    KC0 (EARLY_ROWS, packed windows): rows < W keys and rows W..2W-1 queries, loaded at
+    once through a tensor of pointers into k and q; without PENDING the third is unused
+    (the packed rows returned again)."""
+    o_kc = KC0 + tl.arange(0, BKC)
+    m_kc = o_kc < K
+    p_kq = tl.where(is_k[:, None], k + o_row + o_kc[None, :], q + o_row + o_kc[None, :])
+    b_k = tl.load(p_kq, mask=(m_w | m_q)[:, None] & m_kc[None, :], other=0.0)
+    b_q = b_k
+    if PENDING:
+        b_pk = tl.load(pk + o_prow + o_kc[None, :], mask=m_ppath[:, None] & m_kc[None, :],
+                       other=0.0)  # fmt: skip
+    else:
+        b_pk = b_k
+    return b_k, b_q, b_pk
+
+
 def launch_pipe_stream(
     q, k, v, log_gate, state_pool, state_slot, mats, cols, o, vt, *, num_heads, block_v: int,
     num_warps: int, ctas_per_sm: int, num_stages: int, prec, bkc: int = 128, pending=None,
     k_out=None, g_out=None, hoisted=None, maxnreg: int = 0, gram: bool = False,
-    pack: bool = False, tma: bool = False, slot_ahead: bool = False,
+    pack: bool = False, tma: bool = False, slot_ahead: bool = False, early_rows: bool = False,
 ) -> None:  # fmt: skip
     """Launch the pipelined verify / deferred stream after stage 1 (``mats``, ``cols`` of
     treewy_prep.launch_prep); grid = min(tiles, ctas_per_sm * SMs) (4 SMs off the GPU, so
@@ -214,7 +259,13 @@ def launch_pipe_stream(
     compile only); ``gram``: the deferred GRAM mode (``hoisted`` must then hold pgram);
     ``pack``: keys and queries in one operand where 2 W <= BW (ignored elsewhere);
     ``tma``: the state tile through a tensor descriptor (state_descriptor; ignored where
-    it does not apply); ``slot_ahead``: each tile's pool slot loaded one tile early."""
+    it does not apply); ``slot_ahead``: each tile's pool slot loaded one tile early;
+    ``early_rows``: where the keys and queries are packed, the window's rows of the next
+    key chunk loaded before this chunk's state (not with slot_ahead, whose pending rows are
+    read flat; elsewhere the packed kernel alone, whose registers it would raise to ~240
+    at W = 9 on sm_90)."""
+    if early_rows and slot_ahead:
+        raise ValueError("early_rows cannot be combined with slot_ahead")
     hk, hv = num_heads
     bsz, w, _, dk = q.shape
     dv = v.shape[3]
@@ -252,7 +303,7 @@ def launch_pipe_stream(
         "SMALL_PREC": prec.small, "NATIVE": prec.native,
         "NUM_STAGES": num_stages, "num_warps": num_warps,
         "PACK": pack and not gram and 2 * w <= bw, "TMA": sdesc is not None,
-        "SLOT_AHEAD": slot_ahead,
+        "SLOT_AHEAD": slot_ahead, "EARLY_ROWS": early_rows and pack and not gram and 2 * w <= bw,
         **({"maxnreg": maxnreg} if maxnreg and prec.native else {}),
     }  # fmt: skip
     if ctas_per_sm == 0:

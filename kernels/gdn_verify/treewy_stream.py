@@ -323,4 +323,5 @@ def _launch_pipe(
         ctas_per_sm=pipe.ctas_per_sm, num_stages=pipe.stages, prec=prec, bkc=pipe.bkc,
         pending=pending, k_out=k_out, g_out=g_out, hoisted=hoisted, maxnreg=pipe.maxnreg,
         gram=pipe.pending_gram, pack=pipe.pack_qk, tma=pipe.tma, slot_ahead=pipe.slot_ahead,
+        early_rows=pipe.early_rows,
     )  # fmt: skip

@@ -147,7 +147,7 @@ def pipe_configs(w: int, state: str, pipe, deferred: bool, state_math=None):
         "STATE_PREC": prec.state,
         "SMALL_PREC": prec.small, "NATIVE": True, "NUM_STAGES": pipe.stages,
         "PACK": pipe.pack_qk and not (deferred and pipe.pending_gram) and 2 * w <= bw,
-        "TMA": pipe.tma, "SLOT_AHEAD": pipe.slot_ahead,
+        "TMA": pipe.tma, "SLOT_AHEAD": pipe.slot_ahead, "EARLY_ROWS": pipe.early_rows and 2 * w <= bw,
     }  # fmt: skip
     if pipe.tma:  # the state through a tensor descriptor of [BV, BKC] boxes
         sig["sdesc"] = f"tensordesc<{'fp32' if state == 'float32' else 'bf16'}[{bv}, {consts['BKC']}]>"

@@ -99,6 +99,12 @@ PHASE_ORDER_R10 = ("gdn_kc",)
 # gdn_kc by 75 s (+15 s child kill grace = 90 s, + ~5 s of imports before the clock < 100)
 PHASE_END_R11 = {"warm": 0.55, "gdn_kc": 0.88}
 PHASE_ORDER_R11 = ("gdn_kc",)
+# --plan r12 (round 12, round12_cells.py): the deferred state stream, 8 kernels x 6 cells
+# (round 11: warm-up 17.5 s for 7 kernels, gdn_kc 6.1 s for 42 rows); sized for --budget-s
+# 110 under python's timeout 130: the warm-up must end by 60.5 s, gdn_kc by 99 s (+15 s
+# child kill grace = 114 s, + ~5 s of imports before the clock < 130)
+PHASE_END_R12 = {"warm": 0.55, "gdn_kc": 0.90}
+PHASE_ORDER_R12 = ("gdn_kc",)
 PLANS = {
     "r6": {"end": PHASE_END, "order": PHASE_ORDER, "phases": DEFAULT_PHASES, "prefix": "round6"},
     "r7": {"end": PHASE_END_R7, "order": PHASE_ORDER_R7, "phases": DEFAULT_PHASES_R7,
@@ -111,6 +117,8 @@ PLANS = {
             "phases": "warm," + ",".join(PHASE_ORDER_R10), "prefix": "round10"},
     "r11": {"end": PHASE_END_R11, "order": PHASE_ORDER_R11,
             "phases": "warm," + ",".join(PHASE_ORDER_R11), "prefix": "round11"},
+    "r12": {"end": PHASE_END_R12, "order": PHASE_ORDER_R12,
+            "phases": "warm," + ",".join(PHASE_ORDER_R12), "prefix": "round12"},
 }  # fmt: skip
 WORK = Path(os.environ.get("R6_WORK", "/tmp/r6work"))  # progress files (not returned)
 
@@ -148,9 +156,13 @@ def plan_cells(phase: str, dry: bool, plan: str | None = None) -> list[Cell]:
 
 
 def _cell_table(plan: str) -> dict:
-    """The plan's phase -> cells function (r7: round7_cells, r8: round8_cells, r9 .. r11)."""
+    """The plan's phase -> cells function (r7: round7_cells, r8: round8_cells, r9 .. r12)."""
     if plan == "r6":
         return CELLS
+    if plan == "r12":
+        from .round12_cells import CELLS12
+
+        return CELLS12
     if plan == "r11":
         from .round11_cells import CELLS11
 
@@ -179,7 +191,11 @@ def cell_phases(plan: str) -> tuple[str, ...]:
 
 def warm_phases(plan: str) -> tuple[str, ...]:
     """The phases whose compiles the warm-up covers (r8: WARM8, r9: WARM9, r10: WARM10,
-    r11: WARM11; else every cell phase)."""
+    r11: WARM11, r12: WARM12; else every cell phase)."""
+    if plan == "r12":
+        from .round12_cells import WARM12
+
+        return WARM12
     if plan == "r11":
         from .round11_cells import WARM11
 
@@ -434,7 +450,8 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--plan", choices=tuple(PLANS), default="r6",
                    help="r6: round 6's phases; r7: round 7's (round7_cells.py); r8: round "
                    "8's (round8_cells.py); r9: round 9's (round9_cells.py); r10: round 10's "
-                   "(round10_cells.py); r11: round 11's (round11_cells.py)")  # fmt: skip
+                   "(round10_cells.py); r11: round 11's (round11_cells.py); r12: round 12's "
+                   "(round12_cells.py)")  # fmt: skip
     p.add_argument("--phases", default=None, help="comma list (default: the plan's)")
     p.add_argument("--phase-end", default="",
                    help="override shares of the budget, e.g. warm=0.2,gdn_kc=0.8")  # fmt: skip

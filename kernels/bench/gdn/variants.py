@@ -139,6 +139,20 @@ _PIPES: dict[str, tuple[PipeConfig | None, PipeConfig | None]] = {
     "pipe_zw1": (None, PipeConfig(3, 16, 1, 32, pending_in_stage1=True, tma=True)),
     "pipe_zw1s2": (None, PipeConfig(2, 16, 1, 32, pending_in_stage1=True, tma=True)),
     "pipe_zw2s4": (None, PipeConfig(4, 32, 2, 32, pending_in_stage1=True, tma=True)),
+    # session 13 round 12 (NOTES.md section 18; sm_90 compiles here, Triton 3.6.0, fp32;
+    # pipe_zw1's TTGIR: the window's key / query / pending-key chunk loads stay synchronous
+    # after each state chunk's TMA wait). pipe_zw1p: pipe_zw1 + pack_qk (one key / query
+    # operand where 2 W <= BW: 120 HMMA vs 168): 159 regs -> 12 / SM (T = 2: 128 -> 14;
+    # T = 9 unpacked, pipe_zw1's kernel); pipe_zw1e: + early_rows (the next chunk's rows
+    # loaded before this chunk's state wait, one load for keys and queries): 199 regs ->
+    # 10 / SM (T = 2: 163 -> 12); both 14.3 KB of shared memory. pipe_re: verify pipe_r +
+    # early_rows (pipe_r's k / q chunk loads are synchronous too): 128 regs, 38.1 KB -> 4 / SM
+    # (pipe_r 96 -> 5; T = 2 128 vs 108 -> 4 as pipe_r; T = 9 unpacked, pipe_r's kernel)
+    "pipe_zw1p": (None, PipeConfig(3, 16, 1, 32, pending_in_stage1=True, tma=True,
+                                   pack_qk=True)),
+    "pipe_zw1e": (None, PipeConfig(3, 16, 1, 32, pending_in_stage1=True, tma=True,
+                                   pack_qk=True, early_rows=True)),
+    "pipe_re": (PipeConfig(2, 64, 4, 32, pack_qk=True, early_rows=True), None),
 }
 VARIANTS: dict[str, LaunchPolicy] = {
     name: LaunchPolicy(pipe_verify=pv, pipe_deferred=pd) for name, (pv, pd) in _PIPES.items()
