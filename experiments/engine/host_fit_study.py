@@ -122,6 +122,16 @@ def study(
     return pd.DataFrame(rows)
 
 
+def _pass_table(df: pd.DataFrame) -> list[str]:
+    """Per metric: runs, and how many pass issue 21's threshold with each fit."""
+    lines = ["| metric | runs | registered | machine fit |", "|---|---|---|---|"]
+    for m, name in METRICS:
+        x = df[df["metric"] == m]
+        reg, own = int(x["pass_registered"].sum()), int(x["pass_machine"].sum())
+        lines.append(f"| {name} | {len(x)} | {reg} | {own} |")
+    return lines
+
+
 def markdown(df: pd.DataFrame) -> str:
     short = dict(METRICS)
     fits = df.drop_duplicates("boot_id")[
@@ -146,13 +156,8 @@ def markdown(df: pd.DataFrame) -> str:
         "Within issue 21's thresholds (registered fit / machine's own fit), over "
         f"{df['run'].nunique()} runs:",
         "",
-        "| metric | runs | registered | machine fit |",
-        "|---|---|---|---|",
+        *_pass_table(df),
     ]
-    for m, name in METRICS:
-        x = df[df["metric"] == m]
-        reg, own = int(x["pass_registered"].sum()), int(x["pass_machine"].sum())
-        lines.append(f"| {name} | {len(x)} | {reg} | {own} |")
     pre = df[df["preregistered"]]
     if len(pre):
         lines += [
@@ -161,13 +166,8 @@ def markdown(df: pd.DataFrame) -> str:
             f"2026-12-04 02:11, fit run and predicted runs named before they ran), over "
             f"{pre['run'].nunique()} runs:",
             "",
-            "| metric | runs | registered | machine fit |",
-            "|---|---|---|---|",
+            *_pass_table(pre),
         ]
-        for m, name in METRICS:
-            x = pre[pre["metric"] == m]
-            reg, own = int(x["pass_registered"].sum()), int(x["pass_machine"].sum())
-            lines.append(f"| {name} | {len(x)} | {reg} | {own} |")
     lines += [
         "",
         "| run | machine | metric | real | registered | err % | machine fit | err % |",

@@ -3,25 +3,15 @@ from the committed step logs and equal to the committed table; the pattern it st
 
 from __future__ import annotations
 
-import importlib.util
-import sys
-from pathlib import Path
-
 import pandas as pd
 import pytest
-
-ROOT = Path(__file__).resolve().parents[2] / "experiments" / "engine"
+from engine_modules import ENGINE as ROOT
+from engine_modules import load_engine_experiment
 
 
 @pytest.fixture(scope="module")
 def grouping() -> pd.DataFrame:
-    sys.path.insert(0, str(ROOT))
-    spec = importlib.util.spec_from_file_location(
-        "admission_grouping", ROOT / "admission_grouping.py"
-    )
-    mod = importlib.util.module_from_spec(spec)
-    assert spec.loader is not None
-    spec.loader.exec_module(mod)
+    mod = load_engine_experiment("admission_grouping")
     df = mod.table(ROOT / "runs")
     assert (ROOT / "admission_grouping.md").read_text() == mod.markdown(df)
     pd.testing.assert_frame_equal(pd.read_csv(ROOT / "admission_grouping.csv"), df)

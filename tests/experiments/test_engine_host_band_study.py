@@ -3,23 +3,15 @@ step logs, equal to the committed table, and the counts it states."""
 
 from __future__ import annotations
 
-import importlib.util
-import sys
-from pathlib import Path
-
 import pandas as pd
 import pytest
-
-ROOT = Path(__file__).resolve().parents[2] / "experiments" / "engine"
+from engine_modules import ENGINE as ROOT
+from engine_modules import load_engine_experiment
 
 
 @pytest.fixture(scope="module")
 def band() -> pd.DataFrame:
-    sys.path.insert(0, str(ROOT))
-    spec = importlib.util.spec_from_file_location("host_band_study", ROOT / "host_band_study.py")
-    mod = importlib.util.module_from_spec(spec)
-    assert spec.loader is not None
-    spec.loader.exec_module(mod)
+    mod = load_engine_experiment("host_band_study")
     df = mod.study(ROOT / "runs", ROOT / "manifest.json")
     assert (ROOT / "host_band_study.md").read_text() == mod.markdown(df)
     return df

@@ -3,16 +3,11 @@ states hold (the real engine's own run-to-run variation; no model involved)."""
 
 from __future__ import annotations
 
-import importlib.util
-from pathlib import Path
-
 import pandas as pd
+from engine_modules import ENGINE as ROOT
+from engine_modules import load_engine_experiment
 
-ROOT = Path(__file__).resolve().parents[2] / "experiments" / "engine"
-_spec = importlib.util.spec_from_file_location("repeatability", ROOT / "repeatability.py")
-rep = importlib.util.module_from_spec(_spec)
-assert _spec.loader is not None
-_spec.loader.exec_module(rep)
+rep = load_engine_experiment("repeatability")
 
 
 def test_markdown_is_what_the_runs_give() -> None:
