@@ -111,6 +111,15 @@ class EngineSim:
                 "keep the requests table (streaming=False) or use --no-async-scheduling"
             )
         self._held: tuple[np.ndarray, list[int]] | None = None
+        # with the deferred output (the period model is vLLM's two-batch pipeline already) a
+        # sent request reaches the scheduler ``client_round_trip_s`` later and is admitted at
+        # the first schedule after that: no async lateness on top (experiments/engine/PLAN.md
+        # 2026-12-04 18:49; capsim.live.client_roundtrip)
+        self._round_trip_s = (
+            float(getattr(cost, "client_round_trip_s", 0.0)) if self._defer else 0.0
+        )
+        if self._defer:
+            scheduler.count_late_arrivals = False
         self._pending: deque[Request] = deque()
         # conversation turns: a request with a parent waits until the parent finished,
         # then goes to the head of the send queue (the same user continues)
@@ -156,11 +165,23 @@ class EngineSim:
             req = self._pending.popleft()
             req.arrival_s = now
             self._in_flight += 1
-            self.scheduler.add_request(req)
+            if self._round_trip_s > 0.0:
+                arrive = self.env.timeout(self._round_trip_s, value=req)
+                arrive.callbacks.append(self._arrive)
+            else:
+                self.scheduler.add_request(req)
             if self.compact:
                 self._stamp_sent(req.slot, now)
             else:
                 self.send_s[req.index] = now
+        self._wake_engine()
+
+    def _arrive(self, event: simpy.Event) -> None:
+        """A sent request reaches the scheduler (the client round trip after its send)."""
+        self.scheduler.add_request(event.value)
+        self._wake_engine()
+
+    def _wake_engine(self) -> None:
         if self._wake is not None and not self._wake.triggered and self.scheduler.has_work:
             self._wake.succeed()
 
@@ -354,7 +375,7 @@ class EngineSim:
         """Apply a step's results; async: mark the moment vLLM plans the step after next
         (before the client hears of the finishes)."""
         finished = self.scheduler.update(out, self.acceptance)
-        if self._async:
+        if self._async and not self._defer:
             self.scheduler.mark_arrivals()
         return finished
 

@@ -175,6 +175,9 @@ class Scheduler:
         self._late_prev = 0  # added between the last two marks
         self._late = 0  # added since the last mark
         self._released: list[np.ndarray] = []
+        self.count_late_arrivals = True
+        """Async: hold requests that arrived after the last mark one schedule more (False: an
+        engine whose step model is vLLM's two-batch pipeline already; capsim.engine)."""
         self.keep_released = False
         """Async: collect the rows whose held blocks come back, for ``take_released`` (set
         by an engine that recycles store rows)."""
@@ -402,6 +405,8 @@ class Scheduler:
         n = len(self.waiting)
         if not self._async:
             return self.config.max_num_seqs, n
+        if not self.count_late_arrivals:
+            return self.config.max_num_seqs - self.num_held, n
         late = min(self._late_prev + self._late, n)
         return self.config.max_num_seqs - self.num_held, n - late
 

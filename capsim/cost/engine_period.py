@@ -88,6 +88,14 @@ MEASURED_H200_VLLM026_ASYNC = AsyncPeriodFit(
     fit_runs=("g090_k0_rand_c1", "g090_k1_rand_c1", "g090_k3_rand_c1_steps", "g090m16_k3_sg_c64"),
     source="fit: experiments/engine/runs steps.csv periods, capsim.live.engine_period_fit",
 )
+# FIT (experiments/engine/PLAN.md 2026-12-04 18:49, session 14): the client round trip of
+# vLLM 0.26's API server + `vllm bench serve` on the H200 host (a finished request's output to
+# the client, the next request back to the engine's input queue), the constant inside the most
+# replacement intervals of g090_k2_sg_c64{,_r2,_r3,_r4}/steps.csv (1,792 replacements, 94-99%
+# per run inside). Recomputed by
+#   python3 -m capsim.live.client_roundtrip experiments/engine/runs/g090_k2_sg_c64{,_r2,_r3,_r4}
+# (asserted equal in tests/live/test_client_roundtrip.py).
+CLIENT_ROUND_TRIP_S = 0.0227
 ASYNC_PERIODS: dict[str, AsyncPeriodFit] = {
     MEASURED_H200_VLLM026_ASYNC.name: MEASURED_H200_VLLM026_ASYNC
 }
@@ -130,6 +138,8 @@ class AsyncStepPeriod:
     # logs' t_done_s - t_sched_s is the step's period plus the next one's (steps.csv of
     # every logged run, decode and prefill steps alike)
     output_deferred: ClassVar[bool] = True
+    # a sent request reaches the scheduler this long after the client sends it (capsim.engine)
+    client_round_trip_s: float = CLIENT_ROUND_TRIP_S
 
     def host_s(self, shape: BatchShape) -> float:
         mode = graph_mode(shape, self.descs)
@@ -153,4 +163,5 @@ class AsyncStepPeriod:
             "engine_period": {**asdict(self.fit), "fit_runs": list(self.fit.fit_runs)},
             "num_spec_tok": self.num_spec_tok,
             "cudagraph_largest_tok": self.descs.largest_tok,
+            "client_round_trip_s": self.client_round_trip_s,
         }

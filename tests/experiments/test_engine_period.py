@@ -14,6 +14,7 @@ from factories import decode_shape, prefill_shape
 from capsim.config import EngineConfig, SimConfig, SpecDecodeConfig
 from capsim.cost.engine_overhead import HostBoundStepTime
 from capsim.cost.engine_period import (
+    CLIENT_ROUND_TRIP_S,
     MEASURED_H200_VLLM026_ASYNC,
     AsyncPeriodFit,
     AsyncStepPeriod,
@@ -110,8 +111,10 @@ def test_bad_constants_and_names_are_refused():
 
 
 def test_deferred_output_shifts_first_tokens_by_one_step():
-    """A lone request at concurrency 1: TTFT is the prefill period plus the next decode
-    period (the real logs' t_done_s - t_sched_s); ITLs stay one period each."""
+    """A lone request at concurrency 1: TTFT is the client round trip, the prefill period
+    and the next decode period (the real logs' t_done_s - t_sched_s); ITLs stay one period
+    each. The second request is sent when the first one's last output is handed over and
+    reaches the idle engine one round trip later."""
     from capsim.simulate import simulate
     from capsim.traces.table import RequestTable
 
@@ -122,6 +125,11 @@ def test_deferred_output_shifts_first_tokens_by_one_step():
     steps = res.steps
     first = res.requests.iloc[0]
     prefill_s, next_s = float(steps["step_s"].iloc[0]), float(steps["step_s"].iloc[1])
-    assert first["ttft_s"] == pytest.approx(prefill_s + next_s, rel=1e-9)
+    r = CLIENT_ROUND_TRIP_S
+    assert r > 0
+    assert first["ttft_s"] == pytest.approx(r + prefill_s + next_s, rel=1e-9)
+    second = res.requests.iloc[1]
+    assert second["send_s"] == pytest.approx(first["finish_s"], rel=1e-12)
+    assert second["first_scheduled_s"] == pytest.approx(second["send_s"] + r, rel=1e-9)
     a, b = simulate(cfg, workload=wl).summary, res.summary
     assert repr(sorted(a.items())) == repr(sorted(b.items()))  # deterministic
