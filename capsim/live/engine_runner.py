@@ -322,6 +322,12 @@ class Runner:
         if spec.log_level:
             env["VLLM_LOGGING_LEVEL"] = spec.log_level
         if spec.step_log:
+            if not (STEPLOG_DIR / "sitecustomize.py").is_file():
+                raise FileNotFoundError(
+                    f"server.step_log=true: {STEPLOG_DIR / 'sitecustomize.py'} is missing "
+                    "(stage capsim/live/engine_steplog/ beside engine_jobs.py: "
+                    "scripts/engine_stage.py)"
+                )
             self.step_log = log_path.parent / "steps.jsonl"
             env["CAPSIM_STEP_LOG"] = str(self.step_log)
             env["CAPSIM_STEP_LOG_OFF"] = str(self.step_log_off())
