@@ -64,6 +64,13 @@ class ServerSpec:
     # VLLM_LOGGING_LEVEL for the server (None: vLLM's default INFO); "DEBUG" prints 0.26's
     # per-mode CUDA-graph estimate lines (first capture + per-graph); start-ups only
     log_level: str | None = None
+    # a config.json served instead of the model dir's own (e.g. one TP rank's shapes,
+    # scripts/engine_tp_shape.py): the runner serves a sibling dir holding it and links to
+    # the model dir's other files (served_model_dir); a relative path is looked up in the
+    # working directory (the repository root on the device), then beside the job list.
+    # vLLM's --hf-overrides cannot do this with MTP: 0.26's draft ModelConfig drops dict
+    # overrides (config/speculative.py compose_draft_hf_overrides)
+    model_config: str | None = None
 
     def __post_init__(self) -> None:
         if self.log_level not in (None, "DEBUG", "INFO", "WARNING", "ERROR"):
@@ -117,6 +124,37 @@ def serve_argv(
             else "--no-enable-prefix-caching"
         )
     return argv + list(spec.extra_args)
+
+
+def resolve_model_config(path: str, jobs_dir: Path | None = None) -> Path:
+    """``server.model_config`` as a file: absolute, or relative to the working directory,
+    then to ``jobs_dir`` (the job list's folder)."""
+    p = Path(path)
+    for cand in (p, *((jobs_dir / p,) if jobs_dir is not None and not p.is_absolute() else ())):
+        if cand.is_file():
+            return cand.resolve()
+    raise ValueError(f"server.model_config={path!r}: no such file (nor beside the job list)")
+
+
+def served_model_dir(base: Path, config: Path) -> Path:
+    """``base``'s sibling ``<base>-<config stem>`` serving ``config`` as its config.json; every
+    other entry of ``base`` (tokenizer, processor configs, datasets) is a symlink to it."""
+    if not (base / "config.json").is_file():
+        raise ValueError(f"--model={str(base)!r}: server.model_config needs a local model dir")
+    stem = config.name.removesuffix(".json").removesuffix(".config")
+    dest = base.parent / f"{base.name}-{stem}"
+    dest.mkdir(parents=True, exist_ok=True)
+    for entry in base.iterdir():
+        if entry.name == "config.json":
+            continue
+        link = dest / entry.name
+        if link.is_symlink() or link.exists():
+            link.unlink()
+        link.symlink_to(entry.resolve())
+    tmp = dest / "config.json.tmp"
+    tmp.write_bytes(config.read_bytes())
+    tmp.replace(dest / "config.json")
+    return dest
 
 
 def serve_env(base: dict[str, str], payload_flags: bool = True) -> dict[str, str]:

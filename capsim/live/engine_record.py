@@ -52,6 +52,7 @@ STARTUP_COLUMNS = (
     "max_num_batched_tokens",
     "enable_prefix_caching",
     "log_level",
+    "model_config",
 )
 
 
@@ -151,6 +152,7 @@ def record_startup(jdir: Path, dest_root: Path) -> dict[str, Any]:
         "max_num_batched_tokens": srv["max_num_batched_tokens"],
         "enable_prefix_caching": srv["enable_prefix_caching"],
         "log_level": srv.get("log_level"),  # None: vLLM's default (INFO)
+        "model_config": srv.get("model_config"),  # None: the model dir's own config.json
     }
     # DEBUG lines other than the kept ones are not parsed (a "torch version 2.11.0" line before
     # vLLM's banner would otherwise be read as vLLM's version); an INFO log is parsed whole

@@ -11,7 +11,8 @@ Job kinds (vLLM's own flag names throughout):
 - ``startup``: start `vllm serve` with the job's ``server`` settings. ``"mode": "kv"``
   stops at vLLM's "GPU KV cache size" line or its refusal (skips CUDA graph capture);
   ``"mode": "full"`` waits for /health and keeps the server for the bench jobs after it
-  (and saves /server_info, /metrics). The log is saved either way.
+  (and saves /server_info, /metrics). The log is saved either way. ``server.model_config``
+  serves another config.json from a sibling of the model dir (``engine_jobs.served_model_dir``).
 - ``bench``: against the running server, a throw-away warm-up load at the same
   concurrency first (``warmup_prompts``), then the measured `vllm bench serve` with
   ``--save-result --save-detailed``, /metrics sampled every ``sample_period_s``.
@@ -51,8 +52,10 @@ try:  # as a package module, or as a script beside engine_jobs.py on the GPU mac
         ServerSpec,
         bench_argv,
         parse_jobs,
+        resolve_model_config,
         serve_argv,
         serve_env,
+        served_model_dir,
         synthetic_rates,
     )
 except ImportError:  # the script form: engine_jobs.py sits in the same folder
@@ -68,8 +71,10 @@ except ImportError:  # the script form: engine_jobs.py sits in the same folder
         ServerSpec,
         bench_argv,
         parse_jobs,
+        resolve_model_config,
         serve_argv,
         serve_env,
+        served_model_dir,
         synthetic_rates,  # noqa: F401 (the script form re-exports it like the package form)
     )
 
@@ -311,11 +316,21 @@ class Runner:
     server_spec: ServerSpec | None = None
     summary: list[dict[str, Any]] = field(default_factory=list)
     step_log: Path | None = None
+    jobs_dir: Path | None = None  # where a relative server.model_config is also looked up
+    served_model: str | None = None  # what the running server serves (model or its sibling)
 
     # -- server -------------------------------------------------------------------------
+    def model_for(self, spec: ServerSpec) -> str:
+        """The model dir `vllm serve` gets: ours, or its sibling with spec.model_config."""
+        if spec.model_config is None:
+            return self.model
+        config = resolve_model_config(spec.model_config, self.jobs_dir)
+        return str(served_model_dir(Path(self.model), config))
+
     def start_server(self, spec: ServerSpec, log_path: Path) -> subprocess.Popen:
         self.stop_server()
-        argv = serve_argv(spec, self.model, self.python, self.payload_flags)
+        self.served_model = self.model_for(spec)
+        argv = serve_argv(spec, self.served_model, self.python, self.payload_flags)
         atomic_write(log_path.with_suffix(".cmd.json"), json.dumps(argv))
         env = serve_env(dict(os.environ), self.payload_flags)
         self.step_log = None
@@ -368,6 +383,11 @@ class Runner:
                 self.server.wait(timeout=10)
         self.server = None
         self.server_spec = None
+        self.served_model = None
+
+    def bench_model(self) -> str:
+        """The model name benches send: the path the running server was started with."""
+        return self.served_model or self.model
 
     def base_url(self) -> str:
         assert self.server_spec is not None
@@ -377,7 +397,11 @@ class Runner:
     def run_startup(self, job: Job, jdir: Path) -> dict[str, Any]:
         log = jdir / "server.log"
         t0 = time.monotonic()
-        proc = self.start_server(job.server, log)
+        try:
+            proc = self.start_server(job.server, log)
+        except ValueError as e:  # server.model_config against a --model that is no dir
+            atomic_write(log, f"engine_runner: {e}\n")
+            return {"outcome": "model_config_error", "startup_s": 0.0, "kv_line_s": None}
         outcome, t_kv = "timeout", None
         while self.deadline.left_s() > 0 and time.monotonic() - t0 < job.est_s * 1.5:
             time.sleep(1.0)
@@ -440,7 +464,7 @@ class Runner:
         self._gate_step_log(b.step_log)
         t0 = time.monotonic()
         if b.warmup_prompts > 0 and b.warmup_client == "http":
-            bad = http_warmup(self.base_url(), self.model, b, self.deadline.left_s())
+            bad = http_warmup(self.base_url(), self.bench_model(), b, self.deadline.left_s())
             if bad:
                 return {
                     "outcome": f"warmup_failed_{bad}",
@@ -448,7 +472,7 @@ class Runner:
                 }
         elif b.warmup_prompts > 0:
             rc = self._bench_proc(
-                bench_argv(b, self.model, port, b.warmup_prompts, None, self.python),
+                bench_argv(b, self.bench_model(), port, b.warmup_prompts, None, self.python),
                 log,
                 self.deadline.left_s(),
             )
@@ -458,7 +482,7 @@ class Runner:
         t_warm = time.monotonic() - t0
         before = parse_metrics(http_get(self.base_url() + "/metrics")[1])
         sampler = Sampler(self.base_url(), b.sample_period_s)
-        argv = bench_argv(b, self.model, port, b.num_prompts, str(jdir), self.python)
+        argv = bench_argv(b, self.bench_model(), port, b.num_prompts, str(jdir), self.python)
         atomic_write(jdir / "bench.cmd.json", json.dumps(argv))
         offset = self.step_log.stat().st_size if self.step_log and self.step_log.exists() else 0
         sampler.start()
@@ -542,6 +566,9 @@ def main(argv: list[str] | None = None) -> int:
     a = ap.parse_args(argv)
     try:
         jobs, _settings = parse_jobs(json.loads(Path(a.jobs).read_text()))
+        for job in jobs:  # a missing config fails here, before any server starts
+            if job.server is not None and job.server.model_config is not None:
+                resolve_model_config(job.server.model_config, Path(a.jobs).parent)
     except (ValueError, TypeError) as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
@@ -554,6 +581,7 @@ def main(argv: list[str] | None = None) -> int:
         deadline=Deadline(time.monotonic() + a.deadline_s),
         payload_flags=not a.no_payload_flags,
         pack_file=Path(a.pack) if a.pack else None,
+        jobs_dir=Path(a.jobs).parent,
     )
     try:
         summary = runner.run(jobs)

@@ -201,7 +201,29 @@ def model_configs(directory: Path) -> dict[str, Path]:
     return out
 
 
-def resolve_model(hf_id: str, configs: dict[str, Path]) -> ModelSpec:
+REPO_PREFIX = "repo:"  # a model_hf_id naming a config file by its repository path
+
+
+def repo_config(hf_id: str, directory: Path) -> Path:
+    """The file a ``repo:PATH`` model names: PATH under ``directory`` or the first of its
+    parents that has it (the validation set lives in the repository, e.g. experiments/
+    vllm_logs/, so a repository-relative path resolves from there)."""
+    rel = Path(hf_id.strip().removeprefix(REPO_PREFIX))
+    if rel.is_absolute() or not rel.parts:
+        raise ValueError(f"model_hf_id={hf_id!r}: {REPO_PREFIX} needs a repository-relative path")
+    root = directory.resolve()
+    for base in (root, *root.parents):
+        if (base / rel).is_file():
+            return base / rel
+    raise ValueError(f"model_hf_id={hf_id!r}: no file {rel} above {directory}")
+
+
+def resolve_model(hf_id: str, configs: dict[str, Path], directory: Path | None = None) -> ModelSpec:
+    """A row's model: ``repo:PATH`` (a config.json in the repository, e.g. an emulated shape
+    no checkpoint has), a ``models/*.json`` by ``_hf_id``, or a preset by the id's last part."""
+    if hf_id.strip().startswith(REPO_PREFIX):
+        path = repo_config(hf_id, directory or Path("."))
+        return replace(model_from_hf_config(path), name=path.name.removesuffix(".json"))
     key = hf_id.strip().lower()
     if key in configs:
         spec = model_from_hf_config(configs[key])
@@ -300,7 +322,7 @@ def validate_dir(directory: Path, *, default_engine: EngineConfig | None = None)
             estimate, log.cudagraph_estimate_gib = log.cudagraph_estimate_gib, None
             _set_cudagraph_figure(log, estimate)  # the estimator rule, at the dated release
         try:
-            model = resolve_model(row.get("model_hf_id", ""), configs)
+            model = resolve_model(row.get("model_hf_id", ""), configs, directory)
             gpu = gpu_from_text(row.get("gpu", ""), log.gpu_total_gib)
             settings = settings_from_log(
                 log,
