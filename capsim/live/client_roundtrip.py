@@ -29,6 +29,15 @@ import numpy as np
 import pandas as pd
 
 
+# the FIT runs of ``CLIENT_ROUND_TRIP_S`` (experiments/engine/PLAN.md 2026-12-04 18:49)
+FIT_RUNS: tuple[str, ...] = (
+    "g090_k2_sg_c64",
+    "g090_k2_sg_c64_r2",
+    "g090_k2_sg_c64_r3",
+    "g090_k2_sg_c64_r4",
+)
+
+
 @dataclass(frozen=True, slots=True)
 class Intervals:
     """Per closed-loop replacement: the bounds of the round trip (seconds) and the step gap."""

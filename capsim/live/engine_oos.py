@@ -307,7 +307,12 @@ def table(
     fit of the async column and the two diagnostic ones (a `capsim engine host-fit` file
     prices your machine); the main c4fa656 column keeps the registered fit."""
     from capsim.live.engine_fit import FIT_RUNS as MAIN_FIT_RUNS
+    from capsim.live.client_roundtrip import FIT_RUNS as ROUND_TRIP_FIT_RUNS
     from capsim.live.engine_period_fit import FIT_RUNS as ENGINE_FIT_RUNS
+
+    # the async column's fits: the step period's runs and, since session 14, the client
+    # round trip's (PLAN.md 2026-12-04 18:49)
+    engine_fit_runs = set(ENGINE_FIT_RUNS) | set(ROUND_TRIP_FIT_RUNS)
 
     runs = [load_run(d) for d in sorted(p for p in runs_root.iterdir() if p.is_dir())]
     by = {r.name: r for r in runs}
@@ -333,7 +338,7 @@ def table(
                     "run": r.name,
                     "metric": m,
                     "role": "fit" if r.name in FIT_RUNS else "predict",
-                    "role_engine": "fit" if r.name in ENGINE_FIT_RUNS else "predict",
+                    "role_engine": "fit" if r.name in engine_fit_runs else "predict",
                     "role_main": "fit" if r.name in MAIN_FIT_RUNS else "predict",
                     "real": real,
                     "capsim": a,

@@ -27,6 +27,7 @@ from host_band_study import predict_runs  # noqa: E402
 from host_fit_study import _atomic  # noqa: E402
 
 from capsim.cost.factory import build_step_time_model  # noqa: E402
+from capsim.live.client_roundtrip import FIT_RUNS as ROUND_TRIP_FIT_RUNS  # noqa: E402
 from capsim.gpus import get_gpu  # noqa: E402
 from capsim.live.engine_oos import ENGINE_OVERHEAD, load_run, request_table, sim_config  # noqa: E402
 from capsim.simulate import simulate  # noqa: E402
@@ -91,7 +92,9 @@ def run_row(run_dir: Path) -> dict[str, object]:
 
 
 def table(runs_root: Path = HERE / "runs") -> pd.DataFrame:
-    wanted = predict_runs(runs_root.parent / "out_of_sample.csv")
+    # the async column's predict runs and the client round trip's four fit runs (session 14:
+    # they are fit runs of that column now, still the diagnostic's closed-loop k = 2 machines)
+    wanted = predict_runs(runs_root.parent / "out_of_sample.csv") | set(ROUND_TRIP_FIT_RUNS)
     rows = [
         run_row(d)
         for d in sorted(runs_root.iterdir())
@@ -109,7 +112,8 @@ def markdown(df: pd.DataFrame) -> str:
         "CUDA-graph mode, real / capsim (async column's configuration). Regenerate: "
         "`PYTHONPATH=. python3 experiments/engine/admission_grouping.py`.",
         "",
-        f"Over {len(df)} predict runs with a step log: prefill steps real {tot.real_prefill_steps} / "
+        f"Over {len(df)} runs with a step log (the async column's predict runs and the client "
+        f"round trip's 4 fit runs): prefill steps real {tot.real_prefill_steps} / "
         f"capsim {tot.capsim_prefill_steps} "
         f"({100 * (tot.capsim_prefill_steps / tot.real_prefill_steps - 1):+.1f}%); steps admitting "
         f"one request {tot.real_admit_1} / {tot.capsim_admit_1}; two or more "

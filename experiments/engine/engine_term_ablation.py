@@ -57,7 +57,9 @@ def main() -> int:
     for run in RUNS:
         r = eo.load_run(HERE / "runs" / run)
         cfg = eo.sim_config(r, engine_overhead=eo.ENGINE_OVERHEAD)
-        built = build_step_time_model(cfg, get_model(cfg.model), get_gpu(cfg.gpu))
+        built = build_step_time_model(
+            cfg, get_model(cfg.model), get_gpu(cfg.gpu), async_period=False
+        )
         assert isinstance(built, ov.HostBoundStepTime)
         m = r.metrics
         for name, fit in variants().items():

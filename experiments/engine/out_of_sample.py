@@ -20,7 +20,8 @@ from pathlib import Path
 import pandas as pd
 
 from capsim.cost.engine_overhead import MEASURED_H200_VLLM026
-from capsim.cost.engine_period import MEASURED_H200_VLLM026_ASYNC
+from capsim.cost.engine_period import CLIENT_ROUND_TRIP_S, MEASURED_H200_VLLM026_ASYNC
+from capsim.live.client_roundtrip import FIT_RUNS as ROUND_TRIP_FIT_RUNS
 from capsim.live.engine_oos import FIT_RUNS, THRESHOLDS, table
 
 HERE = Path(__file__).resolve().parent
@@ -115,6 +116,18 @@ S13_RUNS: tuple[str, ...] = (
     "g090_k0_pc_sp_c64_r2",
 )
 
+# serving runs of device calls 43 and 45 (session 14; PLAN.md 2026-12-04 18:49, 18:54 and 19:05):
+# predict runs for every model column and the pre-registered test of the client round-trip rule
+# (r = 22.7 ms, main 606e5f8): k=2 ShareGPT-like at 32 and 96 clients and Poisson 8/s (no step
+# log), k=0 at 32 clients and Poisson 10/s
+S14_RUNS: tuple[str, ...] = (
+    "g090_k2_sg_c32",
+    "g090_k2_sg_c96",
+    "g090_k2_sg_r8",
+    "g090_k0_sg_c32",
+    "g090_k0_sg_r10",
+)
+
 
 def _ok(v: object) -> str:
     return {True: "yes", False: "NO"}.get(v, "-")  # type: ignore[call-overload]
@@ -146,6 +159,7 @@ def _counts_md(df: pd.DataFrame) -> list[str]:
         ("runs of calls 30-31", set(S11_RUNS)),
         ("runs of calls 35-39", set(S12_RUNS)),
         ("runs of calls 40-42", set(S13_RUNS)),
+        ("runs of calls 43-45", set(S14_RUNS)),
     ]
     groups = [(name, runs & set(df["run"])) for name, runs in groups]
     head = "".join(f" {name} | main c4fa656 | async step period |" for name, _ in groups)
@@ -185,7 +199,9 @@ def markdown(df: pd.DataFrame, delta_s: float) -> str:
         f"{1e3 * per.full_spec_host_s:.2f} ms + {1e3 * per.full_spec_host_s_per_k:.2f} ms per "
         f"k above 1, PIECEWISE {1e3 * per.piecewise_host_s:.1f} ms, eager "
         f"{1e3 * per.eager_host_s:.1f} ms; step n's output reaches the client when step n+1 "
-        "ends.",
+        "ends, and a sent request reaches the scheduler "
+        f"{1e3 * CLIENT_ROUND_TRIP_S:.1f} ms later (the client round trip, FIT on "
+        f"{', '.join(ROUND_TRIP_FIT_RUNS)}: role fit in this column since session 14).",
         "Every column runs vLLM 0.26's async scheduling (PLAN.md 2026-12-02 01:57) but the "
         "last, main's engine terms with `--no-async-scheduling` (diagnostic).",
         "Every column plans its pool with main's memory plan at regeneration time: session 8's "
@@ -208,6 +224,8 @@ def markdown(df: pd.DataFrame, delta_s: float) -> str:
         f"and 01:42; shared prefixes with prefix caching, k=6): {', '.join(S12_RUNS)}.",
         f"Runs of device calls 40-42 (predict, session 13, PLAN.md 2026-12-04 02:11 and 03:27; a "
         f"fourth k=2 machine, shared prefixes again): {', '.join(S13_RUNS)}.",
+        f"Runs of device calls 43 and 45 (predict, session 14, PLAN.md 2026-12-04 18:49, 18:54 "
+        f"and 19:05; the client round-trip rule's test): {', '.join(S14_RUNS)}.",
         "",
         *_counts_md(df),
         "| run | role | metric | real | capsim | err % | capsim+delta | err % | "

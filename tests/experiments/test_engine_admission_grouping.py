@@ -19,16 +19,20 @@ def grouping() -> pd.DataFrame:
 
 
 def test_capsim_admits_in_smaller_groups_on_closed_loop_sharegpt(grouping: pd.DataFrame) -> None:
-    """Every ShareGPT-like 64-client run (12, k = 0..8): capsim runs more prefill steps than
-    the real engine, most of them steps that admit one request; the four k = 2 machines agree
-    with each other (265-284 real) and not with capsim (308)."""
+    """Every ShareGPT-like 64-client run (12, k = 0..8): with session 14's client round trip
+    capsim runs more prefill steps than the real engine on 10 (all 12 before it), and at most 3%
+    fewer on the other two (k = 8; k = 0 with prefix caching on); the four k = 2 machines agree
+    with each other (265-284 real) and not with capsim (309; 308 before the rule)."""
     sg = grouping[grouping["run"].str.contains("_sg_c64")]
     assert len(sg) == 12
-    assert (sg["capsim_prefill_steps"] > sg["real_prefill_steps"]).all()
-    assert (sg["capsim_admit_1"] > sg["real_admit_1"]).all()
+    more = sg["capsim_prefill_steps"] > sg["real_prefill_steps"]
+    assert int(more.sum()) == 10
+    assert set(sg[~more]["run"]) == {"g090_k8_sg_c64", "g090pc_k0_sg_c64"}
+    assert (sg["capsim_prefill_steps"] >= 0.97 * sg["real_prefill_steps"]).all()
     k2 = grouping[grouping["run"].str.startswith("g090_k2_sg_c64")]
     assert k2["real_prefill_steps"].between(265, 284).all()
-    assert set(k2["capsim_prefill_steps"]) == {308}
+    assert set(k2["capsim_prefill_steps"]) == {309}
+    assert (k2["capsim_admit_1"] > k2["real_admit_1"]).all()
 
 
 def test_one_request_runs_agree(grouping: pd.DataFrame) -> None:

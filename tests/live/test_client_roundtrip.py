@@ -10,13 +10,13 @@ import pytest
 
 from capsim.cost.engine_period import CLIENT_ROUND_TRIP_S
 from capsim.live.client_roundtrip import (
+    FIT_RUNS,
     fit_round_trip_s,
     replacement_intervals,
     run_intervals,
 )
 
 RUNS = Path(__file__).resolve().parents[2] / "experiments" / "engine" / "runs"
-FIT_RUNS = ("g090_k2_sg_c64", "g090_k2_sg_c64_r2", "g090_k2_sg_c64_r3", "g090_k2_sg_c64_r4")
 
 
 def _log(rows: list[tuple[float, float, int, int]]) -> pd.DataFrame:

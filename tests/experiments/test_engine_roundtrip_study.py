@@ -1,0 +1,58 @@
+"""experiments/engine/roundtrip_study.py (session 14): the client round-trip rule before / after,
+recomputed from the committed files; the pre-registered test's counts as stated."""
+
+from __future__ import annotations
+
+import pandas as pd
+import pytest
+from engine_modules import ENGINE as ROOT
+from engine_modules import load_engine_experiment
+
+
+@pytest.fixture(scope="module")
+def study() -> pd.DataFrame:
+    mod = load_engine_experiment("roundtrip_study")
+    df = mod.study(
+        pd.read_csv(ROOT / "out_of_sample.csv"), pd.read_csv(ROOT / "roundtrip_before.csv")
+    )
+    assert (ROOT / "roundtrip_study.md").read_text() == mod.markdown(df)
+    assert (ROOT / "roundtrip_study.csv").read_text() == df.to_csv(index=False)
+    return df
+
+
+def _counts(df: pd.DataFrame, group: str) -> dict[str, tuple[int, int]]:
+    g = df[(df["group"] == group) & df["pass_after"].notna()]
+    return {
+        m: (int((x["pass_before"] == True).sum()), int((x["pass_after"] == True).sum()))  # noqa: E712
+        for m, x in g.groupby("metric")
+    }
+
+
+def test_the_preregistered_runs(study: pd.DataFrame) -> None:
+    """Calls 43 and 45 (five runs, PLAN.md 2026-12-04 18:49-19:05): before -> after the rule,
+    throughput 4 -> 4, mean TTFT 2 -> 3, p99 TTFT 5 -> 4, mean TPOT 0 -> 1, peak running 3 -> 3.
+    A small gain, not the issue's thresholds: capsim's TPOT stays high on all five (+7.6% to
+    +32%) and the Poisson runs hold 33-37% more requests at once than the real engine."""
+    pre = "pre-registered (calls 43, 45)"
+    assert set(study[study["group"] == pre]["run"]) == {
+        "g090_k2_sg_c32", "g090_k2_sg_c96", "g090_k2_sg_r8", "g090_k0_sg_c32", "g090_k0_sg_r10"
+    }  # fmt: skip
+    assert _counts(study, pre) == {
+        "throughput_tok_per_s": (4, 4),
+        "ttft_mean_ms": (2, 3),
+        "ttft_p99_ms": (5, 4),
+        "tpot_mean_ms": (0, 1),
+        "peak_running": (3, 3),
+    }
+    tpot = study[(study["group"] == pre) & (study["metric"] == "tpot_mean_ms")]
+    assert tpot["err_after_pct"].between(7, 33).all()
+
+
+def test_the_seen_runs_and_the_fit(study: pd.DataFrame) -> None:
+    """The 46 runs seen before the rule (a study): TPOT 20 -> 24, throughput 26 -> 27, mean
+    TTFT 29 -> 28, p99 38 -> 38. On the four fit runs of r the rule moves mean TTFT 1 -> 2."""
+    seen = _counts(study, "seen (study)")
+    assert study[study["group"] == "seen (study)"]["run"].nunique() == 46
+    assert seen["tpot_mean_ms"] == (20, 24) and seen["throughput_tok_per_s"] == (26, 27)
+    assert seen["ttft_mean_ms"] == (29, 28) and seen["ttft_p99_ms"] == (38, 38)
+    assert _counts(study, "fit of r")["ttft_mean_ms"] == (1, 2)
