@@ -246,6 +246,9 @@ class Runner:
             self.rows.append(row)
             self.budget.record(self.budget.clock() - t1)
             self.save(self.rows)
+            print(f"{self.budget.elapsed():6.1f}s {row['group']} {row['model_shape']} B={row['B']} "
+                  f"{row['variant']}: {row['p50_us'] or row['note']} us, {row['gbps']} GB/s, "
+                  f"x copy {row['frac_copy']}", flush=True)  # fmt: skip
 
 
 # ------------------------------------------------------------------------------ outputs
