@@ -107,12 +107,13 @@ def test_verify_verdict(rows):
     assert v["matched_r"] == pytest.approx(0.971, abs=5e-4)
     assert v["best_r"]["variant"] == "tile_read bv32 kc32 w8 s1 c1tile"
     assert float(v["best_r"]["frac_copy"]) == pytest.approx(0.981, abs=5e-4)
-    # a tie at 129.02 us with the 64-row tile at 8 warps; the whole sweep within 0.90-0.99
-    # but for one TMA launch (bv16 s3, 0.486)
+    # a tie at 129.02 us with the 64-row tile at 8 warps; 82 of 84 launches >= 0.90, the
+    # two below: one TMA launch (bv16 s3, 0.486) and one program per SM (0.792)
     cell = _cell(rows, *CELL)
     assert _one(cell, "tile_read bv64 kc32 w8 s1 c1tile")["p50_us"] == v["best_r"]["p50_us"]
     sweep = sorted(float(r["frac_copy"]) for r in cell if r["group"] == "sweep_read")
-    assert sweep[0] < 0.5 and 0.79 <= sweep[1] and sweep[-1] < 0.99
+    assert len(sweep) == 84 and sum(f >= VERIFY_LEAD for f in sweep) == 82
+    assert sweep[0] < 0.5 and sweep[1] >= 0.79 and sweep[-1] < 0.99
     assert v["verify"] == [
         "lead tiling for verify: tile_read bv32 kc32 w8 s1 c1tile",
         "verify gap is in the kernel's other loads and math, not the stream",
@@ -132,7 +133,8 @@ def test_deferred_verdict(rows):
     assert 1 / v["matched_rw"] < 1.25 < ROUND12_DEFERRED_X
     assert 1 / float(v["best_rw"]["frac_copy"]) == pytest.approx(1.151, abs=2e-3)
     # the best sweep_rw launch that also reads the pending rows (the deferred's real bytes)
-    pend = [r for r in _cell(rows, *CELL) if r["group"] == "sweep_rw" and "nopend" not in r["variant"]]
+    cell = _cell(rows, *CELL)
+    pend = [r for r in cell if r["group"] == "sweep_rw" and "nopend" not in r["variant"]]
     best = min(pend, key=lambda r: float(r["p50_us"]))
     assert best["variant"] == "tile_rw bv32 kc32 w1 s3 cauto tma"
     assert float(best["frac_copy"]) == pytest.approx(0.865, abs=5e-4)
@@ -145,7 +147,9 @@ def test_plain_load_rw_spill_and_the_odd_references(rows):
     tma = _one(cell, "tile_rw bv64 kc32 w1 s3 cauto tma")
     assert int(tma["spills"]) == 0 and float(spill["p50_us"]) / float(tma["p50_us"]) > 1.10
     # only that plain-load rw launch spills
-    assert [r["variant"] for r in rows if r["spills"] and int(r["spills"]) > 0] == [spill["variant"]]
+    assert [r["variant"] for r in rows if r["spills"] and int(r["spills"]) > 0] == [
+        spill["variant"]
+    ]
     # torch_copy of the pool's bytes (1 GiB moved) at 0.63 of the 2 GiB copy, while the
     # in-place add of the same bytes runs at 0.98
     copy, add = _one(cell, "torch_copy"), _one(cell, "torch_add")
