@@ -24,6 +24,12 @@ unpacked next to it into ``x/`` first, and ``round8_log.txt`` (round 9: ``r9.tar
 
 Refuses (one line, non-zero exit) a call whose metadata is missing or whose timed GDN
 rows failed a float64 check. Same inputs -> the same files.
+
+Round 13's stream ceiling (``capsim_kernels.bench.gdn.stream_ceiling --out $OUT``): when
+``--src`` holds ``round13_stream_meta.json``, its CSV, table, metadata, log and nvidia-smi
+output go to ``kernels/results/h200/round13_stream_{ceiling.csv,table.md,meta.json,log.txt,
+nvsmi.txt}`` and nothing else happens (no GDN rows, no calibration build); refused when the
+metadata is missing a copy bandwidth or a timed row failed its check.
 """
 
 from __future__ import annotations
@@ -39,6 +45,7 @@ from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
 PREFIXES = ("round12", "round11", "round10", "round9", "round8", "round7")
+STREAM = "round13_stream"
 
 
 def _atomic_text(path: Path, text: str) -> None:
@@ -101,6 +108,25 @@ def ingest_gdn(run: Path, src: Path, dst: Path, prefix: str) -> dict:
         if cand is not None:
             _copy(cand, dst / new)
     _atomic_text(dst / f"{prefix}_meta.json", json.dumps(meta, indent=1, default=str) + "\n")
+    return meta
+
+
+def ingest_stream(src: Path, dst: Path) -> dict:
+    """Round 13's stream-ceiling call (module docstring) into ``dst``."""
+    meta = json.loads((src / f"{STREAM}_meta.json").read_text())
+    csv_path = src / f"{STREAM}_ceiling.csv"
+    if not csv_path.is_file() or not meta.get("copy_gbps"):
+        raise SystemExit(f"--src={src}: no {csv_path.name} or no copy_gbps in the metadata")
+    rows = _rows(csv_path)
+    bad = [r["variant"] for r in rows if r["p50_us"] and r["check_ok"] != "True"]
+    if bad:
+        raise SystemExit(f"{csv_path}: timed rows failed their check ({bad[:3]}): refusing")
+    for name in (f"{STREAM}_ceiling.csv", f"{STREAM}_table.md", f"{STREAM}_log.txt"):
+        if (src / name).is_file():
+            _copy(src / name, dst / name)
+    if (src / "nvsmi.txt").is_file():
+        _copy(src / "nvsmi.txt", dst / f"{STREAM}_nvsmi.txt")
+    _atomic_text(dst / f"{STREAM}_meta.json", json.dumps(meta, indent=1, default=str) + "\n")
     return meta
 
 
@@ -196,6 +222,11 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--prefix", choices=PREFIXES, default=None,
                     help="the round's file prefix (default: the metadata found)")  # fmt: skip
     args = ap.parse_args(argv)
+    if (args.src / f"{STREAM}_meta.json").is_file():
+        meta = ingest_stream(args.src, args.results)
+        print(f"stream ceiling: {meta.get('num_timed')} timed rows of {meta.get('num_rows')}, "
+              f"copy {meta['copy_gbps']} GB/s -> {args.results}")  # fmt: skip
+        return 0
     src = unpack(args.src)
     run, prefix = run_dir(src, args.prefix)
     step_run = args.step_src or run

@@ -132,3 +132,28 @@ def test_a_two_digit_round_tarball_is_unpacked_and_ingested_under_its_round(
     assert not any(name.startswith(not_prefixes) for name in names)
     assert ingest.run_dir(src / "x", None) == (src / f"x/r{n}", f"round{n}")
     assert ingest.run_dir(src / "x", f"round{n}") == (src / f"x/r{n}", f"round{n}")
+
+
+def _stream_src(tmp: Path, rows, copy_gbps=4250.0) -> tuple[Path, Path]:
+    src, dst = tmp / "src", tmp / "dst"
+    src.mkdir(parents=True)
+    dst.mkdir()
+    _csv(src / "round13_stream_ceiling.csv", ("variant", "p50_us", "check_ok"), rows)
+    (src / "round13_stream_meta.json").write_text(json.dumps(
+        {"copy_gbps": copy_gbps, "num_rows": len(rows), "num_timed": 1}))  # fmt: skip
+    (src / "round13_stream_table.md").write_text("| t |\n")
+    (src / "nvsmi.txt").write_text("| NVIDIA H200 |\n")
+    return src, dst
+
+
+def test_a_stream_ceiling_call_goes_to_its_round13_files_only(tmp_path):
+    src, dst = _stream_src(tmp_path, [{"variant": "a", "p50_us": "1.0", "check_ok": "True"},
+                                      {"variant": "b", "p50_us": "", "check_ok": ""}])  # fmt: skip
+    assert ingest.main(["--src", str(src), "--results", str(dst)]) == 0
+    assert sorted(p.name for p in dst.iterdir()) == [
+        "round13_stream_ceiling.csv", "round13_stream_meta.json", "round13_stream_nvsmi.txt",
+        "round13_stream_table.md"]
+    bad, dst2 = _stream_src(tmp_path / "x", [{"variant": "a", "p50_us": "1.0",
+                                               "check_ok": "False"}])  # fmt: skip
+    with pytest.raises(SystemExit, match="failed their check"):
+        ingest.main(["--src", str(bad), "--results", str(dst2)])
