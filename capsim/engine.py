@@ -120,6 +120,12 @@ class EngineSim:
         )
         if self._defer:
             scheduler.count_late_arrivals = False
+        # the two-batch pipeline (PLAN.md 2026-12-04 19:35): batch m+1 is scheduled when batch
+        # m's launch returns or when batch m-1's output is consumed, whichever is later; the GPU
+        # runs a batch after the previous one. The step model gives each batch's host and GPU
+        # seconds; the engine keeps when the GPU frees (``_gpu_end_s``)
+        self._pipelined = self._defer and hasattr(cost, "host_s") and hasattr(cost, "gpu_s")
+        self._gpu_end_s = float("-inf")
         self._pending: deque[Request] = deque()
         # conversation turns: a request with a parent waits until the parent finished,
         # then goes to the head of the send queue (the same user continues)
@@ -260,6 +266,10 @@ class EngineSim:
         compact = self.compact
         while not (self._client_done and self._num_finished >= self._expected):
             if self._held is not None and not sched.has_work:
+                if self._pipelined and self._gpu_end_s > env.now:
+                    # the last batch's GPU work is still running: its output comes after it
+                    yield env.timeout(self._gpu_end_s - env.now)
+                    continue
                 self._release_held(env.now)  # the engine goes idle: output n is out now
                 continue
             if not sched.has_work:
@@ -283,10 +293,8 @@ class EngineSim:
                     f"admitted with {kv.num_free_blocks} free blocks and nothing running"
                 )
             shape = self._shape(out)
-            step_s = float(self.cost.step_time_s(shape))
-            if not step_s > 0:
-                raise ValueError(f"step-time model returned {step_s!r} s for {shape}")
             t0 = env.now
+            step_s = self._period_s(shape, t0)
             # Pool and queue gauges are sampled right after scheduling: the step's
             # allocation peak (finished requests free their blocks after the step).
             num_running, num_waiting = len(sched.running), len(sched.waiting)
@@ -332,6 +340,23 @@ class EngineSim:
             )
             if finished and not self._defer:
                 self._send_ready()
+
+    def _period_s(self, shape: BatchShape, t0: float) -> float:
+        """Seconds from this step's schedule to the next one's: the step model's price, or
+        with the two-batch pipeline max(host_m, GPU busy until) (0 right after a host-bound
+        step whose GPU work already covers the next one's)."""
+        if not self._pipelined:
+            step_s = float(self.cost.step_time_s(shape))
+            if not step_s > 0:
+                raise ValueError(f"step-time model returned {step_s!r} s for {shape}")
+            return step_s
+        host_s = float(self.cost.host_s(shape))  # type: ignore[attr-defined]
+        gpu_s = float(self.cost.gpu_s(shape))  # type: ignore[attr-defined]
+        if not (host_s >= 0 and gpu_s >= 0 and host_s + gpu_s > 0):
+            raise ValueError(f"step-time model returned host {host_s!r} s, GPU {gpu_s!r} s for {shape}")
+        prev_end = self._gpu_end_s
+        self._gpu_end_s = max(t0 + host_s, prev_end + gpu_s)
+        return max(host_s, prev_end - t0)
 
     def _release_held(self, now: float) -> None:
         """Deferred output: the previous step's stamps, finishes and the client's sends."""

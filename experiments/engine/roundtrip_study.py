@@ -1,16 +1,20 @@
-"""The client round-trip rule, before and after (session 14; PLAN.md 2026-12-04 18:49).
+"""Session 14's two step-model changes, one after the other (PLAN.md 2026-12-04 18:49, 19:35).
 
-The async column of out_of_sample.md with the rule (main 606e5f8 on: a sent request reaches the
-scheduler r = 22.7 ms after its send, no async lateness on top of the deferred output) against
-the same column by the code before it (main f84beec), per run group: the rule's FIT runs (r was
-fitted on their step logs), the runs seen before the rule (a study), and the runs of calls 43
-and 45, run after the rule was committed (the pre-registered PREDICT test).
+The async column of out_of_sample.md three ways: by the code before the client round-trip
+rule (main f84beec: `before`), with the rule (main c5a7f6a: a sent request reaches the scheduler
+r = 22.7 ms after its send, no async lateness on top of the deferred output: `rule`), and with
+the rule and the two-batch pipeline recurrence (main now: `pipeline`), per run group: the rule's
+FIT runs (r was fitted on their step logs), the runs seen before the rule (a study), and the
+runs of calls 43 and 45, run after the rule was committed (its pre-registered PREDICT test;
+seen before the recurrence was written, so for the recurrence they are a study too).
 
     git worktree add /tmp/pre_rule f84beec
     PYTHONPATH=. python3 experiments/engine/roundtrip_study.py --before-code /tmp/pre_rule
         (re-simulates every run with the code before the rule: roundtrip_before.csv)
+    git show c5a7f6a:experiments/engine/out_of_sample.csv  (its capsim_engine column is
+        roundtrip_rule.csv)
     PYTHONPATH=. python3 experiments/engine/roundtrip_study.py
-        (roundtrip_study.md / .csv from roundtrip_before.csv and out_of_sample.csv)
+        (roundtrip_study.md / .csv from those two and out_of_sample.csv)
 """
 
 from __future__ import annotations
@@ -68,56 +72,61 @@ def group_of(run: str, role_engine: str) -> str:
     return "seen (study)" if role_engine == "predict" else "fit of the step period"
 
 
-def study(oos: pd.DataFrame, before: pd.DataFrame) -> pd.DataFrame:
+def study(oos: pd.DataFrame, before: pd.DataFrame, rule: pd.DataFrame) -> pd.DataFrame:
     df = oos[oos["metric"].isin(METRICS)].merge(before, on=["run", "metric"], how="inner")
+    df = df.merge(rule, on=["run", "metric"], how="inner")
     df["group"] = [group_of(r, e) for r, e in zip(df["run"], df["role_engine"], strict=True)]
-    df["pass_before"] = [within(m, r, p) for m, r, p in
-                         zip(df["metric"], df["real"], df["capsim_before"], strict=True)]  # fmt: skip
-    df["err_before_pct"] = 100.0 * (df["capsim_before"] - df["real"]) / df["real"]
-    cols = ["group", "run", "metric", "real", "capsim_before", "err_before_pct", "pass_before",
-            "capsim_engine", "err_engine_pct", "pass_engine"]  # fmt: skip
-    return df[cols].rename(columns={"capsim_engine": "capsim_after",
-                                    "err_engine_pct": "err_after_pct",
-                                    "pass_engine": "pass_after"})  # fmt: skip
+    df = df.rename(columns={"capsim_engine": "capsim_pipeline"})
+    for col in ("before", "rule", "pipeline"):
+        pred = df[f"capsim_{col}"]
+        df[f"pass_{col}"] = [within(m, r, p) for m, r, p in
+                             zip(df["metric"], df["real"], pred, strict=True)]  # fmt: skip
+        df[f"err_{col}_pct"] = 100.0 * (pred - df["real"]) / df["real"]
+    cols = ["group", "run", "metric", "real"]
+    for col in ("before", "rule", "pipeline"):
+        cols += [f"capsim_{col}", f"err_{col}_pct", f"pass_{col}"]
+    return df[cols]
 
 
 def counts(df: pd.DataFrame) -> pd.DataFrame:
-    g = df[df["pass_after"].notna()].groupby(["group", "metric"], sort=False)
-    return pd.DataFrame(
-        {
-            "runs": g.size(),
-            "before": g["pass_before"].apply(lambda x: int((x == True).sum())),  # noqa: E712
-            "after": g["pass_after"].apply(lambda x: int((x == True).sum())),  # noqa: E712
-        }
-    ).reset_index()
+    g = df[df["pass_pipeline"].notna()].groupby(["group", "metric"], sort=False)
+    out = {"runs": g.size()}
+    for col in ("before", "rule", "pipeline"):
+        out[col] = g[f"pass_{col}"].apply(lambda x: int((x == True).sum()))  # noqa: E712
+    return pd.DataFrame(out).reset_index()
 
 
 def markdown(df: pd.DataFrame) -> str:
     c = counts(df)
     lines = [
-        "# The client round-trip rule, before / after (session 14)",
+        "# Session 14's step-model changes: before / round-trip rule / + pipeline recurrence",
         "",
-        "Async column of out_of_sample.md: main f84beec (before the rule) / main 606e5f8+ (a sent "
-        "request reaches the scheduler 22.7 ms after its send; no async lateness on top of the "
-        "deferred output). Runs within issue 21's thresholds, per group. The rule's r was FITTED "
-        f"on {', '.join(FIT_RUNS)}; the 'seen' runs were all committed before the rule was "
-        "written (a study, not a test); the runs of calls 43 and 45 ran after it was committed "
-        "(PLAN.md 2026-12-04 18:49, 18:54, 19:05): the pre-registered test. Regenerate: see the "
-        "module docstring (`experiments/engine/roundtrip_study.py`).",
+        "Async column of out_of_sample.md by main f84beec (before), main c5a7f6a (the client round "
+        "trip: a sent request reaches the scheduler 22.7 ms after its send, no async lateness on "
+        "top of the deferred output) and main now (the rule and the two-batch pipeline "
+        "recurrence, PLAN.md 2026-12-04 19:35: no new constant). Runs within issue 21's "
+        "thresholds, per group. The rule's r was FITTED on "
+        f"{', '.join(FIT_RUNS)}; the 'seen' runs were committed before either change (a study); "
+        "the runs of calls 43 and 45 ran after the rule was committed (PLAN.md 2026-12-04 18:49, "
+        "18:54, 19:05: the rule's pre-registered test) and before the recurrence was written "
+        "(for it, a study). Regenerate: see the module docstring "
+        "(`experiments/engine/roundtrip_study.py`).",
         "",
-        "| group | metric | runs | before | after |",
-        "|---|---|---|---|---|",
+        "| group | metric | runs | before | rule | rule + pipeline |",
+        "|---|---|---|---|---|---|",
     ]
     for r in c.itertuples():
-        lines.append(f"| {r.group} | {r.metric} | {r.runs} | {r.before} | {r.after} |")
-    lines += ["", "Pre-registered runs, each metric (real, before, after; % error):", "",
-              "| run | metric | real | before | err % | after | err % |",
-              "|---|---|---|---|---|---|---|"]  # fmt: skip
+        lines.append(
+            f"| {r.group} | {r.metric} | {r.runs} | {r.before} | {r.rule} | {r.pipeline} |"
+        )
+    lines += ["", "Calls 43 and 45, each metric (real; before, rule, rule + pipeline: % error):",
+              "", "| run | metric | real | before | rule | rule + pipeline |",
+              "|---|---|---|---|---|---|"]  # fmt: skip
     pre = df[df["group"].str.startswith("pre-registered")]
     for r in pre.itertuples():
         lines.append(
-            f"| {r.run} | {r.metric} | {r.real:.4g} | {r.capsim_before:.4g} | "
-            f"{r.err_before_pct:+.1f} | {r.capsim_after:.4g} | {r.err_after_pct:+.1f} |"
+            f"| {r.run} | {r.metric} | {r.real:.4g} | {r.err_before_pct:+.1f} | "
+            f"{r.err_rule_pct:+.1f} | {r.err_pipeline_pct:+.1f} |"
         )
     return "\n".join(lines) + "\n"
 
@@ -129,7 +138,8 @@ def main(argv: list[str] | None = None) -> None:
     before_csv = HERE / "roundtrip_before.csv"
     if a.before_code is not None:
         _atomic(before_csv, simulate_before(a.before_code).to_csv(index=False))
-    df = study(pd.read_csv(HERE / "out_of_sample.csv"), pd.read_csv(before_csv))
+    rule = pd.read_csv(HERE / "roundtrip_rule.csv")
+    df = study(pd.read_csv(HERE / "out_of_sample.csv"), pd.read_csv(before_csv), rule)
     _atomic(HERE / "roundtrip_study.csv", df.to_csv(index=False))
     _atomic(HERE / "roundtrip_study.md", markdown(df))
     print(markdown(df))

@@ -18,21 +18,19 @@ def grouping() -> pd.DataFrame:
     return df
 
 
-def test_capsim_admits_in_smaller_groups_on_closed_loop_sharegpt(grouping: pd.DataFrame) -> None:
-    """Every ShareGPT-like 64-client run (12, k = 0..8): with session 14's client round trip
-    capsim runs more prefill steps than the real engine on 10 (all 12 before it), and at most 3%
-    fewer on the other two (k = 8; k = 0 with prefix caching on); the four k = 2 machines agree
-    with each other (265-284 real) and not with capsim (309; 308 before the rule)."""
+def test_capsim_admits_in_groups_like_the_real_engine(grouping: pd.DataFrame) -> None:
+    """Every ShareGPT-like 64-client run (12, k = 0..8). Before session 14 capsim ran more
+    prefill steps on all 12 (k = 2: 308 against 265-284 real on four machines). With the client
+    round trip and the two-batch pipeline recurrence (PLAN.md 2026-12-04 18:49, 19:35; the k = 2
+    runs are the round trip's fit runs, every run is seen: a study) capsim's count is within 10%
+    of the real one on all 12 and inside the four k = 2 machines' range (281)."""
     sg = grouping[grouping["run"].str.contains("_sg_c64")]
     assert len(sg) == 12
-    more = sg["capsim_prefill_steps"] > sg["real_prefill_steps"]
-    assert int(more.sum()) == 10
-    assert set(sg[~more]["run"]) == {"g090_k8_sg_c64", "g090pc_k0_sg_c64"}
-    assert (sg["capsim_prefill_steps"] >= 0.97 * sg["real_prefill_steps"]).all()
+    ratio = sg["capsim_prefill_steps"] / sg["real_prefill_steps"]
+    assert ratio.between(0.9, 1.1).all()
     k2 = grouping[grouping["run"].str.startswith("g090_k2_sg_c64")]
     assert k2["real_prefill_steps"].between(265, 284).all()
-    assert set(k2["capsim_prefill_steps"]) == {309}
-    assert (k2["capsim_admit_1"] > k2["real_admit_1"]).all()
+    assert set(k2["capsim_prefill_steps"]) == {281}
 
 
 def test_one_request_runs_agree(grouping: pd.DataFrame) -> None:
@@ -45,8 +43,10 @@ def test_one_request_runs_agree(grouping: pd.DataFrame) -> None:
 def test_the_client_send_times_give_the_step_logs_grouping(grouping: pd.DataFrame) -> None:
     """Binning the real clients' sends into the engine's schedules (after lining up the two
     clocks) gives the step log's singletons within 15% on the k = 2 ShareGPT-like c64 runs, and
-    far from capsim's 201: the grouping comes from when clients see their requests end."""
+    capsim's (159; 201 before session 14's two changes) lie within 20% of the real ones: the
+    grouping comes from when clients see their requests end and when their requests reach the
+    engine."""
     k2 = grouping[grouping["run"].str.startswith("g090_k2_sg_c64")]
     for r in k2.itertuples():
         assert abs(r.client_admit_1 / r.real_admit_1 - 1) < 0.15, r.run
-        assert r.client_admit_1 < 0.85 * r.capsim_admit_1, r.run
+        assert abs(r.capsim_admit_1 / r.real_admit_1 - 1) < 0.2, r.run

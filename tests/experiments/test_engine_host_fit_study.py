@@ -26,23 +26,24 @@ def test_recomputes_to_the_committed_table(study: pd.DataFrame) -> None:
 
 def test_counts_and_the_fast_machine(study: pd.DataFrame) -> None:
     """31 runs on 11 machines; within issue 21's thresholds, registered fit vs each machine's
-    own: throughput 19 -> 21, mean TPOT 16 -> 16, mean TTFT 17 -> 20, p99 TTFT 24 -> 27 (session
-    14: the client round-trip rule and call 45's machine; 30 runs on 10 machines before, 18 -> 20,
-    14 -> 16, 16 -> 19, 25 -> 27). Session
-    12's machine (PIECEWISE 57.7 ms, eager 124.5 ms against 70.5 / 144.2) gains most; session
-    11's slow third k=2 run (repeatability.md) gets worse with its machine's faster fit."""
+    own: throughput 17 -> 21, mean TPOT 15 -> 19, mean TTFT 15 -> 19, p99 TTFT 25 -> 25 (session
+    14: the client round trip, the pipeline recurrence and call 45's machine; 30 runs on 10
+    machines before, 18 -> 20, 14 -> 16, 16 -> 19, 25 -> 27). Session 12's machine (PIECEWISE
+    57.7 ms, eager 124.5 ms against 70.5 / 144.2) gains on two of its four runs' TPOT (it gained
+    on all four before the recurrence); session 11's slow third k=2 run (repeatability.md) gets
+    worse with its machine's faster fit."""
     assert study["run"].nunique() == 31 and study["boot_id"].nunique() == 11
     want = {
-        "throughput_tok_per_s": (19, 21),
-        "tpot_mean_ms": (16, 16),
-        "ttft_mean_ms": (17, 20),
-        "ttft_p99_ms": (24, 27),
+        "throughput_tok_per_s": (17, 21),
+        "tpot_mean_ms": (15, 19),
+        "ttft_mean_ms": (15, 19),
+        "ttft_p99_ms": (25, 25),
     }
     for m, (reg, own) in want.items():
         x = study[study["metric"] == m]
         assert (int(x["pass_registered"].sum()), int(x["pass_machine"].sum())) == (reg, own), m
     fast = study[(study["boot_id"] == "a286546f") & (study["metric"] == "tpot_mean_ms")]
-    assert (fast["err_machine_pct"].abs() < fast["err_registered_pct"].abs()).all()
+    assert int((fast["err_machine_pct"].abs() < fast["err_registered_pct"].abs()).sum()) == 2
     slow = study[(study["run"] == "g090_k2_sg_c64_r3") & (study["metric"] == "tpot_mean_ms")]
     assert float(slow["err_machine_pct"].iloc[0]) < float(slow["err_registered_pct"].iloc[0]) < 0
 
@@ -51,11 +52,12 @@ def test_the_preregistered_machine(study: pd.DataFrame) -> None:
     """PLAN.md 2026-12-04 02:11, registered before calls 40-42 ran: fitted on g090_k2_sg_c64_r4
     (PIECEWISE 73.8 ms, eager 153.8 ms), the machine's four other runs; and, by the same rule
     (02:03, which names no run), call 45's machine 0f392d67: fitted on g090_k0_sg_c32, predicting
-    g090_k0_sg_r10 (TPOT +23.0% -> +7.3%). Over the five: throughput 4 -> 4, TPOT 2 -> 3, mean
-    TTFT 4 -> 4, p99 5 -> 5 (registered -> own fit; session 14's round-trip rule on; before it
-    and call 45, over four: 3 -> 3, 2 -> 2, 4 -> 2, 4 -> 4). The Poisson 12/s run's TPOT goes
-    +24.3% -> +38.0%: its steps ran faster than the c64 run's on the same machine, so the host
-    cost is not one number per machine."""
+    g090_k0_sg_r10 (TPOT +7.8% -> -9.7%). Over the five: throughput 3 -> 4, TPOT 3 -> 3, mean
+    TTFT 4 -> 5, p99 5 -> 5 (registered -> own fit; session 14's round trip and pipeline
+    recurrence on; before them and call 45, over four: 3 -> 3, 2 -> 2, 4 -> 2, 4 -> 4). The
+    Poisson 12/s run's TPOT goes +7.7% -> +16.0% (+23.5% -> +42.5% before the recurrence): its
+    steps ran faster than the c64 run's on the same machine, so the host cost is not one number
+    per machine."""
     pre = study[study["preregistered"]]
     assert set(pre["run"]) == {
         "g090_k2_rand_c16_r2", "g090_k2_sg_r12_r2", "g090_k1_pc_sp_c128", "g090_k0_pc_sp_c64_r2",
@@ -64,13 +66,13 @@ def test_the_preregistered_machine(study: pd.DataFrame) -> None:
     assert set(pre["fit_run"]) == {"g090_k2_sg_c64_r4", "g090_k0_sg_c32"}
     assert set(pre["boot_id"]) == {"5498de22", "0f392d67"}
     want = {
-        "throughput_tok_per_s": (4, 4),
-        "tpot_mean_ms": (2, 3),
-        "ttft_mean_ms": (4, 4),
+        "throughput_tok_per_s": (3, 4),
+        "tpot_mean_ms": (3, 3),
+        "ttft_mean_ms": (4, 5),
         "ttft_p99_ms": (5, 5),
     }
     for m, (reg, own) in want.items():
         x = pre[pre["metric"] == m]
         assert (int(x["pass_registered"].sum()), int(x["pass_machine"].sum())) == (reg, own), m
     r12 = pre[(pre["run"] == "g090_k2_sg_r12_r2") & (pre["metric"] == "tpot_mean_ms")].iloc[0]
-    assert r12["err_machine_pct"] > r12["err_registered_pct"] > 10
+    assert r12["err_machine_pct"] > 10 > r12["err_registered_pct"] > 0
