@@ -11,12 +11,16 @@ from capsim.models import ModelSpec
 from capsim.units import dtype_bytes
 
 
-def forward_parts_bytes(model: ModelSpec, tp: int, num_tok: int) -> dict[str, int]:
+def forward_parts_bytes(
+    model: ModelSpec, tp: int, num_tok: int, *, triton_experts_shapes: bool = False
+) -> dict[str, int]:
     """Live tensors of one forward over ``num_tok`` tokens (bf16 activations), by part.
 
     ``stream``: residual + hidden stream. The largest per-layer intermediate is one of
     ``gdn`` (qkvz/ba projection output, conv output, core output), ``moe`` (vLLM's
-    fused_moe caches: [T, topk, 2I], [T*topk, I], [T, topk, H]; the dense MLP otherwise)
+    fused-MoE buffers: ``triton_experts_workspace_bytes`` with ``triton_experts_shapes``
+    (release rule ``moe_workspace_triton_shapes``), else the session-1 estimate [T, topk, 2I] +
+    [T*topk, I] + [T, topk, H]; the dense MLP otherwise)
     and ``attention`` (q/k/v projections). Estimates from tensor shapes; ``plan_memory``
     replaces ``gdn`` and ``moe`` by H200 measurements where the table has them.
     """
@@ -26,7 +30,9 @@ def forward_parts_bytes(model: ModelSpec, tp: int, num_tok: int) -> dict[str, in
     dk, dv = model.linear_key_head_dim, model.linear_value_head_dim
     gdn = num_tok * ((2 * hk * dk + 2 * hv * dv + 2 * hv) // tp + model.conv_dim // tp) * b
     gdn += num_tok * (hv * dv // tp) * b
-    if model.num_experts:
+    if model.num_experts and triton_experts_shapes:  # release rule moe_workspace_triton_shapes
+        ffn = triton_experts_workspace_bytes(model, tp, num_tok)
+    elif model.num_experts:  # the session-1 estimate: [T, topk, 2I] + [T*topk, I] + [T, topk, H]
         inter, k = model.moe_intermediate_size // tp, model.num_experts_per_tok
         ffn = num_tok * k * (2 * inter + inter + h) * b
     else:
@@ -39,6 +45,31 @@ def forward_parts_bytes(model: ModelSpec, tp: int, num_tok: int) -> dict[str, in
         "moe": ffn,
         "attention": attn,
     }
+
+
+def triton_experts_workspace_bytes(model: ModelSpec, tp: int, num_tok: int) -> int:
+    """vLLM's fused-MoE workspace for ``num_tok`` tokens (the default unquantized CUDA backend,
+    TritonExperts), as its source sizes it: ``TritonExperts.workspace_shapes``
+    (0.26.0 ``model_executor/layers/fused_moe/experts/triton_moe.py:181-195``) gives
+    workspace1 [M, topk, max(N/2, K)] (N = 2I, the w13 output width; N/2 after SiLU-and-mul,
+    ``modular_kernel.py:adjust_N_for_activation``), workspace2 [M, topk, max(N, K)] and the
+    output [M, K] (K = hidden); ``FusedMoEKernelModularImpl._allocate_buffers``
+    (``modular_kernel.py:1051-1112``) puts workspace1 and the output in one common buffer of
+    max(both) elements and takes it with workspace2 from the worker's ``WorkspaceManager``
+    (``get_simultaneous``), in the activation dtype, with M = all tokens (one chunk). The same
+    shapes in 0.33.0 (``kernels/bench/memory/terms_moe.py:vllm_moe_workspace_elems``, measured
+    on the H200 within 1 MiB of alignment buffers, ``h200_memory_terms.csv``). Used from 0.26.0
+    (release rule ``moe_workspace_triton_shapes``) in place of the session-1 estimate
+    T x topk x (3I + H), which is close for the 35B at TP1 (I = 512, H = 2048: 0.50 vs 0.44
+    GiB at 8192 tokens; its H200 rows use the measured 0.50 either way) but half where H >> I: one TP8 rank of the 397B (I = 128,
+    H = 4096) holds 1.25 GiB at 8192 tokens (0.68 before), which the emulated start-up
+    h200-397btp8shape-g090-k3-s14call44 logs (peak activation 8.9 GiB; prereg_s14.md declared
+    this rule before the call)."""
+    b = dtype_bytes(model.weight_dtype)
+    n, k, topk = 2 * (model.moe_intermediate_size // tp), model.hidden_size, model.num_experts_per_tok
+    common = max(num_tok * topk * max(n // 2, k), num_tok * k)
+    ws2 = num_tok * topk * max(n, k)
+    return (common + ws2) * b
 
 
 def forward_activation_bytes(model: ModelSpec, tp: int, num_tok: int) -> int:

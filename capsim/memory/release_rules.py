@@ -168,6 +168,23 @@ RELEASE_RULES: tuple[ReleaseRule, ...] = (
         "profile_seq_lens code itself is already in 0.20.0 gpu_model_runner.py:"
         "profile_cudagraph_memory; what grew in 0.26 is the GDN path it drives",
     ),
+    ReleaseRule(
+        "moe_workspace_triton_shapes",
+        "the fused-MoE workspace kept from the profile run is TritonExperts' buffers: "
+        "max(M x topk x max(I, H), M x H) + M x topk x max(2I, H) elements of the activation "
+        "dtype (M = max_num_batched_tokens, I = per-rank expert width, H = hidden); before, "
+        "capsim's session-1 estimate M x topk x (3I + H)",
+        False,
+        True,
+        (0, 26, 0),
+        "model_executor/layers/fused_moe/experts/triton_moe.py:TritonExperts.workspace_shapes "
+        "(0.26.0 lines 181-195) and modular_kernel.py:FusedMoEKernelModularImpl."
+        "_allocate_buffers (lines 1051-1112: workspace1 and the output share one buffer, both "
+        "from the WorkspaceManager, one chunk); the same shapes in 0.33.0 "
+        "(kernels/bench/memory/terms_moe.py, measured on the H200). Read in these two wheels "
+        "only: 0.26.0 is where it was read, not shown to be the first release with it "
+        "(0.14.0-0.24.0 not re-read), so earlier releases keep the old estimate",
+    ),
     _from_version_rules("hybrid_prefix_caching_default"),
     ReleaseRule(
         "runner_buffers_charged",

@@ -137,7 +137,8 @@ def activation_term(p: PlanInputs) -> tuple[Term, dict[str, int]]:
     m, tp, mnbt = p.model, p.engine.tp, p.max_num_batched_tokens
     enc_cache, enc_fwd = encoder_profile_bytes(m, tp, mnbt) if p.multimodal else (0, 0)
     pixels = held_dummy_pixels_bytes(m, mnbt) if p.multimodal else 0
-    fwd = forward_parts_bytes(m, tp, mnbt)
+    triton_shapes = bool(rule("moe_workspace_triton_shapes", p.vllm_version))
+    fwd = forward_parts_bytes(m, tp, mnbt, triton_experts_shapes=triton_shapes)
     measured: list[str] = []
     moe = p.measured("moe_workspace", mnbt) if fwd["moe"] else None
     if moe is not None:

@@ -37,7 +37,7 @@ def _results(tmp_path: Path, job: str) -> Path:
     res = {"outcome": "ready", "startup_s": 400.0, "kv_line_s": 300.0, "t_unix_s": 1.0}
     (jdir / "result.json").write_text(json.dumps(res))
     (jdir / "metrics_idle.txt").write_text(
-        'vllm:cache_config_info{block_size="544",num_gpu_blocks="2218"} 1.0\n'
+        'vllm:cache_config_info{block_size="544",num_gpu_blocks="2150"} 1.0\n'
     )
     return tmp_path / "raw"
 
@@ -62,7 +62,7 @@ def test_record_then_ingest_then_validate(tmp_path):
     assert r.comparison is not None and abs(r.err("available_kv")) < 0.005, r.why
     text = (logs / "excerpts" / f"{mod.ROW_ID}.log").read_text()
     assert text.startswith(f"# source: {mod.SOURCE}\n")
-    assert "Available KV cache memory: 18.41 GiB" in text
+    assert "Available KV cache memory: 17.85 GiB" in text
     assert "Estimated FULL CUDA graph memory: 124.00 MiB" in text  # the DEBUG line kept
     row = (logs / "startups.csv").read_text().splitlines()[1]
-    assert ",2218," in row and ",544," in row and row.endswith(",prediction")
+    assert ",2150," in row and ",544," in row and row.endswith(",prediction")

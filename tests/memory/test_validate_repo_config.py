@@ -16,8 +16,10 @@ REPO = Path(__file__).resolve().parents[2]
 EMULATED = REPO / "experiments" / "memory_plan" / "h200" / "qwen3.5-397b-tp8shape.config.json"
 HEADER = (REPO / "experiments" / "vllm_logs" / "startups.csv").read_text().splitlines()[0]
 CONFIG_REL = "experiments/memory_plan/h200/qwen3.5-397b-tp8shape.config.json"
-# A synthetic start-up of the emulated shape: capsim's own figures (prereg_s14.md), so the
-# row must validate to ~0 error; the excerpt's DEBUG lines are made up in vLLM 0.26's wording.
+# A synthetic start-up of the emulated shape: capsim's own figures (prereg_s14.md's, with the
+# available KV and tokens of release rule moe_workspace_triton_shapes, session 14: 17.85 GiB and
+# 1,140,910 tokens where the pre-registration printed 18.41 and 1,176,994), so the row must
+# validate to ~0 error; the excerpt's DEBUG lines are made up in vLLM 0.26's wording.
 _INFO = "(EngineCore pid=2) INFO 12-05 01:01:00 [w.py:1] "
 _DEBUG = "(EngineCore pid=2) DEBUG 12-05 01:02:01 [v1/worker/gpu_model_runner.py:6688] "
 EXCERPT = "".join(
@@ -35,8 +37,8 @@ EXCERPT = "".join(
         _DEBUG + "Estimated FULL CUDA graph memory: 124.00 MiB first-capture + (49-1) × 3.00 MiB "
         "per-graph",
         _INFO + "Estimated CUDA graph memory: 0.40 GiB total",
-        _INFO + "Available KV cache memory: 18.41 GiB",
-        _INFO + "GPU KV cache size: 1,176,994 tokens",
+        _INFO + "Available KV cache memory: 17.85 GiB",
+        _INFO + "GPU KV cache size: 1,140,910 tokens",
     )
 )
 
@@ -61,8 +63,8 @@ def _row(model: str) -> dict[str, str]:
         "enforce_eager": "False",
         "weights_gib": "98.42",
         "cudagraph_gib": "0.40",
-        "available_kv_gib": "18.41",
-        "kv_cache_tokens": "1176994",
+        "available_kv_gib": "17.85",
+        "kv_cache_tokens": "1140910",
         "attention_block_size": "544",
         "role": "prediction",
     }
