@@ -111,6 +111,24 @@ class EngineSim:
                 "keep the requests table (streaming=False) or use --no-async-scheduling"
             )
         self._held: tuple[np.ndarray, list[int]] | None = None
+        self._init_pipeline(cost, scheduler)
+        self._pending: deque[Request] = deque()
+        # conversation turns: a request with a parent waits until the parent finished,
+        # then goes to the head of the send queue (the same user continues)
+        self._parent = parent
+        self._children: dict[int, list[Request]] = {}
+        self._done = np.zeros(len(self.requests) if parent is not None else 0, dtype=bool)
+        self._in_flight = 0
+        self._num_finished = 0
+        self._wake: simpy.Event | None = None
+        self._client_done = False  # every request released: only finishes send more
+        self.decode_runs = True
+        """Plan runs of decode-only steps at once when nothing can change the schedule
+        (``capsim.core.decode_run``); False steps one at a time (the reference path)."""
+        self._init_request_arrays(len(self.requests), compact)
+
+    def _init_pipeline(self, cost: StepTimeModel, scheduler: Scheduler) -> None:
+        """Deferred output (capsim.cost.engine_period): the client round trip and the pipeline."""
         # with the deferred output (the period model is vLLM's two-batch pipeline already) a
         # sent request reaches the scheduler ``client_round_trip_s`` later and is admitted at
         # the first schedule after that: no async lateness on top (experiments/engine/PLAN.md
@@ -126,20 +144,6 @@ class EngineSim:
         # seconds; the engine keeps when the GPU frees (``_gpu_end_s``)
         self._pipelined = self._defer and hasattr(cost, "host_s") and hasattr(cost, "gpu_s")
         self._gpu_end_s = float("-inf")
-        self._pending: deque[Request] = deque()
-        # conversation turns: a request with a parent waits until the parent finished,
-        # then goes to the head of the send queue (the same user continues)
-        self._parent = parent
-        self._children: dict[int, list[Request]] = {}
-        self._done = np.zeros(len(self.requests) if parent is not None else 0, dtype=bool)
-        self._in_flight = 0
-        self._num_finished = 0
-        self._wake: simpy.Event | None = None
-        self._client_done = False  # every request released: only finishes send more
-        self.decode_runs = True
-        """Plan runs of decode-only steps at once when nothing can change the schedule
-        (``capsim.core.decode_run``); False steps one at a time (the reference path)."""
-        self._init_request_arrays(len(self.requests), compact)
 
     def _init_request_arrays(self, num_requests: int, compact: bool) -> None:
         """The per-request stamps and counters (compact: ``RequestResults`` instead)."""
@@ -266,11 +270,7 @@ class EngineSim:
         compact = self.compact
         while not (self._client_done and self._num_finished >= self._expected):
             if self._held is not None and not sched.has_work:
-                if self._pipelined and self._gpu_end_s > env.now:
-                    # the last batch's GPU work is still running: its output comes after it
-                    yield env.timeout(self._gpu_end_s - env.now)
-                    continue
-                self._release_held(env.now)  # the engine goes idle: output n is out now
+                yield from self._release_when_idle()
                 continue
             if not sched.has_work:
                 self._wake = env.event()
@@ -341,6 +341,15 @@ class EngineSim:
             if finished and not self._defer:
                 self._send_ready()
 
+    def _release_when_idle(self):  # type: ignore[no-untyped-def]
+        """Nothing to schedule: the last batch's output is out once its GPU work ends."""
+        env = self.env
+        if self._pipelined and self._gpu_end_s > env.now:
+            # (an arrival meanwhile is scheduled first; the output then follows that step)
+            yield env.timeout(self._gpu_end_s - env.now)
+            return
+        self._release_held(env.now)
+
     def _period_s(self, shape: BatchShape, t0: float) -> float:
         """Seconds from this step's schedule to the next one's: the step model's price, or
         with the two-batch pipeline max(host_m, GPU busy until) (0 right after a host-bound
@@ -353,7 +362,9 @@ class EngineSim:
         host_s = float(self.cost.host_s(shape))  # type: ignore[attr-defined]
         gpu_s = float(self.cost.gpu_s(shape))  # type: ignore[attr-defined]
         if not (host_s >= 0 and gpu_s >= 0 and host_s + gpu_s > 0):
-            raise ValueError(f"step-time model returned host {host_s!r} s, GPU {gpu_s!r} s for {shape}")
+            raise ValueError(
+                f"step-time model returned host {host_s!r} s, GPU {gpu_s!r} s for {shape}"
+            )
         prev_end = self._gpu_end_s
         self._gpu_end_s = max(t0 + host_s, prev_end + gpu_s)
         return max(host_s, prev_end - t0)

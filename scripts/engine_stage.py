@@ -1,6 +1,6 @@
 """Stage the real-engine harness beside a built payload, for one device call (CPU work, here).
 
-    python3 scripts/engine_stage.py experiments/engine/jobs/call43.json [...] [--dest .devstage/engine]
+    python3 scripts/engine_stage.py experiments/engine/jobs/call46.json [...] [--dest DEST]
 
 Copies what the device runs from this checkout into DEST (git-ignored): the runner
 (capsim/live/engine_runner.py), its job definitions (engine_jobs.py), the device script

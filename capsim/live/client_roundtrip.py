@@ -28,7 +28,6 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-
 # the FIT runs of ``CLIENT_ROUND_TRIP_S`` (experiments/engine/PLAN.md 2026-12-04 18:49)
 FIT_RUNS: tuple[str, ...] = (
     "g090_k2_sg_c64",

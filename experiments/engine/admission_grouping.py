@@ -27,8 +27,8 @@ from host_band_study import predict_runs  # noqa: E402
 from host_fit_study import _atomic  # noqa: E402
 
 from capsim.cost.factory import build_step_time_model  # noqa: E402
-from capsim.live.client_roundtrip import FIT_RUNS as ROUND_TRIP_FIT_RUNS  # noqa: E402
 from capsim.gpus import get_gpu  # noqa: E402
+from capsim.live.client_roundtrip import FIT_RUNS as ROUND_TRIP_FIT_RUNS  # noqa: E402
 from capsim.live.engine_oos import ENGINE_OVERHEAD, load_run, request_table, sim_config  # noqa: E402
 from capsim.simulate import simulate  # noqa: E402
 
@@ -113,7 +113,8 @@ def markdown(df: pd.DataFrame) -> str:
         "`PYTHONPATH=. python3 experiments/engine/admission_grouping.py`.",
         "",
         f"Over {len(df)} runs with a step log (the async column's predict runs and the client "
-        f"round trip's 4 fit runs): prefill steps real {tot.real_prefill_steps} / "
+        "round trip's 4 fit runs): prefill steps real "
+        f"{tot.real_prefill_steps} / "
         f"capsim {tot.capsim_prefill_steps} "
         f"({100 * (tot.capsim_prefill_steps / tot.real_prefill_steps - 1):+.1f}%); steps admitting "
         f"one request {tot.real_admit_1} / {tot.capsim_admit_1}; two or more "

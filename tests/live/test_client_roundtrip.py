@@ -20,9 +20,9 @@ RUNS = Path(__file__).resolve().parents[2] / "experiments" / "engine" / "runs"
 
 
 def _log(rows: list[tuple[float, float, int, int]]) -> pd.DataFrame:
-    return pd.DataFrame(
-        rows, columns=["t_sched_s", "t_done_s", "running", "num_new_req"]
-    ).assign(num_preempted=0)
+    return pd.DataFrame(rows, columns=["t_sched_s", "t_done_s", "running", "num_new_req"]).assign(
+        num_preempted=0
+    )
 
 
 def test_intervals_of_a_hand_made_closed_loop() -> None:

@@ -40,13 +40,15 @@ def test_host_fit_file_prices_a_fast_machine(tmp_path: Path) -> None:
     fit = get_async_period(str(out))
     assert fit.eager_host_s == pytest.approx(0.1244934, rel=1e-6)
     # the same machine's 16-client run (session 12): TPOT +13.3% on the registered fit before
-    # the client round-trip rule (session 14), +6.5% with it; the machine's own fit within 5%
+    # session 14's step model (the client round trip: +6.5%; with the pipeline recurrence:
+    # +0.4%); the machine's own fit, faster, now runs it 8.1% fast
     run = load_run(RUNS / "g090_k0_pc_sp_c16")
     data = RUNS.parent / "data"
     reg = simulate_run(run, engine_overhead=ENGINE_OVERHEAD, data_root=data)
     own = simulate_run(run, engine_overhead=str(out), data_root=data)
     real = run.metrics["tpot_mean_ms"]
-    assert reg["tpot_mean_ms"] > 1.05 * real and abs(own["tpot_mean_ms"] / real - 1) < 0.05
+    assert abs(reg["tpot_mean_ms"] / real - 1) < 0.01
+    assert 0.9 < own["tpot_mean_ms"] / real < 0.93
 
 
 def test_host_fit_refuses_with_one_line(tmp_path: Path) -> None:
