@@ -137,6 +137,14 @@ class EngineConfig:
             "(capsim.cost.engine_overhead: 'measured-h200-vllm0.26'); None: kernels only"
         },
     )
+    client_round_trip_ms: float | None = field(
+        default=None,
+        metadata={
+            "help": "with engine_overhead and async scheduling: ms from a client's send to "
+            "the request reaching vLLM's scheduler (API server + HTTP, both ways of a "
+            "closed loop); None: the H200 fit, 22.7 ms (capsim.cost.engine_period)"
+        },
+    )
     async_scheduling: bool | None = field(
         default=None,
         metadata={
@@ -209,6 +217,12 @@ class EngineConfig:
         why = engine_overhead_error(self.engine_overhead)
         if why is not None:
             _fail(o, "engine_overhead", self.engine_overhead, why)
+        rt = self.client_round_trip_ms
+        if rt is not None:
+            if isinstance(rt, bool) or not isinstance(rt, int | float) or not 0 <= rt <= 1e4:
+                _fail(o, "client_round_trip_ms", rt, "must be a number of ms in [0, 10000]")
+            if self.engine_overhead is None:
+                _fail(o, "client_round_trip_ms", rt, "needs engine_overhead (the async period)")
         dtype_bytes(self.conv_state_dtype, field_name="engine.conv_state_dtype")
         if self.ssm_state_dtype is not None:
             dtype_bytes(self.ssm_state_dtype, field_name="engine.ssm_state_dtype")
@@ -448,6 +462,7 @@ ENGINE_FIELDS_OMITTED_AT_DEFAULT: dict[str, Any] = {
     "quantization": None,
     "max_cudagraph_capture_size": None,
     "engine_overhead": None,
+    "client_round_trip_ms": None,
     # resolved from vllm_version (True since 0.14): omitted only when off, the behaviour the
     # stored point ids were computed with, so an async point never reuses a sync result
     "async_scheduling": False,

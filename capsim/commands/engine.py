@@ -159,6 +159,29 @@ def host_fit_cmd(runs: tuple[Path, ...], out: Path, base: str) -> None:
         f"{1e3 * fit.eager_host_s:.1f} ms per step (base {base}: "
         f"{1e3 * reg.piecewise_host_s:.1f} / {1e3 * reg.eager_host_s:.1f} ms)"
     )
+    click.echo(_round_trip_line(runs))
+
+
+def _round_trip_line(runs: tuple[Path, ...]) -> str:
+    """The client round trip of the closed-loop runs among ``runs`` (capsim.live.client_roundtrip)."""
+    from capsim.cost.engine_period import CLIENT_ROUND_TRIP_S
+    from capsim.live.client_roundtrip import fit_round_trip_s, run_intervals
+
+    ivs = []
+    for run in runs:
+        try:
+            ivs.append(run_intervals(run))
+        except (OSError, ValueError, KeyError):
+            continue  # open-loop, preempting or without a step log: no replacement to time
+    ivs = [iv for iv in ivs if iv.lower_s.size]
+    if not ivs:
+        return "client round trip: no closed-loop run without preemptions among these"
+    r_ms = 1e3 * fit_round_trip_s(ivs)
+    return (
+        f"client round trip: {r_ms:.1f} ms over {sum(iv.lower_s.size for iv in ivs)} "
+        f"replacements (registered {1e3 * CLIENT_ROUND_TRIP_S:.1f} ms): "
+        f"--client-round-trip-ms {r_ms:.1f}"
+    )
 
 
 @engine.command("compare")

@@ -161,6 +161,16 @@ SHARED_OPTIONS: dict[str, Opt] = {
         "fit from `capsim engine host-fit` (a .json file); default: kernel prices only",
         target="engine",
     ),
+    "client_round_trip_ms": Opt(
+        ("--client-round-trip-ms",),
+        type=click.FloatRange(0.0, 1e4),
+        default=None,
+        help="with --engine-overhead: ms from a client's send to the request reaching vLLM's "
+        "scheduler (API server and HTTP, engine -> client -> engine in a closed loop; "
+        "default 22.7 ms, fitted on the H200 host where client and server share a machine; "
+        "`capsim engine host-fit` prints your runs' value)",
+        target="engine",
+    ),
     "ssm_state_dtype": Opt(
         ("--ssm-state-dtype",),
         type=click.Choice(["float32", "bfloat16"]),

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 from capsim.config import SimConfig
 from capsim.cost.base import StepTimeModel
 from capsim.cost.roofline import RooflineStepTime
@@ -51,7 +53,10 @@ def build_step_time_model(
         from capsim.cost.engine_period import AsyncStepPeriod, get_async_period
 
         period = get_async_period(eng.engine_overhead)
-        return AsyncStepPeriod(base, period, descs, cfg.spec.num_draft_nodes)
+        cost = AsyncStepPeriod(base, period, descs, cfg.spec.num_draft_nodes)
+        if eng.client_round_trip_ms is not None:
+            cost = replace(cost, client_round_trip_s=eng.client_round_trip_ms / 1e3)
+        return cost
     return HostBoundStepTime(base, fit, descs)
 
 

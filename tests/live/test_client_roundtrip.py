@@ -60,3 +60,39 @@ def test_registered_constant_is_the_fit_of_the_named_runs() -> None:
     r = CLIENT_ROUND_TRIP_S
     inside = np.concatenate([(iv.lower_s < r) & (r <= iv.upper_s) for iv in ivs])
     assert inside.mean() > 0.9
+
+
+def test_the_round_trip_is_a_flag_and_host_fit_prints_it(tmp_path: Path) -> None:
+    """--client-round-trip-ms prices a deployment whose client sits elsewhere; it needs the
+    async period model; `capsim engine host-fit` prints the value of the runs it is given."""
+    from dataclasses import replace as dc_replace
+
+    from click.testing import CliRunner
+
+    from capsim.commands.main import main as cli
+    from capsim.config import EngineConfig, SimConfig
+    from capsim.cost.factory import build_step_time_model
+    from capsim.gpus import get_gpu
+    from capsim.models import get_model
+
+    eng = EngineConfig(vllm_version="0.26", engine_overhead="measured-h200-vllm0.26")
+    cfg = SimConfig(engine=dc_replace(eng, client_round_trip_ms=40.0))
+    cost = build_step_time_model(cfg, get_model(cfg.model), get_gpu(cfg.gpu))
+    assert cost.client_round_trip_s == pytest.approx(0.040)
+    plain = SimConfig(engine=eng)
+    assert "client_round_trip_ms" not in plain.to_dict()["engine"]  # sweep point ids unchanged
+    default = build_step_time_model(plain, get_model(plain.model), get_gpu(plain.gpu))
+    assert default.client_round_trip_s == CLIENT_ROUND_TRIP_S
+    with pytest.raises(ValueError, match=r"client_round_trip_ms=5: needs engine_overhead"):
+        EngineConfig(client_round_trip_ms=5)
+    with pytest.raises(ValueError, match=r"client_round_trip_ms=-1: must be a number"):
+        dc_replace(eng, client_round_trip_ms=-1)
+    runner = CliRunner()
+    r = runner.invoke(cli, ["simulate", "-c", "4", "-n", "8", "--client-round-trip-ms", "5"])
+    assert r.exit_code != 0 and "needs engine_overhead" in r.output
+    out = tmp_path / "m.json"
+    r = runner.invoke(cli, ["engine", "host-fit", str(RUNS / "g090_k0_sg_c32"), "--out", str(out)])
+    assert r.exit_code == 0, r.output
+    assert "client round trip: 11.8 ms over 480 replacements" in r.output
+    r = runner.invoke(cli, ["engine", "host-fit", str(RUNS / "g090_k0_sg_r10"), "--out", str(out)])
+    assert "client round trip: no closed-loop run" in r.output
