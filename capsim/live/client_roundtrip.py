@@ -21,6 +21,8 @@ runs are named in experiments/engine/PLAN.md (2026-12-04 18:49).
 
 from __future__ import annotations
 
+import json
+import sys
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -95,8 +97,6 @@ def fit_round_trip_s(intervals: Sequence[Intervals], resolution_s: float = 1e-4)
 
 def run_intervals(run_dir: Path) -> Intervals:
     """``replacement_intervals`` of a committed run (its job.json's max_concurrency)."""
-    import json
-
     job = json.loads((run_dir / "job.json").read_text())
     conc = (job.get("bench") or {}).get("max_concurrency")
     if not conc:
@@ -106,8 +106,6 @@ def run_intervals(run_dir: Path) -> Intervals:
 
 def main(argv: Sequence[str] | None = None) -> None:
     """``python3 -m capsim.live.client_roundtrip RUN_DIR...``: the fit and each run's spread."""
-    import sys
-
     dirs = [Path(p) for p in (argv if argv is not None else sys.argv[1:])]
     ivs = [run_intervals(d) for d in dirs]
     for d, iv in zip(dirs, ivs, strict=True):

@@ -44,6 +44,21 @@ FIGURES = {
 }
 
 
+# the settings every session-14 H200 start-up row shares (dummy weights, TP1, gmu 0.9, 0.26's
+# default batch, prefix caching and CUDA graphs as vLLM's defaults on one H200)
+H200_S14_FIELDS: dict[str, str] = {
+    "quantization": "none (dummy weights)",
+    "gpu": "H200",
+    "tp": "1",
+    "pp": "1",
+    "gmu": "0.9",
+    "max_num_batched_tokens": "8192",
+    "enable_prefix_caching": "False",
+    "enforce_eager": "False",
+    "role": "prediction",
+}
+
+
 def _cell(value: str) -> str:
     """pandas writes integer columns with gaps as '2218' or '2218.0': keep integers plain."""
     if value.endswith(".0") and value[:-2].isdigit():
@@ -62,16 +77,8 @@ def validation_row(engine: dict[str, str], header: list[str], raw: str) -> dict[
         "id": ROW_ID,
         "source_url": SOURCE,
         "model_hf_id": f"repo:{CONFIG}",
-        "quantization": "none (dummy weights)",
-        "gpu": "H200",
-        "tp": "1",
-        "pp": "1",
-        "gmu": "0.9",
-        "max_num_batched_tokens": "8192",
+        **H200_S14_FIELDS,
         "speculative_config": json.dumps({"method": "mtp", "num_speculative_tokens": 3}),
-        "enable_prefix_caching": "False",
-        "enforce_eager": "False",
-        "role": "prediction",
         "notes": (
             "this project's own H200 start-up (issue 25 session 14 call 44; vllm serve of a TP1 "
             f"model whose config.json is one TP8 rank of Qwen3.5-397B-A17B, {CONFIG}, "

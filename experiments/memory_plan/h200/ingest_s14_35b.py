@@ -22,7 +22,7 @@ from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
-from ingest_s14 import FIGURES, _cell  # noqa: E402  (the same column map as call 44's row)
+from ingest_s14 import FIGURES, H200_S14_FIELDS, _cell  # noqa: E402  (the same column map as call 44's row)
 
 # memory lines kept in the excerpt (the set of session 13's excerpts)
 KEEP = re.compile(
@@ -115,19 +115,11 @@ def validation_row(spec: dict, engine: dict[str, str], header: list[str]) -> dic
         "id": spec["id"],
         "source_url": f"repo:experiments/engine/jobs/call{spec['call']}.json job {spec['job']}",
         "model_hf_id": "Qwen/Qwen3.5-35B-A3B",
-        "quantization": "none (dummy weights)",
-        "gpu": "H200",
-        "tp": "1",
-        "pp": "1",
-        "gmu": "0.9",
-        "max_num_batched_tokens": "8192",
+        **H200_S14_FIELDS,
         "speculative_config": (
             json.dumps({"method": "mtp", "num_speculative_tokens": k}) if k else ""
         ),
-        "enable_prefix_caching": "False",
-        "enforce_eager": "False",
         "notes": notes,
-        "role": "prediction",
     }
     return row
 
