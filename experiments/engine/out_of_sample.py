@@ -127,6 +127,14 @@ S14_RUNS: tuple[str, ...] = (
     "g090_k0_sg_c32",
     "g090_k0_sg_r10",
 )
+# serving runs of device call 46 (session 15; staged at PLAN.md 2026-12-04 19:47, run as staged,
+# PLAN.md 21:40): predict runs for every model column and the out-of-sample test of the two-batch
+# pipeline recurrence (main 951c9cb): k=2 ShareGPT-like at 48 and 128 clients (Poisson 6/s was
+# skipped by the call's deadline; call 47's k=0 runs got no machine)
+S15_RUNS: tuple[str, ...] = (
+    "g090_k2_sg_c48",
+    "g090_k2_sg_c128",
+)
 
 
 def _ok(v: object) -> str:
@@ -160,6 +168,7 @@ def _counts_md(df: pd.DataFrame) -> list[str]:
         ("runs of calls 35-39", set(S12_RUNS)),
         ("runs of calls 40-42", set(S13_RUNS)),
         ("runs of calls 43-45", set(S14_RUNS)),
+        ("runs of call 46", set(S15_RUNS)),
     ]
     groups = [(name, runs & set(df["run"])) for name, runs in groups]
     head = "".join(f" {name} | main c4fa656 | async step period |" for name, _ in groups)
@@ -226,6 +235,8 @@ def markdown(df: pd.DataFrame, delta_s: float) -> str:
         f"fourth k=2 machine, shared prefixes again): {', '.join(S13_RUNS)}.",
         f"Runs of device calls 43 and 45 (predict, session 14, PLAN.md 2026-12-04 18:49, 18:54 "
         f"and 19:05; the client round-trip rule's test): {', '.join(S14_RUNS)}.",
+        f"Runs of device call 46 (predict, session 15, PLAN.md 2026-12-04 19:47 and 21:40; the "
+        f"two-batch pipeline recurrence's test, main 951c9cb): {', '.join(S15_RUNS)}.",
         "",
         *_counts_md(df),
         "| run | role | metric | real | capsim | err % | capsim+delta | err % | "

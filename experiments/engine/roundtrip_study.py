@@ -6,13 +6,17 @@ r = 22.7 ms after its send, no async lateness on top of the deferred output: `ru
 the rule and the two-batch pipeline recurrence (main now: `pipeline`), per run group: the rule's
 FIT runs (r was fitted on their step logs), the runs seen before the rule (a study), and the
 runs of calls 43 and 45, run after the rule was committed (its pre-registered PREDICT test;
-seen before the recurrence was written, so for the recurrence they are a study too).
+seen before the recurrence was written, so for the recurrence they are a study too), and the
+runs of call 46 (session 15), run after the recurrence was committed: its pre-registered test.
 
     git worktree add /tmp/pre_rule f84beec
     PYTHONPATH=. python3 experiments/engine/roundtrip_study.py --before-code /tmp/pre_rule
         (re-simulates every run with the code before the rule: roundtrip_before.csv)
-    git show c5a7f6a:experiments/engine/out_of_sample.csv  (its capsim_engine column is
-        roundtrip_rule.csv)
+    git worktree add /tmp/rule_c5 c5a7f6a
+    PYTHONPATH=. python3 experiments/engine/roundtrip_study.py --rule-code /tmp/rule_c5
+        (re-simulates every run with the rule's code: roundtrip_rule.csv; before session 15 this
+        file was c5a7f6a's out_of_sample.csv capsim_engine column, the same numbers for the runs
+        it had)
     PYTHONPATH=. python3 experiments/engine/roundtrip_study.py
         (roundtrip_study.md / .csv from those two and out_of_sample.csv)
 """
@@ -32,12 +36,13 @@ HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 
 from host_fit_study import _atomic  # noqa: E402
-from out_of_sample import S14_RUNS  # noqa: E402
+from out_of_sample import S14_RUNS, S15_RUNS  # noqa: E402
 
 from capsim.live.client_roundtrip import FIT_RUNS  # noqa: E402
 from capsim.live.engine_oos import THRESHOLDS, within  # noqa: E402
 
 BEFORE_COMMIT = "f84beec"
+RULE_COMMIT = "c5a7f6a"
 METRICS = tuple(THRESHOLDS)
 _SNIPPET = """
 import json, sys
@@ -50,10 +55,12 @@ for d in sorted(p for p in runs.iterdir() if p.is_dir()):
 """
 
 
-def simulate_before(code_dir: Path, runs_root: Path = HERE / "runs") -> pd.DataFrame:
+def simulate_before(
+    code_dir: Path, runs_root: Path = HERE / "runs", column: str = "capsim_before"
+) -> pd.DataFrame:
     """Every run's async-column metrics by the capsim checkout at ``code_dir``."""
     if not (code_dir / "capsim" / "__init__.py").is_file():
-        raise SystemExit(f"--before-code {code_dir}: no capsim package there")
+        raise SystemExit(f"{code_dir}: no capsim package there")
     env = {**os.environ, "PYTHONPATH": str(code_dir)}
     out = subprocess.run(
         [sys.executable, "-c", _SNIPPET, str(runs_root), *METRICS],
@@ -61,7 +68,7 @@ def simulate_before(code_dir: Path, runs_root: Path = HERE / "runs") -> pd.DataF
     )  # fmt: skip
     rows = [json.loads(line) for line in out.stdout.splitlines() if line.startswith("{")]
     wide = pd.DataFrame(rows)
-    return wide.melt(id_vars="run", var_name="metric", value_name="capsim_before")
+    return wide.melt(id_vars="run", var_name="metric", value_name=column)
 
 
 def group_of(run: str, role_engine: str) -> str:
@@ -69,6 +76,8 @@ def group_of(run: str, role_engine: str) -> str:
         return "fit of r"
     if run in S14_RUNS:
         return "pre-registered (calls 43, 45)"
+    if run in S15_RUNS:
+        return "recurrence pre-registered (call 46)"
     return "seen (study)" if role_engine == "predict" else "fit of the step period"
 
 
@@ -109,7 +118,9 @@ def markdown(df: pd.DataFrame) -> str:
         f"{', '.join(FIT_RUNS)}; the 'seen' runs were committed before either change (a study); "
         "the runs of calls 43 and 45 ran after the rule was committed (PLAN.md 2026-12-04 18:49, "
         "18:54, 19:05: the rule's pre-registered test) and before the recurrence was written "
-        "(for it, a study). Regenerate: see the module docstring "
+        "(for it, a study); the runs of call 46 (session 15) ran after the recurrence was "
+        "committed (main 951c9cb, PLAN.md 2026-12-04 19:47 and 21:40): its pre-registered test. "
+        "The rule column is re-simulated by c5a7f6a's code for every run. Regenerate: see the module docstring "
         "(`experiments/engine/roundtrip_study.py`).",
         "",
         "| group | metric | runs | before | rule | rule + pipeline |",
@@ -119,10 +130,10 @@ def markdown(df: pd.DataFrame) -> str:
         lines.append(
             f"| {r.group} | {r.metric} | {r.runs} | {r.before} | {r.rule} | {r.pipeline} |"
         )
-    lines += ["", "Calls 43 and 45, each metric (real; before, rule, rule + pipeline: % error):",
+    lines += ["", "Calls 43, 45 and 46, each metric (real; before, rule, rule + pipeline: % error):",
               "", "| run | metric | real | before | rule | rule + pipeline |",
               "|---|---|---|---|---|---|"]  # fmt: skip
-    pre = df[df["group"].str.startswith("pre-registered")]
+    pre = df[df["group"].str.contains("pre-registered")]
     for r in pre.itertuples():
         lines.append(
             f"| {r.run} | {r.metric} | {r.real:.4g} | {r.err_before_pct:+.1f} | "
@@ -134,11 +145,15 @@ def markdown(df: pd.DataFrame) -> str:
 def main(argv: list[str] | None = None) -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--before-code", type=Path, help=f"a checkout of main {BEFORE_COMMIT}")
+    ap.add_argument("--rule-code", type=Path, help=f"a checkout of main {RULE_COMMIT}")
     a = ap.parse_args(argv)
     before_csv = HERE / "roundtrip_before.csv"
     if a.before_code is not None:
         _atomic(before_csv, simulate_before(a.before_code).to_csv(index=False))
-    rule = pd.read_csv(HERE / "roundtrip_rule.csv")
+    rule_csv = HERE / "roundtrip_rule.csv"
+    if a.rule_code is not None:
+        _atomic(rule_csv, simulate_before(a.rule_code, column="capsim_rule").to_csv(index=False))
+    rule = pd.read_csv(rule_csv)
     df = study(pd.read_csv(HERE / "out_of_sample.csv"), pd.read_csv(before_csv), rule)
     _atomic(HERE / "roundtrip_study.csv", df.to_csv(index=False))
     _atomic(HERE / "roundtrip_study.md", markdown(df))

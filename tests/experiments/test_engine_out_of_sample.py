@@ -147,6 +147,10 @@ MAIN_VERDICTS: dict[str, dict[str, str]] = {
     "g090_k2_sg_r8": {THR: "ok", TTFT: "ok", P99: "ok", TPOT: "+", PEAK: "+"},
     "g090_k0_sg_c32": {THR: "-", TTFT: "ok", P99: "ok", TPOT: "+", PEAK: "ok"},
     "g090_k0_sg_r10": {THR: "ok", TTFT: "ok", P99: "ok", TPOT: "+", PEAK: "+"},
+    # call 46 (session 15, PLAN.md 2026-12-04 19:47 and 21:40): first simulated by main 951c9cb's
+    # code; nothing fitted to them
+    "g090_k2_sg_c48": {THR: "-", TTFT: "ok", P99: "ok", TPOT: "+", PEAK: "ok"},
+    "g090_k2_sg_c128": {THR: "-", TTFT: "ok", P99: "-", TPOT: "+", PEAK: "ok"},
 }
 CALLS67 = tuple(n for n in MAIN_VERDICTS if n.startswith(("g090_k1_", "g090m16_")))
 # calls 9-10, predict; g075_k1_sg_r16 (the same PLAN.md line) ran in call 24 (session 7)
@@ -183,6 +187,9 @@ S13 = (
 # calls 43 and 45 (session 14), predict (PLAN.md 2026-12-04 18:49-19:05: k=2 ShareGPT-like at 32
 # and 96 clients and Poisson 8/s, k=0 at 32 clients and Poisson 10/s; the round-trip rule's test)
 S14 = ("g090_k2_sg_c32", "g090_k2_sg_c96", "g090_k2_sg_r8", "g090_k0_sg_c32", "g090_k0_sg_r10")
+# call 46 (session 15), predict (PLAN.md 2026-12-04 19:47, 21:40: k=2 ShareGPT-like at 48 and
+# 128 clients; the two-batch pipeline recurrence's pre-registered test)
+S15 = ("g090_k2_sg_c48", "g090_k2_sg_c128")
 # Session 14 (PLAN.md 2026-12-04 18:49): the client round-trip rule (a sent request reaches the
 # scheduler 22.7 ms after its send, no async lateness on top of the deferred output) moved 24
 # of these verdicts (each run's before / after: experiments/engine/roundtrip_study.csv) and made
@@ -278,12 +285,17 @@ ASYNC_VERDICTS: dict[str, dict[str, str]] = {
     "g090_k2_sg_r8": {THR: "ok", TTFT: "+", P99: "ok", TPOT: "ok", PEAK: "+"},
     "g090_k0_sg_c32": {THR: "ok", TTFT: "ok", P99: "ok", TPOT: "ok", PEAK: "ok"},
     "g090_k0_sg_r10": {THR: "ok", TTFT: "ok", P99: "ok", TPOT: "ok", PEAK: "+"},
+    # call 46 (session 15): the pre-registered test of the two-batch pipeline recurrence (main
+    # 951c9cb; roundtrip_study.md has the code before the rule and the rule alone next to it)
+    "g090_k2_sg_c48": {THR: "ok", TTFT: "ok", P99: "ok", TPOT: "ok", PEAK: "ok"},
+    "g090_k2_sg_c128": {THR: "ok", TTFT: "ok", P99: "-", TPOT: "+", PEAK: "ok"},
 }
 
 # per metric, predict runs within the threshold: (main c4fa656, async) over the async model's
 # 50 predict runs, over the 4 runs of calls 9-10 and 24, the 4 of calls 14-15, the 4 of calls
 # 18-21, the 4 of calls 22-23 (5 less the round-trip fit run), the 3 of calls 25-27, the 2 of
-# calls 30-31, the 5 of calls 35-39, the 4 of calls 40-42 and the 5 of calls 43 and 45 (51 in all)
+# calls 30-31, the 5 of calls 35-39, the 4 of calls 40-42, the 5 of calls 43 and 45 and the 2 of
+# call 46 (53 in all)
 # (out_of_sample.md's
 # pass-count table)
 PASS_COUNTS: dict[str, tuple[int, ...]] = {
@@ -292,14 +304,15 @@ PASS_COUNTS: dict[str, tuple[int, ...]] = {
     # session 14: the round-trip rule's four fit runs left the predict set; calls 43 and 45;
     # the two-batch pipeline recurrence (async 31 / 31 / 43 / 31 / 45 of 51; with the rule alone
     # 31 / 31 / 42 / 25 / 45)
-    THR: (22, 33, 3, 3, 3, 2, 3, 1, 1, 3, 0, 1, 0, 1, 0, 5, 3, 2, 2, 5),
+    # session 15: call 46's two runs (async 2 / 2 / 1 / 1 / 2 of 2)
+    THR: (22, 35, 3, 3, 3, 2, 3, 1, 1, 3, 0, 1, 0, 1, 0, 5, 3, 2, 2, 5, 0, 2),
     # session-8 pools: g060m256_k0_sg_c256 -20.02%
     # session 12's 0.26 align-mode cut: g090pc_k0_rand_c128 async -17.0% -> -20.6%
-    TTFT: (43, 31, 3, 2, 3, 1, 3, 3, 4, 1, 1, 1, 2, 1, 5, 3, 4, 3, 5, 4),
-    P99: (45, 43, 3, 3, 4, 2, 3, 4, 3, 3, 2, 2, 2, 2, 3, 4, 4, 4, 5, 4),
+    TTFT: (45, 33, 3, 2, 3, 1, 3, 3, 4, 1, 1, 1, 2, 1, 5, 3, 4, 3, 5, 4, 2, 2),
+    P99: (46, 44, 3, 3, 4, 2, 3, 4, 3, 3, 2, 2, 2, 2, 3, 4, 4, 4, 5, 4, 1, 1),
     # round-9 tables: g075_k1_sg_c64 -10.04%; session-8 pools: g060_k3_rand_c256 +12.4%
-    TPOT: (15, 31, 1, 2, 2, 2, 3, 2, 0, 2, 0, 1, 0, 1, 0, 4, 2, 2, 0, 5),
-    PEAK: (45, 45, 3, 3, 4, 4, 4, 4, 3, 3, 3, 3, 2, 2, 5, 5, 3, 3, 3, 3),
+    TPOT: (15, 32, 1, 2, 2, 2, 3, 2, 0, 2, 0, 1, 0, 1, 0, 4, 2, 2, 0, 5, 0, 1),
+    PEAK: (47, 47, 3, 3, 4, 4, 4, 4, 3, 3, 3, 3, 2, 2, 5, 5, 3, 3, 3, 3, 2, 2),
 }
 
 
@@ -434,11 +447,11 @@ def test_pass_counts_old_and_new(computed):
     df, _ = computed
     pred = df[df["role_engine"] == "predict"]
     every = set(S4) | set(S5) | set(S6) | set(S7) | set(S9) | set(S11) | set(S12) | set(S13)
-    assert every | set(S14) <= set(pred["run"]) | set(ROUND_TRIP_FIT_RUNS)
+    assert every | set(S14) | set(S15) <= set(pred["run"]) | set(ROUND_TRIP_FIT_RUNS)
     for metric, want in PASS_COUNTS.items():
         rows = pred[pred["metric"] == metric]
         got = []
-        groups = (S4, S5, S6, S7, S9, S11, S12, S13, S14)
+        groups = (S4, S5, S6, S7, S9, S11, S12, S13, S14, S15)
         subsets = (rows, *(rows[rows["run"].isin(g)] for g in groups))
         for sel in subsets:
             for col in ("capsim_main", "capsim_engine"):
@@ -515,8 +528,8 @@ def test_synthetic_acceptance_matches_the_rates_given():
     # 10), 2 at k=3 (call 14), 1 at k=3 (call 18), 3 at k=1 (calls 19, 21), 3 at k=2 (call 22),
     # 2 at k=5 (call 23), 1 at k=1 (call 24), 2 at k=3 (call 25), 1 at k=2 (call 26), 1 at k=8
     # (call 27), 2 at k=4 (call 30), 1 at k=2 (call 31), 1 at k=1 (call 35), 1 at k=6 (call 37),
-    # 3 at k=2 (call 40), 1 at k=1 (call 41), 3 at k=2 (call 43)
-    assert seen == 46
+    # 3 at k=2 (call 40), 1 at k=1 (call 41), 3 at k=2 (call 43), 2 at k=2 (call 46)
+    assert seen == 48
 
 
 def test_async_scheduling_is_what_moved_ttft(computed):

@@ -103,7 +103,8 @@ def validation_row(spec: dict, engine: dict[str, str], header: list[str]) -> dic
     else:
         flags += ", no speculation"
     notes = (
-        f"this project's own H200 start-up (issue 21 session 14 call {spec['call']}, "
+        f"this project's own H200 start-up (issue 21 session {spec.get('session', 14)} call "
+        f"{spec['call']}, "
         f"{spec['started']}; vllm serve MODEL {flags}, prefix caching off), {spec['what']}; "
         "full start-up with the step log; max_num_seqs 1024 / max_num_batched_tokens 8192 are "
         f"vLLM 0.26.0's defaults; {spec['extra']}; cudagraph_gib is the estimate, the actual "
@@ -141,7 +142,7 @@ def excerpt(spec: dict, raw_log: str) -> str:
     return head + "\n".join(lines) + "\n"
 
 
-def main(argv: list[str] | None = None) -> int:
+def main(argv: list[str] | None = None, rows: list[dict] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--root", default=".")
     ap.add_argument("--dry-run", action="store_true")
@@ -156,7 +157,7 @@ def main(argv: list[str] | None = None) -> int:
     out = io.StringIO()
     w = csv.DictWriter(out, fieldnames=header, lineterminator="\n")
     excerpts = {}
-    for spec in ROWS:
+    for spec in ROWS if rows is None else rows:
         if spec["id"] in have:
             print(f"error: id={spec['id']} is already in {target}", file=sys.stderr)
             return 2
