@@ -120,8 +120,8 @@ def markdown(df: pd.DataFrame) -> str:
         "18:54, 19:05: the rule's pre-registered test) and before the recurrence was written "
         "(for it, a study); the runs of call 46 (session 15) ran after the recurrence was "
         "committed (main 951c9cb, PLAN.md 2026-12-04 19:47 and 21:40): its pre-registered test. "
-        "The rule column is re-simulated by c5a7f6a's code for every run. Regenerate: see the module docstring "
-        "(`experiments/engine/roundtrip_study.py`).",
+        "The rule column is re-simulated by c5a7f6a's code for every run. Regenerate: see the "
+        "module docstring (`experiments/engine/roundtrip_study.py`).",
         "",
         "| group | metric | runs | before | rule | rule + pipeline |",
         "|---|---|---|---|---|---|",
@@ -130,8 +130,8 @@ def markdown(df: pd.DataFrame) -> str:
         lines.append(
             f"| {r.group} | {r.metric} | {r.runs} | {r.before} | {r.rule} | {r.pipeline} |"
         )
-    lines += ["", "Calls 43, 45 and 46, each metric (real; before, rule, rule + pipeline: % error):",
-              "", "| run | metric | real | before | rule | rule + pipeline |",
+    lines += ["", "Calls 43, 45 and 46, each metric (real; before, rule, rule + pipeline: "
+              "% error):", "", "| run | metric | real | before | rule | rule + pipeline |",
               "|---|---|---|---|---|---|"]  # fmt: skip
     pre = df[df["group"].str.contains("pre-registered")]
     for r in pre.itertuples():
