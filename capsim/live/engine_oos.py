@@ -17,6 +17,7 @@ refitted delta, ``capsim.cost.engine_overhead``), fitted on ENGINE_FIT_RUNS only
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import math
 from dataclasses import dataclass
@@ -223,6 +224,18 @@ class PlusOverhead:
         }
 
 
+def replay_sends(
+    cfg: SimConfig, table: RequestTable, run: RealRun
+) -> tuple[SimConfig, RequestTable]:
+    """An open-loop run as capsim's ``replay`` load at the real client's recorded send times
+    (requests.csv ``start_s``; in an open loop they do not depend on the server: an input of
+    the run). Experiments/engine/PLAN.md 2026-12-04 22:10 and arrival_replay_study.md."""
+    start = run.requests["start_s"].to_numpy(np.float64)
+    table = dataclasses.replace(table, arrival_s=start - start[0])
+    load = LoadConfig(mode="replay", num_requests=len(start), concurrency=cfg.load.concurrency)
+    return dataclasses.replace(cfg, load=load), table
+
+
 def simulate_run(
     run: RealRun,
     delta_s: float = 0.0,
@@ -231,20 +244,26 @@ def simulate_run(
     async_scheduling: bool | None = None,
     async_period: bool = True,
     data_root: Path | None = None,
+    replay_open_loop: bool = True,
 ) -> dict[str, float]:
     """capsim's metrics for the real run's configuration (same lengths, same load, the
     dataset's shared segments if any: ``request_table``); ``async_period=False``: main
-    c4fa656's engine terms (no async step period)."""
+    c4fa656's engine terms (no async step period). An open-loop run replays the real
+    client's send times (``replay_sends``; ``replay_open_loop=False``: capsim's own draws at
+    the run's rate, the harness before session 15)."""
     from capsim.cost.factory import build_step_time_model
     from capsim.gpus import get_gpu
     from capsim.simulate import simulate
 
     cfg = sim_config(run, num_gpu_blocks, engine_overhead, async_scheduling)
+    table = request_table(run, data_root)
+    if replay_open_loop and cfg.load.mode == "rate":
+        cfg, table = replay_sends(cfg, table, run)
     gpu = get_gpu(cfg.gpu)
     cost = build_step_time_model(cfg, cfg.model_spec(), gpu, async_period=async_period)
     if delta_s:
         cost = PlusOverhead(cost, delta_s)
-    s = simulate(cfg, workload=request_table(run, data_root), cost=cost).summary
+    s = simulate(cfg, workload=table, cost=cost).summary
     return {
         "throughput_tok_per_s": s["output_throughput_tok_per_s"],
         "ttft_mean_ms": 1e3 * s["ttft_mean_s"],
@@ -306,8 +325,8 @@ def table(
     is simulated with those shared segments (``request_table``). ``engine_overhead``: the
     fit of the async column and the two diagnostic ones (a `capsim engine host-fit` file
     prices your machine); the main c4fa656 column keeps the registered fit."""
-    from capsim.live.engine_fit import FIT_RUNS as MAIN_FIT_RUNS
     from capsim.live.client_roundtrip import FIT_RUNS as ROUND_TRIP_FIT_RUNS
+    from capsim.live.engine_fit import FIT_RUNS as MAIN_FIT_RUNS
     from capsim.live.engine_period_fit import FIT_RUNS as ENGINE_FIT_RUNS
 
     # the async column's fits: the step period's runs and, since session 14, the client

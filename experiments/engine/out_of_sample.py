@@ -217,6 +217,9 @@ def markdown(df: pd.DataFrame, delta_s: float) -> str:
         "rules (the dummy image pixels held through the text pass, the first FULL graph sample) "
         "moved the gmu 0.6 pools by about 1% and these runs' numbers with them; no step-model "
         "constant was refit.",
+        "Open-loop (Poisson) runs replay the real client's recorded send times in every column "
+        "since session 15 (PLAN.md 2026-12-04 22:10, arrival_replay_study.md: capsim's own "
+        "draws at the run's rate before).",
         "role: delta column / main column / async column. pass: issue 21's threshold.",
         f"Runs of device calls 9-12 (predict, session 4): {', '.join(S4_RUNS)}.",
         f"Runs of device calls 14-15 (predict, session 5, PLAN.md 2026-12-02 07:58): "

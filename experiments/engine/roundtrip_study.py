@@ -44,10 +44,30 @@ from capsim.live.engine_oos import THRESHOLDS, within  # noqa: E402
 BEFORE_COMMIT = "f84beec"
 RULE_COMMIT = "c5a7f6a"
 METRICS = tuple(THRESHOLDS)
+# The older code's simulate_run drew its own open-loop arrivals; since session 15 (PLAN.md
+# 2026-12-04 22:10, arrival_replay_study.md) the harness replays the real client's send times,
+# so the snippet gives the older code the same arrivals (its sim_config / request_table wrapped:
+# the model under test is the old code's, the load is the run's).
 _SNIPPET = """
-import json, sys
+import dataclasses, json, sys
 from pathlib import Path
+import capsim.live.engine_oos as eo
+from capsim.config import LoadConfig
 from capsim.live.engine_oos import ENGINE_OVERHEAD, load_run, simulate_run
+_cfg, _tab = eo.sim_config, eo.request_table
+def sim_config(run, *a, **k):
+    cfg = _cfg(run, *a, **k)
+    if cfg.load.mode != "rate":
+        return cfg
+    load = LoadConfig(mode="replay", num_requests=len(run.requests), concurrency=cfg.load.concurrency)
+    return dataclasses.replace(cfg, load=load)
+def request_table(run, *a, **k):
+    t = _tab(run, *a, **k)
+    if run.bench.get("request_rate") is None:
+        return t
+    st = run.requests["start_s"].to_numpy(float)
+    return dataclasses.replace(t, arrival_s=st - st[0])
+eo.sim_config, eo.request_table = sim_config, request_table
 runs = Path(sys.argv[1])
 for d in sorted(p for p in runs.iterdir() if p.is_dir()):
     p = simulate_run(load_run(d), engine_overhead=ENGINE_OVERHEAD, data_root=runs.parent / "data")
