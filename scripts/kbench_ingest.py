@@ -30,6 +30,10 @@ Round 13's stream ceiling (``capsim_kernels.bench.gdn.stream_ceiling --out $OUT`
 output go to ``kernels/results/h200/round13_stream_{ceiling.csv,table.md,meta.json,log.txt,
 nvsmi.txt}`` and nothing else happens (no GDN rows, no calibration build); refused when the
 metadata is missing a copy bandwidth or a timed row failed its check.
+
+Round 14's ladder (``capsim_kernels.bench.gdn.ladder --out $OUT``): when ``--src`` holds
+``round14_ladder_meta.json``, the same way into ``kernels/results/h200/round14_ladder{.csv,
+_table.md,_meta.json,_log.txt,_nvsmi.txt}`` (the same refusals; no calibration build).
 """
 
 from __future__ import annotations
@@ -46,6 +50,7 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 PREFIXES = ("round12", "round11", "round10", "round9", "round8", "round7")
 STREAM = "round13_stream"
+LADDER = "round14_ladder"
 
 
 def _atomic_text(path: Path, text: str) -> None:
@@ -111,22 +116,24 @@ def ingest_gdn(run: Path, src: Path, dst: Path, prefix: str) -> dict:
     return meta
 
 
-def ingest_stream(src: Path, dst: Path) -> dict:
-    """Round 13's stream-ceiling call (module docstring) into ``dst``."""
-    meta = json.loads((src / f"{STREAM}_meta.json").read_text())
-    csv_path = src / f"{STREAM}_ceiling.csv"
+def ingest_stream(src: Path, dst: Path, prefix: str = STREAM,
+                  csv_name: str = f"{STREAM}_ceiling.csv") -> dict:  # fmt: skip
+    """Round 13's stream-ceiling call (module docstring) into ``dst``; with ``prefix`` /
+    ``csv_name`` round 14's ladder (LADDER, ``round14_ladder.csv``) the same way."""
+    meta = json.loads((src / f"{prefix}_meta.json").read_text())
+    csv_path = src / csv_name
     if not csv_path.is_file() or not meta.get("copy_gbps"):
         raise SystemExit(f"--src={src}: no {csv_path.name} or no copy_gbps in the metadata")
     rows = _rows(csv_path)
     bad = [r["variant"] for r in rows if r["p50_us"] and r["check_ok"] != "True"]
     if bad:
         raise SystemExit(f"{csv_path}: timed rows failed their check ({bad[:3]}): refusing")
-    for name in (f"{STREAM}_ceiling.csv", f"{STREAM}_table.md", f"{STREAM}_log.txt"):
+    for name in (csv_name, f"{prefix}_table.md", f"{prefix}_log.txt"):
         if (src / name).is_file():
             _copy(src / name, dst / name)
     if (src / "nvsmi.txt").is_file():
-        _copy(src / "nvsmi.txt", dst / f"{STREAM}_nvsmi.txt")
-    _atomic_text(dst / f"{STREAM}_meta.json", json.dumps(meta, indent=1, default=str) + "\n")
+        _copy(src / "nvsmi.txt", dst / f"{prefix}_nvsmi.txt")
+    _atomic_text(dst / f"{prefix}_meta.json", json.dumps(meta, indent=1, default=str) + "\n")
     return meta
 
 
@@ -225,6 +232,11 @@ def main(argv: list[str] | None = None) -> int:
     if (args.src / f"{STREAM}_meta.json").is_file():
         meta = ingest_stream(args.src, args.results)
         print(f"stream ceiling: {meta.get('num_timed')} timed rows of {meta.get('num_rows')}, "
+              f"copy {meta['copy_gbps']} GB/s -> {args.results}")  # fmt: skip
+        return 0
+    if (args.src / f"{LADDER}_meta.json").is_file():
+        meta = ingest_stream(args.src, args.results, LADDER, f"{LADDER}.csv")
+        print(f"ladder: {meta.get('num_timed')} timed rows of {meta.get('num_rows')}, "
               f"copy {meta['copy_gbps']} GB/s -> {args.results}")  # fmt: skip
         return 0
     src = unpack(args.src)

@@ -1,14 +1,15 @@
 """Stage the kernels device call's payload: a self-contained folder the command cds into.
 
     python3 scripts/kbench_stage.py --dest /work/main/.devstage/kbench --vllm-src DIR
-    python3 scripts/kbench_stage.py --dest .devstage/kbench --no-vllm   # round 13's stream ceiling
+    python3 scripts/kbench_stage.py --dest .devstage/kbench --no-vllm   # rounds 13 / 14
 
 Writes into DEST (replacing what was there; DEST is git-ignored, never committed):
 ``capsim/`` (this checkout's package, calibration data included), ``capsim_kernels/``
 (``kernels/`` without its results and notes), ``vllm_src/`` (vLLM 0.33.0's op files, as
 ``python3 -m capsim_kernels.bench.vllm_shim --extract`` writes them; copied from
 ``--vllm-src``; left out with ``--no-vllm``, for benches that import no vLLM file, e.g.
-``capsim_kernels.bench.gdn.stream_ceiling``), ``COMMIT`` (this checkout's short commit) and
+``capsim_kernels.bench.gdn.stream_ceiling`` (round 13) and ``capsim_kernels.bench.gdn.ladder``
+(round 14)), ``COMMIT`` (this checkout's short commit) and
 ``DIRTY`` when the checkout has uncommitted changes. Prints the stage's size.
 """
 

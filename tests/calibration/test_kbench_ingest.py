@@ -157,3 +157,24 @@ def test_a_stream_ceiling_call_goes_to_its_round13_files_only(tmp_path):
                                                "check_ok": "False"}])  # fmt: skip
     with pytest.raises(SystemExit, match="failed their check"):
         ingest.main(["--src", str(bad), "--results", str(dst2)])
+
+
+def test_a_ladder_call_goes_to_its_round14_files_only(tmp_path):
+    src, dst = tmp_path / "src", tmp_path / "dst"
+    src.mkdir()
+    dst.mkdir()
+    rows = [{"variant": "v0", "p50_us": "1.0", "check_ok": "True"},
+            {"variant": "v1", "p50_us": "", "check_ok": ""}]  # fmt: skip
+    _csv(src / "round14_ladder.csv", ("variant", "p50_us", "check_ok"), rows)
+    (src / "round14_ladder_meta.json").write_text(json.dumps({"copy_gbps": 4250.0}))
+    (src / "round14_ladder_table.md").write_text("| t |\n")
+    (src / "round14_ladder_log.txt").write_text("log\n")
+    (src / "nvsmi.txt").write_text("| NVIDIA H200 |\n")
+    assert ingest.main(["--src", str(src), "--results", str(dst)]) == 0
+    assert sorted(p.name for p in dst.iterdir()) == [
+        "round14_ladder.csv", "round14_ladder_log.txt", "round14_ladder_meta.json",
+        "round14_ladder_nvsmi.txt", "round14_ladder_table.md"]
+    rows[0]["check_ok"] = "False"
+    _csv(src / "round14_ladder.csv", ("variant", "p50_us", "check_ok"), rows)
+    with pytest.raises(SystemExit, match="failed their check"):
+        ingest.main(["--src", str(src), "--results", str(tmp_path / "dst")])
