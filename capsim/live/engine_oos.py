@@ -229,7 +229,7 @@ def replay_sends(
 ) -> tuple[SimConfig, RequestTable]:
     """An open-loop run as capsim's ``replay`` load at the real client's recorded send times
     (requests.csv ``start_s``; in an open loop they do not depend on the server: an input of
-    the run). Experiments/engine/PLAN.md 2026-12-04 22:10 and arrival_replay_study.md."""
+    the run). Experiments/engine/PLAN.md 2026-12-04 22:04 and arrival_replay_study.md."""
     start = run.requests["start_s"].to_numpy(np.float64)
     table = dataclasses.replace(table, arrival_s=start - start[0])
     load = LoadConfig(mode="replay", num_requests=len(start), concurrency=cfg.load.concurrency)

@@ -1,4 +1,4 @@
-"""The open-loop runs' arrivals (PLAN.md 2026-12-04 22:10, rule fixed before computing; every run
+"""The open-loop runs' arrivals (PLAN.md 2026-12-04 22:04, rule fixed before computing; every run
 here had been seen: a study).
 
 capsim simulates a Poisson run with its own gamma draws at the run's rate; the real client sent
@@ -64,7 +64,7 @@ def markdown(df: pd.DataFrame) -> str:
     lines = [
         "# Open-loop runs: capsim's own arrival draws vs the real client's send times (a study)",
         "",
-        "PLAN.md 2026-12-04 22:10 (rule before computing; every run seen). The async column of "
+        "PLAN.md 2026-12-04 22:04 (rule before computing; every run seen). The async column of "
         "out_of_sample.md (own gamma draws at the run's rate) and the same model with capsim's "
         "`replay` load at requests.csv's recorded send times. Regenerate: "
         "`PYTHONPATH=. python3 experiments/engine/arrival_replay_study.py`.",

@@ -128,7 +128,7 @@ S14_RUNS: tuple[str, ...] = (
     "g090_k0_sg_r10",
 )
 # serving runs of device call 46 (session 15; staged at PLAN.md 2026-12-04 19:47, run as staged,
-# PLAN.md 21:40): predict runs for every model column and the out-of-sample test of the two-batch
+# PLAN.md 21:31): predict runs for every model column and the out-of-sample test of the two-batch
 # pipeline recurrence (main 951c9cb): k=2 ShareGPT-like at 48 and 128 clients (Poisson 6/s was
 # skipped by the call's deadline; call 47's k=0 runs got no machine)
 S15_RUNS: tuple[str, ...] = (
@@ -218,7 +218,7 @@ def markdown(df: pd.DataFrame, delta_s: float) -> str:
         "moved the gmu 0.6 pools by about 1% and these runs' numbers with them; no step-model "
         "constant was refit.",
         "Open-loop (Poisson) runs replay the real client's recorded send times in every column "
-        "since session 15 (PLAN.md 2026-12-04 22:10, arrival_replay_study.md: capsim's own "
+        "since session 15 (PLAN.md 2026-12-04 22:04, arrival_replay_study.md: capsim's own "
         "draws at the run's rate before).",
         "role: delta column / main column / async column. pass: issue 21's threshold.",
         f"Runs of device calls 9-12 (predict, session 4): {', '.join(S4_RUNS)}.",
@@ -238,7 +238,7 @@ def markdown(df: pd.DataFrame, delta_s: float) -> str:
         f"fourth k=2 machine, shared prefixes again): {', '.join(S13_RUNS)}.",
         f"Runs of device calls 43 and 45 (predict, session 14, PLAN.md 2026-12-04 18:49, 18:54 "
         f"and 19:05; the client round-trip rule's test): {', '.join(S14_RUNS)}.",
-        f"Runs of device call 46 (predict, session 15, PLAN.md 2026-12-04 19:47 and 21:40; the "
+        f"Runs of device call 46 (predict, session 15, PLAN.md 2026-12-04 19:47 and 21:31; the "
         f"two-batch pipeline recurrence's test, main 951c9cb): {', '.join(S15_RUNS)}.",
         "",
         *_counts_md(df),

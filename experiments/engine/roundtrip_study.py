@@ -45,7 +45,7 @@ BEFORE_COMMIT = "f84beec"
 RULE_COMMIT = "c5a7f6a"
 METRICS = tuple(THRESHOLDS)
 # The older code's simulate_run drew its own open-loop arrivals; since session 15 (PLAN.md
-# 2026-12-04 22:10, arrival_replay_study.md) the harness replays the real client's send times,
+# 2026-12-04 22:04, arrival_replay_study.md) the harness replays the real client's send times,
 # so the snippet gives the older code the same arrivals (its sim_config / request_table wrapped:
 # the model under test is the old code's, the load is the run's).
 _SNIPPET = """
@@ -139,7 +139,7 @@ def markdown(df: pd.DataFrame) -> str:
         "the runs of calls 43 and 45 ran after the rule was committed (PLAN.md 2026-12-04 18:49, "
         "18:54, 19:05: the rule's pre-registered test) and before the recurrence was written "
         "(for it, a study); the runs of call 46 (session 15) ran after the recurrence was "
-        "committed (main 951c9cb, PLAN.md 2026-12-04 19:47 and 21:40): its pre-registered test. "
+        "committed (main 951c9cb, PLAN.md 2026-12-04 19:47 and 21:31): its pre-registered test. "
         "The rule column is re-simulated by c5a7f6a's code for every run. Regenerate: see the "
         "module docstring (`experiments/engine/roundtrip_study.py`).",
         "",

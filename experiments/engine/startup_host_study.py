@@ -1,4 +1,4 @@
-"""Does a machine's own start-up say how fast its host is? (PLAN.md 2026-12-04 22:20, rule fixed
+"""Does a machine's own start-up say how fast its host is? (PLAN.md 2026-12-04 22:01, rule fixed
 before computing; every machine's host fit had been seen: a study, no constant.)
 
 For each machine of host_fit_study.md (boot_id -> its fit run's PIECEWISE host cost), the
@@ -132,7 +132,7 @@ def markdown(m: pd.DataFrame, s: pd.DataFrame) -> str:
     lines = [
         "# Does a machine's start-up say how fast its host is? (a study)",
         "",
-        "PLAN.md 2026-12-04 22:20 (rule fixed before computing; the machines' host fits had been "
+        "PLAN.md 2026-12-04 22:01 (rule fixed before computing; the machines' host fits had been "
         "seen). Per machine: host_fit_study.md's fit PIECEWISE host cost and three timings from "
         "the start-up logs recorded on it (means over its start-ups; compile seconds of cold "
         "start-ups only). Leave one machine out: PIECEWISE = the other machines' mean ratio "

@@ -19,7 +19,7 @@ def study() -> pd.DataFrame:
 
 
 def test_replay_moves_peak_running_toward_the_real_engine(study: pd.DataFrame) -> None:
-    """PLAN.md 2026-12-04 22:10's condition: replay moves peak running toward the real value on
+    """PLAN.md 2026-12-04 22:04's condition: replay moves peak running toward the real value on
     6 of the 8 open-loop runs (k=2 Poisson 12/s: +45.1% -> +15.7%, its repeat +27.6% -> +1.7%),
     TPOT on 7 of 8; passes own draws -> replay: peak 2 -> 3, TPOT 4 -> 5, mean TTFT 5 -> 6."""
     assert study["run"].nunique() == 8

@@ -29,7 +29,7 @@ def test_the_band_does_not_hold_the_real_engine(band: pd.DataFrame) -> None:
     14: the client round trip and the pipeline recurrence on, the round trip's four fit runs
     out, calls 43 and 45 in; 43 on 11 before, inside 14 / 17 / 16 / 17): the measured spread of
     host costs across the other machines holds throughput on 22, mean TPOT on 22, mean TTFT on
-    18, p99 TTFT on 18 (open-loop runs replaying the real send times, PLAN.md 2026-12-04 22:10;
+    18, p99 TTFT on 18 (open-loop runs replaying the real send times, PLAN.md 2026-12-04 22:04;
     20 / 22 / 18 / 18 with capsim's own draws; 44 runs: 18 / 21 / 17 / 17). Where it misses, capsim's TPOT is mostly
     low even at the slowest machine's host cost (real TPOT below the band on 7 runs, above it on
     17; 15 / 11 before the recurrence): the host cost is not the only error."""

@@ -27,7 +27,7 @@ def test_recomputes_to_the_committed_table(study: pd.DataFrame) -> None:
 def test_counts_and_the_fast_machine(study: pd.DataFrame) -> None:
     """32 runs on 12 machines; within issue 21's thresholds, registered fit vs each machine's
     own: throughput 18 -> 21, mean TPOT 16 -> 19, mean TTFT 17 -> 19, p99 TTFT 25 -> 25 (session
-    15: open-loop runs replay the real send times, PLAN.md 2026-12-04 22:10; with capsim's own
+    15: open-loop runs replay the real send times, PLAN.md 2026-12-04 22:04; with capsim's own
     draws 18 -> 22, 15 -> 19, 16 -> 19, 25 -> 25; call 46's machine, fitted on g090_k2_sg_c48, predicting g090_k2_sg_c128; 31 runs on 11
     machines: 17 -> 21, 15 -> 19, 15 -> 19, 25 -> 25; session
     14: the client round trip, the pipeline recurrence and call 45's machine; 30 runs on 10

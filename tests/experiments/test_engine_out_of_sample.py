@@ -77,7 +77,7 @@ MAIN_VERDICTS: dict[str, dict[str, str]] = {
     "g090m16_k3_rand_c256": {THR: "ok", TTFT: "ok", P99: "ok", TPOT: "ok", PEAK: "ok"},
     "g090m16_k3_sg_c64": {THR: "-", TTFT: "ok", P99: "ok", TPOT: "+", PEAK: "ok"},
     # Poisson 8 req/s: capsim drew its own arrivals (PLAN.md 20:01) until session 15; since PLAN.md
-    # 2026-12-04 22:10 every open-loop run replays the real send times (peak running - -> ok)
+    # 2026-12-04 22:04 every open-loop run replays the real send times (peak running - -> ok)
     "g090m16_k3_rand_r8": {THR: "ok", TTFT: "-", P99: "ok", TPOT: "ok", PEAK: "ok"},
     # calls 9-10 (2026-12-02, session 4): predict runs (PLAN.md 05:10), first simulated by main
     # c4fa656's model (the engine terms and async scheduling as they stood; nothing fitted to them)
@@ -148,7 +148,7 @@ MAIN_VERDICTS: dict[str, dict[str, str]] = {
     "g090_k2_sg_r8": {THR: "ok", TTFT: "ok", P99: "ok", TPOT: "+", PEAK: "+"},
     "g090_k0_sg_c32": {THR: "-", TTFT: "ok", P99: "ok", TPOT: "+", PEAK: "ok"},
     "g090_k0_sg_r10": {THR: "ok", TTFT: "ok", P99: "ok", TPOT: "+", PEAK: "+"},
-    # call 46 (session 15, PLAN.md 2026-12-04 19:47 and 21:40): first simulated by main 951c9cb's
+    # call 46 (session 15, PLAN.md 2026-12-04 19:47 and 21:31): first simulated by main 951c9cb's
     # code; nothing fitted to them
     "g090_k2_sg_c48": {THR: "-", TTFT: "ok", P99: "ok", TPOT: "+", PEAK: "ok"},
     "g090_k2_sg_c128": {THR: "-", TTFT: "ok", P99: "-", TPOT: "+", PEAK: "ok"},
@@ -188,7 +188,7 @@ S13 = (
 # calls 43 and 45 (session 14), predict (PLAN.md 2026-12-04 18:49-19:05: k=2 ShareGPT-like at 32
 # and 96 clients and Poisson 8/s, k=0 at 32 clients and Poisson 10/s; the round-trip rule's test)
 S14 = ("g090_k2_sg_c32", "g090_k2_sg_c96", "g090_k2_sg_r8", "g090_k0_sg_c32", "g090_k0_sg_r10")
-# call 46 (session 15), predict (PLAN.md 2026-12-04 19:47, 21:40: k=2 ShareGPT-like at 48 and
+# call 46 (session 15), predict (PLAN.md 2026-12-04 19:47, 21:31: k=2 ShareGPT-like at 48 and
 # 128 clients; the two-batch pipeline recurrence's pre-registered test)
 S15 = ("g090_k2_sg_c48", "g090_k2_sg_c128")
 # Session 14 (PLAN.md 2026-12-04 18:49): the client round-trip rule (a sent request reaches the
@@ -306,7 +306,7 @@ PASS_COUNTS: dict[str, tuple[int, ...]] = {
     # the two-batch pipeline recurrence (async 31 / 31 / 43 / 31 / 45 of 51; with the rule alone
     # 31 / 31 / 42 / 25 / 45)
     # session 15: call 46's two runs (async 2 / 2 / 1 / 1 / 2 of 2); then the open-loop runs
-    # replay the real client's send times (PLAN.md 2026-12-04 22:10, arrival_replay_study.md):
+    # replay the real client's send times (PLAN.md 2026-12-04 22:04, arrival_replay_study.md):
     # main TTFT 45 -> 46, peak 47 -> 48; async TTFT 33 -> 34, TPOT 32 -> 33, peak 47 -> 48
     THR: (22, 35, 3, 3, 3, 2, 3, 1, 1, 3, 0, 1, 0, 1, 0, 5, 3, 2, 2, 5, 0, 2),
     # session-8 pools: g060m256_k0_sg_c256 -20.02%

@@ -66,7 +66,7 @@ def test_the_seen_runs_and_the_fit(study: pd.DataFrame) -> None:
 
 
 def test_the_recurrence_preregistered_runs(study: pd.DataFrame) -> None:
-    """Call 46 (session 15, PLAN.md 2026-12-04 19:47 and 21:40): run after main 951c9cb committed
+    """Call 46 (session 15, PLAN.md 2026-12-04 19:47 and 21:31): run after main 951c9cb committed
     the recurrence, the recurrence's pre-registered test. before -> rule -> rule + pipeline:
     throughput 0 -> 0 -> 2, mean TTFT 1 -> 2 -> 2, p99 TTFT 0 -> 1 -> 1, mean TPOT 0 -> 0 -> 1,
     peak 2 -> 2 -> 2. At 48 clients every metric within 2% (TPOT +16.9% by the rule alone,

@@ -29,7 +29,7 @@ ROWS = [
             "start-up 354.3 s)"
         ),
         "started": "2026-12-04 21:33 UTC device clock",
-        "plan_line": "2026-12-04 21:40 UTC",
+        "plan_line": "2026-12-04 21:31 UTC",
         "main": "main 6a663db (memory code as 951c9cb, session 14's last commit)",
         "figures": (
             "KV 49.70 GiB, 2209 blocks (2208 usable), block 1072, padding 0.75%, peak 8.05, "
