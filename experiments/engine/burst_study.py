@@ -1,4 +1,4 @@
-"""The closed loops' opening burst (PLAN.md 2026-12-04 22:27; a diagnostic on seen runs, no rule,
+"""The closed loops' opening burst (PLAN.md 2026-12-04 22:24; a diagnostic on seen runs, no rule,
 no constant).
 
 Every closed-loop run sends its first C requests at once. Per closed-loop predict run of
@@ -146,7 +146,7 @@ def _fill_reading(df: pd.DataFrame) -> list[str]:
         f"of {JIT_STALL_S} s or more ({stalled}) are measurement artefacts (the warm-up did not "
         "cover the shape), not engine behaviour capsim should model. A fitted per-request ingest "
         "queue is for a later "
-        "session, its rule written before it is fitted (PLAN.md 2026-12-04 22:27).",
+        "session, its rule written before it is fitted (PLAN.md 2026-12-04 22:24).",
     ]
 
 
@@ -156,7 +156,7 @@ def markdown(df: pd.DataFrame) -> str:
     lines = [
         "# The closed loops' opening burst (a diagnostic)",
         "",
-        "PLAN.md 2026-12-04 22:27 (every run seen; no rule, no constant). The first C requests "
+        "PLAN.md 2026-12-04 22:24 (every run seen; no rule, no constant). The first C requests "
         "of a closed loop are sent at once: their mean TTFT (burst), the rest's, and p99 TTFT "
         "with and without the burst, real vs the async column of out_of_sample.md. fill: "
         "seconds from the real engine's first schedule until it held all C requests (step log); "
