@@ -140,6 +140,11 @@ class AsyncStepPeriod:
     output_deferred: ClassVar[bool] = True
     # a sent request reaches the scheduler this long after the client sends it (capsim.engine)
     client_round_trip_s: float = CLIENT_ROUND_TRIP_S
+    # the API server's ingest queue (a study, off: experiments/engine/PLAN.md 2026-12-04 22:28,
+    # ingest_queue_study.py): request i reaches the scheduler no earlier than the previous one
+    # plus api_ingest_s + api_ingest_s_per_tok * its prompt tokens
+    api_ingest_s: float = 0.0
+    api_ingest_s_per_tok: float = 0.0
 
     def host_s(self, shape: BatchShape) -> float:
         mode = graph_mode(shape, self.descs)
@@ -155,6 +160,14 @@ class AsyncStepPeriod:
     def step_time_s(self, shape: BatchShape) -> float:
         return max(self.host_s(shape), self.gpu_s(shape))
 
+    def _ingest_desc(self) -> dict[str, float]:
+        if not (self.api_ingest_s or self.api_ingest_s_per_tok):
+            return {}
+        return {
+            "api_ingest_s": self.api_ingest_s,
+            "api_ingest_s_per_tok": self.api_ingest_s_per_tok,
+        }
+
     def describe(self) -> dict[str, object]:
         base = dict(self.base.describe())
         return {
@@ -164,4 +177,12 @@ class AsyncStepPeriod:
             "num_spec_tok": self.num_spec_tok,
             "cudagraph_largest_tok": self.descs.largest_tok,
             "client_round_trip_s": self.client_round_trip_s,
+            **(
+                {
+                    "api_ingest_s": self.api_ingest_s,
+                    "api_ingest_s_per_tok": self.api_ingest_s_per_tok,
+                }
+                if self.api_ingest_s or self.api_ingest_s_per_tok
+                else {}
+            ),
         }

@@ -49,7 +49,9 @@ def simulated_ttft_s(run: RealRun, data_root: Path) -> np.ndarray:
     cfg = sim_config(run, None, ENGINE_OVERHEAD, None)
     cost = build_step_time_model(cfg, cfg.model_spec(), get_gpu(cfg.gpu), async_period=True)
     rq = simulate(cfg, workload=request_table(run, data_root), cost=cost, keep_requests=True)
-    return rq.requests.sort_values("req_id")["ttft_s"].to_numpy(np.float64)
+    return rq.requests.sort_values("req_id", key=lambda ids: ids.str[1:].astype(int))[
+        "ttft_s"
+    ].to_numpy(np.float64)
 
 
 def step_log_burst(run_dir: Path, concurrency: int) -> tuple[float, float]:
@@ -61,8 +63,10 @@ def step_log_burst(run_dir: Path, concurrency: int) -> tuple[float, float]:
     s = pd.read_csv(f)
     # older logs begin with the warm-up: the measurement starts after the engine's last idle
     # gap (> 1 s) in the first half of the log
+    # (an idle gap, not a stall under load: the schedule after it holds under half the burst)
     t = s["t_sched_s"]
-    after_idle = t[(t.diff() > 1.0) & (t < t.iloc[0] + 0.5 * (t.iloc[-1] - t.iloc[0]))]
+    light = (s["running"] + s["waiting"]) < 0.5 * concurrency
+    after_idle = t[(t.diff() > 1.0) & light & (t < t.iloc[0] + 0.5 * (t.iloc[-1] - t.iloc[0]))]
     t0 = float(after_idle.iloc[-1]) if len(after_idle) else float(t.iloc[0])
     s = s[t >= t0]
     held = s[(s["running"] + s["waiting"]) >= concurrency]

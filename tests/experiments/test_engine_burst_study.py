@@ -19,11 +19,13 @@ def burst() -> tuple[object, pd.DataFrame]:
 
 
 def test_capsim_serves_the_burst_too_early(burst) -> None:
-    """capsim's mean TTFT of the first C requests is below the real one on 30 of 38 closed
-    loops (median -44%), the rest's above it (median +12%)."""
+    """capsim's mean TTFT of the first C requests is below the real one on 33 of 38 closed
+    loops (median -26%), the rest's above it (median +7%); p99 TTFT within 30% on 30 of 38 with
+    the burst, 34 of 38 without it."""
     _, df = burst
-    assert len(df) == 38 and int((df["burst_err_pct"] < 0).sum()) == 30
-    assert df["burst_err_pct"].median() < -40 and 5 < df["rest_err_pct"].median() < 15
+    assert len(df) == 38 and int((df["burst_err_pct"] < 0).sum()) == 33
+    assert df["burst_err_pct"].median() < -20 and 5 < df["rest_err_pct"].median() < 10
+    assert int(df["p99_pass"].sum()) == 30 and int(df["p99_rest_pass"].sum()) == 34
 
 
 def test_the_fill_time_grows_with_the_prompt(burst) -> None:
