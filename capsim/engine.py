@@ -32,6 +32,7 @@ import simpy
 from capsim.acceptance_stream import StreamingAcceptanceDraws
 from capsim.core.acceptance import AcceptanceDraws
 from capsim.core.decode_run import DecodeRun
+from capsim.core.inbound import Inbound
 from capsim.core.request import Request
 from capsim.core.scheduler import Scheduler, SchedulerOutput
 from capsim.cost.base import BatchShape, StepTimeModel
@@ -129,21 +130,9 @@ class EngineSim:
 
     def _init_pipeline(self, cost: StepTimeModel, scheduler: Scheduler) -> None:
         """Deferred output (capsim.cost.engine_period): the client round trip and the pipeline."""
-        # with the deferred output (the period model is vLLM's two-batch pipeline already) a
-        # sent request reaches the scheduler ``client_round_trip_s`` later and is admitted at
-        # the first schedule after that: no async lateness on top (experiments/engine/PLAN.md
-        # 2026-12-04 18:49; capsim.live.client_roundtrip)
-        self._round_trip_s = (
-            float(getattr(cost, "client_round_trip_s", 0.0)) if self._defer else 0.0
-        )
-        # the API server's ingest queue (off unless the step model sets it: a study, PLAN.md
-        # 2026-12-04 22:28): each request reaches the scheduler no earlier than the previous one
-        # plus its ingest seconds
-        self._ingest_s = float(getattr(cost, "api_ingest_s", 0.0)) if self._defer else 0.0
-        self._ingest_s_per_tok = (
-            float(getattr(cost, "api_ingest_s_per_tok", 0.0)) if self._defer else 0.0
-        )
-        self._ingest_free_s = float("-inf")
+        # send -> scheduler: the client round trip (and the ingest queue when set), no async
+        # lateness on top of the deferred output (capsim.core.inbound)
+        self._inbound = Inbound.of(cost, self._defer)
         if self._defer:
             scheduler.count_late_arrivals = False
         # the two-batch pipeline (PLAN.md 2026-12-04 19:35): batch m+1 is scheduled when batch
@@ -183,7 +172,7 @@ class EngineSim:
             req = self._pending.popleft()
             req.arrival_s = now
             self._in_flight += 1
-            delay_s = self._inbound_delay_s(now, req.prompt_tok)
+            delay_s = self._inbound.delay_s(now, req.prompt_tok)
             if delay_s > 0.0:
                 arrive = self.env.timeout(delay_s, value=req)
                 arrive.callbacks.append(self._arrive)
@@ -194,18 +183,6 @@ class EngineSim:
             else:
                 self.send_s[req.index] = now
         self._wake_engine()
-
-    def _inbound_delay_s(self, now: float, prompt_tok: int) -> float:
-        """Seconds from a send to the scheduler: the client round trip, and behind the
-        previous request in the API server's ingest queue when that is on."""
-        if self._ingest_s <= 0.0 and self._ingest_s_per_tok <= 0.0:
-            return self._round_trip_s
-        reach = max(
-            now + self._round_trip_s,
-            self._ingest_free_s + self._ingest_s + self._ingest_s_per_tok * prompt_tok,
-        )
-        self._ingest_free_s = reach
-        return reach - now
 
     def _arrive(self, event: simpy.Event) -> None:
         """A sent request reaches the scheduler (the client round trip after its send)."""
