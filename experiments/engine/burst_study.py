@@ -16,6 +16,7 @@ writes burst_study.csv and .md next to this file (atomic writes).
 
 from __future__ import annotations
 
+import dataclasses
 import re
 import sys
 from pathlib import Path
@@ -28,6 +29,7 @@ sys.path.insert(0, str(HERE))
 
 from host_fit_study import _atomic  # noqa: E402
 
+from capsim.cost.engine_period import AsyncStepPeriod  # noqa: E402
 from capsim.cost.factory import build_step_time_model  # noqa: E402
 from capsim.gpus import get_gpu  # noqa: E402
 from capsim.live.engine_oos import (  # noqa: E402
@@ -44,14 +46,22 @@ MIN_CONCURRENCY = 16
 _JIT = re.compile(r"JIT compilation during inference: (\w+)")
 
 
-def simulated_ttft_s(run: RealRun, data_root: Path) -> np.ndarray:
-    """The async column's per-request TTFT in workload (= send) order."""
+def simulate_in_send_order(
+    run: RealRun, data_root: Path, ingest_s: float = 0.0, ingest_s_per_tok: float = 0.0
+) -> tuple[np.ndarray, dict]:
+    """The async column's per-request TTFT in workload (= send) order and the run summary;
+    ``ingest_s`` / ``ingest_s_per_tok``: the API-server ingest queue of ingest_queue_study."""
     cfg = sim_config(run, None, ENGINE_OVERHEAD, None)
     cost = build_step_time_model(cfg, cfg.model_spec(), get_gpu(cfg.gpu), async_period=True)
-    rq = simulate(cfg, workload=request_table(run, data_root), cost=cost, keep_requests=True)
-    return rq.requests.sort_values("req_id", key=lambda ids: ids.str[1:].astype(int))[
-        "ttft_s"
-    ].to_numpy(np.float64)
+    if ingest_s or ingest_s_per_tok:
+        if not isinstance(cost, AsyncStepPeriod):
+            raise TypeError(f"{run.name}: the ingest queue needs the async step period")
+        cost = dataclasses.replace(
+            cost, api_ingest_s=ingest_s, api_ingest_s_per_tok=ingest_s_per_tok
+        )
+    res = simulate(cfg, workload=request_table(run, data_root), cost=cost, keep_requests=True)
+    order = res.requests.sort_values("req_id", key=lambda ids: ids.str[1:].astype(int))
+    return order["ttft_s"].to_numpy(np.float64), res.summary
 
 
 def step_log_burst(run_dir: Path, concurrency: int) -> tuple[float, float]:
@@ -91,7 +101,7 @@ def study(oos: pd.DataFrame, runs_root: Path = HERE / "runs") -> pd.DataFrame:
             continue
         c = int(c)
         real = run.requests["ttft_s"].to_numpy(np.float64)
-        sim = simulated_ttft_s(run, runs_root.parent / "data")
+        sim, _ = simulate_in_send_order(run, runs_root.parent / "data")
         fill_s, stall_s = step_log_burst(runs_root / name, c)
         rows.append({
             "run": name, "concurrency": c, "requests": len(real),

@@ -12,7 +12,6 @@ writes ingest_queue_study.csv and .md next to this file (atomic writes).
 
 from __future__ import annotations
 
-import dataclasses
 import sys
 from pathlib import Path
 
@@ -22,21 +21,10 @@ import pandas as pd
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 
-from burst_study import step_log_burst  # noqa: E402
+from burst_study import simulate_in_send_order, step_log_burst  # noqa: E402
 from host_fit_study import _atomic  # noqa: E402
 
-from capsim.cost.engine_period import AsyncStepPeriod  # noqa: E402
-from capsim.cost.factory import build_step_time_model  # noqa: E402
-from capsim.gpus import get_gpu  # noqa: E402
-from capsim.live.engine_oos import (  # noqa: E402
-    ENGINE_OVERHEAD,
-    RealRun,
-    load_run,
-    request_table,
-    sim_config,
-    within,
-)
-from capsim.simulate import simulate  # noqa: E402
+from capsim.live.engine_oos import RealRun, load_run, within  # noqa: E402
 
 FIT_RUNS: tuple[str, ...] = (
     "g090_k2_sg_c64",
@@ -72,17 +60,8 @@ def fit(runs_root: Path = HERE / "runs") -> tuple[float, float, pd.DataFrame]:
 
 
 def simulate_metrics(run: RealRun, data_root: Path, a_s: float, b_s: float) -> dict[str, float]:
-    cfg = sim_config(run, None, ENGINE_OVERHEAD, None)
-    cost = build_step_time_model(cfg, cfg.model_spec(), get_gpu(cfg.gpu), async_period=True)
-    if not isinstance(cost, AsyncStepPeriod):
-        raise TypeError(f"{run.name}: expected the async step period, got {type(cost).__name__}")
-    cost = dataclasses.replace(cost, api_ingest_s=a_s, api_ingest_s_per_tok=b_s)
-    res = simulate(cfg, workload=request_table(run, data_root), cost=cost, keep_requests=True)
-    ttft = res.requests.sort_values("req_id", key=lambda ids: ids.str[1:].astype(int))[
-        "ttft_s"
-    ].to_numpy(np.float64)
+    ttft, s = simulate_in_send_order(run, data_root, a_s, b_s)
     c = int(run.bench["max_concurrency"])
-    s = res.summary
     return {
         "burst_ttft_ms": 1e3 * ttft[:c].mean(),
         "ttft_mean_ms": 1e3 * s["ttft_mean_s"],
