@@ -21,19 +21,13 @@ every row (atomically).
 
 from __future__ import annotations
 
-import argparse
 import dataclasses
-import json
-import os
-import subprocess
-import sys
-import time
 from dataclasses import dataclass
 from pathlib import Path
 
 from ...gdn_verify.policy import LaunchPolicy, PipeConfig
-from ..timing import atomic_write, write_csv
-from .stream_ceiling import Budget, _timer
+from . import bench_harness as bh
+from .bench_harness import Budget
 
 PREFIX = "round14_ladder"
 NUM_NODES = 4
@@ -256,13 +250,9 @@ def render_table(rows: list[dict], copy_gbps: float) -> str:
 
 
 def save_outputs(out: Path, rows: list[dict], meta: dict) -> None:
-    write_csv(out / f"{PREFIX}.csv", rows, COLUMNS)
-    atomic_write(out / f"{PREFIX}_table.md", render_table(rows, meta["copy_gbps"]))
-    meta["num_rows"] = len(rows)
-    meta["num_timed"] = sum(1 for r in rows if r["p50_us"])
-    meta["checks_ok"] = all(r["check_ok"] in ("", True, "True") for r in rows) and any(
-        r["p50_us"] for r in rows)  # fmt: skip
-    atomic_write(out / f"{PREFIX}_meta.json", json.dumps(meta, indent=1, default=str) + "\n")
+    """CSV, markdown table and metadata, each written atomically."""
+    bh.write_outputs(out, PREFIX, f"{PREFIX}.csv", rows, COLUMNS,
+                  render_table(rows, meta["copy_gbps"]), meta)  # fmt: skip
 
 
 # ------------------------------------------------------------------------------ warm-up
@@ -271,7 +261,6 @@ def warm_worker(spec: str, dry: bool) -> int:
     built per launch, no truth, no checks."""
     from .ladder_kernels import rung_launch
 
-    i, n = (int(x) for x in spec.split("/"))
     plan = static_plan(DRY_CELLS if dry else CELLS)
     seen, todo = set(), []
     for it in plan:  # one launch per compile group: a policy's prep + stream, or a rung
@@ -279,112 +268,36 @@ def warm_worker(spec: str, dry: bool) -> int:
         if key not in seen:
             seen.add(key)
             todo.append(it)
-    todo = todo[i::n]
     policies = _policies()
     cells: dict = {}
-    t0, errors = time.monotonic(), 0
-    for it in todo:
-        try:
-            if it.cell not in cells:
-                cells[it.cell] = make_cell(it.cell, "cpu" if dry else "cuda")
-            rung_launch(cells[it.cell], it.rung, policies.get(it.policy)).launch.fn()
-        except Exception:  # the main process notes it when it builds the launch
-            errors += 1
-    print(f"warm {i}/{n}: {len(todo)} launches in {time.monotonic() - t0:.1f}s, {errors} failed",
-          flush=True)  # fmt: skip
-    return 0
 
+    def launch(it: Item) -> None:
+        if it.cell not in cells:
+            cells[it.cell] = make_cell(it.cell, "cpu" if dry else "cuda")
+        rung_launch(cells[it.cell], it.rung, policies.get(it.policy)).launch.fn()
 
-def warm(workers: int, deadline: float, dry: bool, notes: list[str]) -> float:
-    t0 = time.monotonic()
-    procs = [subprocess.Popen([sys.executable, "-m", __spec__.name, "--warm-worker",
-                               f"{i}/{workers}", "--out", "."] + (["--dry-run"] if dry else []),
-                              env={**os.environ, "PYTHONUNBUFFERED": "1"})
-             for i in range(workers)]  # fmt: skip
-    for p in procs:
-        try:
-            p.wait(timeout=max(0.1, deadline - time.monotonic()))
-        except subprocess.TimeoutExpired:
-            p.kill()
-            p.wait()
-            notes.append(f"warm-up worker {p.pid} killed at its deadline")
-    bad = [p.returncode for p in procs if p.returncode not in (0, None, -9)]
-    if bad:
-        notes.append(f"warm-up workers exited {bad}")
-    return time.monotonic() - t0
+    return bh.run_warm_share(spec, todo, launch)
 
 
 # ------------------------------------------------------------------------------ main
-def _parser() -> argparse.ArgumentParser:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--out", type=Path, required=True)
-    ap.add_argument("--budget-s", type=float, default=35.0)
-    ap.add_argument("--workers", type=int, default=14, help="compile warm-up processes (0: none)")
-    ap.add_argument("--rep-ms", type=float, default=10.0, help="replay time per launch")
-    ap.add_argument("--groups", default="verify,deferred,candidate")
-    ap.add_argument("--commit", default=None, help="default: the stage's COMMIT file")
-    ap.add_argument("--dry-run", action="store_true", help="the CPU interpreter, a tiny cell")
-    ap.add_argument("--warm-worker", default=None, help=argparse.SUPPRESS)
-    return ap
-
-
-def _meta(args, device: str) -> dict:
-    import platform
-
-    import torch
-    import triton
-
-    stage = Path(__file__).resolve().parents[3]
-    commit = args.commit or ((stage / "COMMIT").read_text().strip()
-                             if (stage / "COMMIT").is_file() else None)  # fmt: skip
-    return {
-        "command": " ".join(["python3 -m capsim_kernels.bench.gdn.ladder", *sys.argv[1:]]),
-        "commit": commit, "dirty": (stage / "DIRTY").is_file(),
-        "date_utc": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
-        "torch": torch.__version__, "triton": triton.__version__,
-        "python": platform.python_version(), "dry_run": args.dry_run,
-        "gpu": torch.cuda.get_device_name() if device == "cuda" else "cpu",
-        "timing": "timing.time_graph_us: CUDA graph replay, L2 flushed per replay "
-        f"(triton.testing.do_bench quantiles 0.2/0.5/0.8, rep {args.rep_ms} ms)",
-        "bytes": "unique bytes read + written per launch (v3 / d3: the family's bytes less the "
-        "gates and betas, plus stage 1's scratch); x copy = GB/s / copy_gbps "
-        "(timing.measure_copy_gbps, 2 GiB, read + write)", "budget_s": args.budget_s,
-        "num_nodes": NUM_NODES, "notes": [],
-    }  # fmt: skip
-
-
 def main(argv: list[str] | None = None) -> int:
-    args = _parser().parse_args(argv)
-    if args.warm_worker is not None:
-        return warm_worker(args.warm_worker, args.dry_run)
-    t0 = time.monotonic()
-    import torch
-
-    device = "cpu" if args.dry_run else "cuda"
-    if device == "cuda" and not torch.cuda.is_available():
-        print("no CUDA device (use --dry-run on a CPU)", file=sys.stderr)
-        return 2
-    args.out.mkdir(parents=True, exist_ok=True)
-    meta = _meta(args, device)
-    if args.workers > 0:
-        meta["warm_s"] = round(warm(args.workers, t0 + WARM_SHARE * args.budget_s, args.dry_run,
-                                    meta["notes"]), 1)  # fmt: skip
-    from ..timing import measure_copy_gbps
-
-    meta["copy_gbps"] = round(measure_copy_gbps(), 1) if device == "cuda" else 1000.0
-    print(f"copy bandwidth {meta['copy_gbps']:.1f} GB/s (read + write)", flush=True)
-    budget = Budget(args.budget_s, t0)
-    runner = Runner(device, _timer(device, args.rep_ms), meta["copy_gbps"], budget,
-                    lambda rows: save_outputs(args.out, rows, meta))  # fmt: skip
+    flags = bh.base_parser(__doc__, 35.0, 14, "verify,deferred,candidate",
+                           "the CPU interpreter, a tiny cell")  # fmt: skip
+    begun = bh.begin(argv, flags, warm_worker, Runner, save_outputs, module=__spec__.name,
+                     name="capsim_kernels.bench.gdn.ladder", warm_share=WARM_SHARE,
+                     bytes_note="unique bytes read + written per launch (v3 / d3: the family's "
+                     "bytes less the gates and betas, plus stage 1's scratch); x copy = GB/s / "
+                     "copy_gbps (timing.measure_copy_gbps, 2 GiB, read + write)",
+                     num_nodes=NUM_NODES)  # fmt: skip
+    if isinstance(begun, int):
+        return begun
+    args, meta, runner = begun
     groups = args.groups.split(",")
     runner.run([it for it in static_plan(DRY_CELLS if args.dry_run else CELLS)
                 if it.group in groups])  # fmt: skip
-    meta |= {"elapsed_s": round(budget.elapsed(), 1), "stopped_by_budget": bool(runner.not_reached),
-             "num_not_reached": len(runner.not_reached), "not_reached": runner.not_reached[:60],
-             "setup_s": runner.setup_s}  # fmt: skip
+    meta |= bh.end_fields(runner.budget, runner.not_reached, 60) | {"setup_s": runner.setup_s}
     save_outputs(args.out, runner.rows, meta)
-    print(f"{PREFIX}: {meta['num_timed']} timed of {meta['num_rows']} rows, "
-          f"{len(runner.not_reached)} not reached, {meta['elapsed_s']} s", flush=True)  # fmt: skip
+    bh.print_summary(PREFIX, meta, runner.not_reached)
     return 0
 
 

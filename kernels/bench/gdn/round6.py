@@ -45,6 +45,7 @@ import time
 from pathlib import Path
 
 from ..timing import atomic_write, write_csv
+from .bench_harness import open_device
 from .round6_cells import (
     CELLS,
     CONTRACT_TOL,
@@ -546,14 +547,10 @@ def main(argv: list[str] | None = None) -> int:
         return run_step_phase(args)
     if args.phase is not None:
         return run_phase(args.phase, args, args.start)
-    import torch
-
-    t0 = time.time()
-    device = "cpu" if args.dry_run else "cuda"
-    if device == "cuda" and not torch.cuda.is_available():
-        print("no CUDA device (use --dry-run on a CPU)", file=sys.stderr)
+    device = open_device(args.dry_run, args.out)
+    if device is None:
         return 2
-    args.out.mkdir(parents=True, exist_ok=True)
+    t0 = time.time()
     phases = args.phases.split(",")
     meta = _meta(args, device)
     meta["plan"] = args.plan

@@ -29,17 +29,12 @@ DIR/round13_stream_ceiling.csv, DIR/round13_stream_meta.json, DIR/round13_stream
 
 from __future__ import annotations
 
-import argparse
-import json
-import os
-import subprocess
-import sys
-import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-from ..timing import atomic_write, write_csv
+from . import bench_harness as bh
+from .bench_harness import Budget
 from .stream_kernels import ONE_PER_TILE, StreamSpec, make_inputs, prepare
 
 PREFIX = "round13_stream"
@@ -138,30 +133,6 @@ def best_items(rows: list[dict], plan: list[Item], cells=CELLS, n_read: int = 4,
                        key=lambda r: -float(r["gbps"]))[:n]  # fmt: skip
         out += [Item("best", c, by_label[r["variant"]]) for c in others for r in timed]
     return out
-
-
-# ------------------------------------------------------------------------------ budget
-class Budget:
-    """The --budget-s guard: a launch starts only if the slowest of the last few launches
-    would still end inside the budget (counted from ``start`` on ``clock``)."""
-
-    def __init__(self, budget_s: float, start: float, clock: Callable[[], float] = time.monotonic,
-                 first_estimate_s: float = 1.0):  # fmt: skip
-        self.budget_s, self.start, self.clock = budget_s, start, clock
-        self.durations: list[float] = []
-        self.first_estimate_s = first_estimate_s
-
-    def elapsed(self) -> float:
-        return self.clock() - self.start
-
-    def estimate(self) -> float:
-        return max(self.durations[-5:], default=self.first_estimate_s)
-
-    def allows(self) -> bool:
-        return self.elapsed() + self.estimate() <= self.budget_s
-
-    def record(self, seconds: float) -> None:
-        self.durations.append(seconds)
 
 
 # ------------------------------------------------------------------------------ measuring
@@ -295,13 +266,8 @@ def render_table(rows: list[dict], copy_gbps: float) -> str:
 
 def save_outputs(out: Path, rows: list[dict], meta: dict) -> None:
     """CSV, markdown table and metadata, each written atomically."""
-    write_csv(out / f"{PREFIX}_ceiling.csv", rows, COLUMNS)
-    atomic_write(out / f"{PREFIX}_table.md", render_table(rows, meta["copy_gbps"]))
-    meta["num_rows"] = len(rows)
-    meta["num_timed"] = sum(1 for r in rows if r["p50_us"])
-    meta["checks_ok"] = all(r["check_ok"] in ("", True, "True") for r in rows) and any(
-        r["p50_us"] for r in rows)  # fmt: skip
-    atomic_write(out / f"{PREFIX}_meta.json", json.dumps(meta, indent=1, default=str) + "\n")
+    bh.write_outputs(out, PREFIX, f"{PREFIX}_ceiling.csv", rows, COLUMNS,
+                  render_table(rows, meta["copy_gbps"]), meta)  # fmt: skip
 
 
 # ------------------------------------------------------------------------------ warm-up
@@ -329,131 +295,39 @@ def warm_items(plan: list[Item]) -> list[Item]:
 
 def warm_worker(spec: str, dry: bool) -> int:
     """Worker ``i/n``: compile (and run once) its share of the distinct launches."""
-    i, n = (int(x) for x in spec.split("/"))
-    todo = warm_items(static_plan(DRY_CELLS if dry else CELLS))[i::n]
     inputs: dict = {}
-    t0, errors = time.monotonic(), 0
-    for it in todo:
-        try:
-            if it.cell not in inputs:
-                inputs[it.cell] = make_inputs(_shape(it.cell), it.cell[2],
-                                              device="cpu" if dry else "cuda")  # fmt: skip
-            prepare(it.spec, inputs[it.cell]).fn()
-        except Exception:  # the main process notes it when it builds the launch
-            errors += 1
-    print(f"warm {i}/{n}: {len(todo)} launches in {time.monotonic() - t0:.1f}s, {errors} failed",
-          flush=True)  # fmt: skip
-    return 0
 
+    def launch(it: Item) -> None:
+        if it.cell not in inputs:
+            inputs[it.cell] = make_inputs(_shape(it.cell), it.cell[2],
+                                          device="cpu" if dry else "cuda")  # fmt: skip
+        prepare(it.spec, inputs[it.cell]).fn()
 
-def warm(workers: int, deadline: float, dry: bool, notes: list[str]) -> float:
-    """Start ``workers`` compile processes and wait for them until ``deadline`` (monotonic)."""
-    t0 = time.monotonic()
-    procs = [subprocess.Popen([sys.executable, "-m", __spec__.name, "--warm-worker",
-                               f"{i}/{workers}", "--out", "."] + (["--dry-run"] if dry else []),
-                              env={**os.environ, "PYTHONUNBUFFERED": "1"})
-             for i in range(workers)]  # fmt: skip
-    for p in procs:
-        try:
-            p.wait(timeout=max(0.1, deadline - time.monotonic()))
-        except subprocess.TimeoutExpired:
-            p.kill()
-            p.wait()
-            notes.append(f"warm-up worker {p.pid} killed at its deadline")
-    bad = [p.returncode for p in procs if p.returncode not in (0, None, -9)]
-    if bad:
-        notes.append(f"warm-up workers exited {bad}")
-    return time.monotonic() - t0
+    return bh.run_warm_share(spec, warm_items(static_plan(DRY_CELLS if dry else CELLS)), launch)
 
 
 # ------------------------------------------------------------------------------ main
-def _parser() -> argparse.ArgumentParser:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--out", type=Path, required=True)
-    ap.add_argument("--budget-s", type=float, default=100.0)
-    ap.add_argument("--workers", type=int, default=12, help="compile warm-up processes (0: none)")
-    ap.add_argument("--rep-ms", type=float, default=10.0, help="replay time per launch")
-    ap.add_argument("--groups", default="matched,sweep_read,sweep_rw,sweep_flat,best")
-    ap.add_argument("--commit", default=None, help="default: the stage's COMMIT file")
-    ap.add_argument("--dry-run", action="store_true", help="the CPU interpreter, tiny cells")
-    ap.add_argument("--warm-worker", default=None, help=argparse.SUPPRESS)
-    return ap
-
-
-def _meta(args, device: str) -> dict:
-    import platform
-
-    import torch
-    import triton
-
-    stage = Path(__file__).resolve().parents[3]
-    commit = args.commit or ((stage / "COMMIT").read_text().strip()
-                             if (stage / "COMMIT").is_file() else None)  # fmt: skip
-    return {
-        "command": " ".join(["python3 -m capsim_kernels.bench.gdn.stream_ceiling", *sys.argv[1:]]),
-        "commit": commit, "dirty": (stage / "DIRTY").is_file(),
-        "date_utc": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
-        "torch": torch.__version__, "triton": triton.__version__,
-        "python": platform.python_version(), "dry_run": args.dry_run,
-        "gpu": torch.cuda.get_device_name() if device == "cuda" else "cpu",
-        "timing": "timing.time_graph_us: CUDA graph replay, L2 flushed per replay "
-        f"(triton.testing.do_bench quantiles 0.2/0.5/0.8, rep {args.rep_ms} ms)",
-        "bytes": "unique bytes read + written per launch; x copy = GB/s / copy_gbps "
-        "(timing.measure_copy_gbps, 2 GiB, read + write); x copy (same bytes) = GB/s / the "
-        "torch_copy row of the same cell", "budget_s": args.budget_s, "notes": [],
-    }  # fmt: skip
-
-
-def _timer(device: str, rep_ms: float):
-    if device == "cuda":
-        from ..timing import time_graph_us
-
-        return lambda fn: time_graph_us(fn, rep_ms=rep_ms)
-
-    def wall(fn):  # the interpreter: one call's wall time (no meaning as a speed)
-        t = time.perf_counter()
-        fn()
-        us = (time.perf_counter() - t) * 1e6
-        return us, us, us
-
-    return wall
-
-
 def main(argv: list[str] | None = None) -> int:
-    args = _parser().parse_args(argv)
-    if args.warm_worker is not None:
-        return warm_worker(args.warm_worker, args.dry_run)
-    t0 = time.monotonic()
-    import torch
-
-    device = "cpu" if args.dry_run else "cuda"
-    if device == "cuda" and not torch.cuda.is_available():
-        print("no CUDA device (use --dry-run on a CPU)", file=sys.stderr)
-        return 2
-    args.out.mkdir(parents=True, exist_ok=True)
-    meta = _meta(args, device)
+    flags = bh.base_parser(__doc__, 100.0, 12, "matched,sweep_read,sweep_rw,sweep_flat,best",
+                           "the CPU interpreter, tiny cells")  # fmt: skip
+    begun = bh.begin(argv, flags, warm_worker, Runner, save_outputs, module=__spec__.name,
+                     name="capsim_kernels.bench.gdn.stream_ceiling", warm_share=WARM_SHARE,
+                     bytes_note="unique bytes read + written per launch; x copy = GB/s / copy_gbps "
+                     "(timing.measure_copy_gbps, 2 GiB, read + write); x copy (same bytes) = GB/s "
+                     "/ the torch_copy row of the same cell")  # fmt: skip
+    if isinstance(begun, int):
+        return begun
+    args, meta, runner = begun
     cells = DRY_CELLS if args.dry_run else CELLS
     groups = args.groups.split(",")
-    if args.workers > 0:
-        meta["warm_s"] = round(warm(args.workers, t0 + WARM_SHARE * args.budget_s, args.dry_run,
-                                    meta["notes"]), 1)  # fmt: skip
-    from ..timing import measure_copy_gbps
-
-    meta["copy_gbps"] = round(measure_copy_gbps(), 1) if device == "cuda" else 1000.0
-    print(f"copy bandwidth {meta['copy_gbps']:.1f} GB/s (read + write)", flush=True)
-    budget = Budget(args.budget_s, t0)
-    runner = Runner(device, _timer(device, args.rep_ms), meta["copy_gbps"], budget,
-                    lambda rows: save_outputs(args.out, rows, meta))  # fmt: skip
     plan = [it for it in static_plan(cells) if it.group in groups]
     runner.run(plan)
     if "best" in groups and not runner.not_reached:
         runner.run(best_items(runner.rows, plan, cells))
-    meta |= {"elapsed_s": round(budget.elapsed(), 1), "stopped_by_budget": bool(runner.not_reached),
-             "num_not_reached": len(runner.not_reached), "not_reached": runner.not_reached[:40]}
+    meta |= bh.end_fields(runner.budget, runner.not_reached, 40)
     save_outputs(args.out, runner.rows, meta)
     print(render_table(best_rows(runner.rows), meta["copy_gbps"]).split("## Every")[0], flush=True)
-    print(f"{PREFIX}: {meta['num_timed']} timed of {meta['num_rows']} rows, "
-          f"{len(runner.not_reached)} not reached, {meta['elapsed_s']} s", flush=True)  # fmt: skip
+    bh.print_summary(PREFIX, meta, runner.not_reached)
     return 0
 
 
