@@ -58,6 +58,29 @@ def study(oos: pd.DataFrame, runs_root: Path = HERE / "runs") -> pd.DataFrame:
     return df
 
 
+def count_rows(df: pd.DataFrame, metrics, a: str, b: str) -> list[str]:
+    """Per metric: runs within the threshold by column ``a`` and ``b`` (``pass_<col>``), and on
+    how many ``b`` lies closer to the real value (``err_<col>_pct``); markdown rows."""
+    rows = []
+    for metric, label in metrics:
+        x = df[df["metric"] == metric]
+        closer = int((x[f"err_{b}_pct"].abs() < x[f"err_{a}_pct"].abs()).sum())
+        rows.append(
+            f"| {label} | {int((x[f'pass_{a}'] == True).sum())} | "  # noqa: E712
+            f"{int((x[f'pass_{b}'] == True).sum())} | {closer} of {len(x)} |"  # noqa: E712
+        )
+    return rows
+
+
+def run_rows(df: pd.DataFrame, short: dict[str, str], a: str, b: str) -> list[str]:
+    """One markdown row per (run, metric): real, column ``a`` and ``b`` with their errors."""
+    return [
+        f"| {r['run']} | {short[r['metric']]} | {r['real']:.4g} | {r[a]:.4g} | "
+        f"{r[f'err_{a}_pct']:+.1f} | {r[b]:.4g} | {r[f'err_{b}_pct']:+.1f} |"
+        for _, r in df.iterrows()
+    ]
+
+
 def markdown(df: pd.DataFrame) -> str:
     short = dict(METRICS)
     n = df["run"].nunique()
@@ -74,20 +97,10 @@ def markdown(df: pd.DataFrame) -> str:
         "| metric | own draws | replay | closer to real with replay |",
         "|---|---|---|---|",
     ]
-    for metric, label in METRICS:
-        x = df[df["metric"] == metric]
-        closer = int((x["err_replay_pct"].abs() < x["err_own_draws_pct"].abs()).sum())
-        lines.append(
-            f"| {label} | {int((x['pass_own_draws'] == True).sum())} | "  # noqa: E712
-            f"{int((x['pass_replay'] == True).sum())} | {closer} of {len(x)} |"  # noqa: E712
-        )
+    lines += count_rows(df, METRICS, "own_draws", "replay")
     lines += ["", "| run | metric | real | own draws | err % | replay | err % |",
               "|---|---|---|---|---|---|---|"]  # fmt: skip
-    for r in df.itertuples():
-        lines.append(
-            f"| {r.run} | {short[r.metric]} | {r.real:.4g} | {r.own_draws:.4g} | "
-            f"{r.err_own_draws_pct:+.1f} | {r.replay:.4g} | {r.err_replay_pct:+.1f} |"
-        )
+    lines += run_rows(df, short, "own_draws", "replay")
     return "\n".join(lines) + "\n"
 
 

@@ -21,6 +21,7 @@ import pandas as pd
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 
+from arrival_replay_study import count_rows, run_rows  # noqa: E402
 from burst_study import simulate_in_send_order, step_log_burst  # noqa: E402
 from host_fit_study import _atomic  # noqa: E402
 
@@ -124,13 +125,7 @@ def markdown(df: pd.DataFrame, a_s: float, b_s: float, fits: pd.DataFrame) -> st
         "| metric | without | with the queue | closer with the queue |",
         "|---|---|---|---|",
     ]
-    for metric, label in METRICS:
-        x = df[df["metric"] == metric]
-        closer = int((x["err_with_queue_pct"].abs() < x["err_without_pct"].abs()).sum())
-        lines.append(
-            f"| {label} | {int(x['pass_without'].sum())} | {int(x['pass_with_queue'].sum())} | "
-            f"{closer} of {len(x)} |"
-        )
+    lines += count_rows(df, METRICS, "without", "with_queue")
     x = {m: df[df["metric"] == m] for m, _ in METRICS}
     gain = {m: int(v["pass_with_queue"].sum()) - int(v["pass_without"].sum()) for m, v in x.items()}
     lines += [
@@ -145,11 +140,7 @@ def markdown(df: pd.DataFrame, a_s: float, b_s: float, fits: pd.DataFrame) -> st
     ]
     lines += ["", "| run | metric | real | without | err % | with the queue | err % |",
               "|---|---|---|---|---|---|---|"]  # fmt: skip
-    for r in df.itertuples():
-        lines.append(
-            f"| {r.run} | {short[r.metric]} | {r.real:.4g} | {r.without:.4g} | "
-            f"{r.err_without_pct:+.1f} | {r.with_queue:.4g} | {r.err_with_queue_pct:+.1f} |"
-        )
+    lines += run_rows(df, short, "without", "with_queue")
     return "\n".join(lines) + "\n"
 
 
